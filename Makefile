@@ -1,0 +1,50 @@
+# redis-idem: build, test and run the Redis module.
+#
+#   make deps   install missing system packages (Debian/Ubuntu, apt-get)
+#   make build  cargo build --release -> target/release/libredis_idem.so
+#   make test   unit tests + integration tests against a real redis-server
+#   make run    redis-server with redis.conf.example, in the foreground
+#   make clean
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := build
+
+CARGO  ?= cargo
+MODULE := target/release/libredis_idem.so
+RUNDIR := tmp
+
+# sudo only when not root and sudo exists.
+SUDO := $(shell if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
+
+.PHONY: deps build test run clean
+
+deps:
+	@missing=""; \
+	dpkg-query -W -f='$${Status}' libclang-dev 2>/dev/null | grep -q 'ok installed' || missing="$$missing libclang-dev"; \
+	command -v gcc >/dev/null 2>&1 || missing="$$missing build-essential"; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v redis-cli >/dev/null 2>&1 || missing="$$missing redis-tools"; \
+	if [ -n "$$missing" ]; then \
+		if ! command -v apt-get >/dev/null 2>&1; then \
+			echo "deps: missing:$$missing, and no apt-get to install them" >&2; exit 1; \
+		fi; \
+		echo "deps: installing:$$missing"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
+	fi
+	@command -v $(CARGO) >/dev/null 2>&1 || { echo "deps: $(CARGO) not found: install the Rust toolchain (https://rustup.rs)" >&2; exit 1; }
+
+build: deps
+	$(CARGO) build --release
+
+# cargo test does not build the cdylib the integration tests load: build first.
+test: deps build
+	$(CARGO) test --release --no-fail-fast
+
+run: deps build
+	mkdir -p $(RUNDIR)
+	redis-server redis.conf.example
+
+clean:
+	$(CARGO) clean
+	rm -rf $(RUNDIR)

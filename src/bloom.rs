@@ -1,0 +1,365 @@
+//! The date-sharded Bloom filter: pure Rust, the clock passed in.
+//!
+//! One filter holds a shard per period (a UTC day by default). An item is
+//! "seen" when any shard of the last `window` periods holds it; older shards
+//! are dropped. Each shard stacks sub-filters as it fills, each taking half
+//! of what is left of the shard's error budget, so a shard never exceeds
+//! `error_rate / window` and the whole window never exceeds `error_rate`,
+//! however many items arrive.
+//!
+//! Every decision depends only on the filter's state and the `now` passed
+//! in, so a replica or an AOF replay given the primary's `now` ends up with
+//! the same bits.
+
+pub mod codec;
+
+use bloomfilter::Bloom;
+use xxhash_rust::xxh3::xxh3_128_with_seed;
+
+use crate::record::Millis;
+
+/// Unix time or a duration in whole seconds.
+pub type Seconds = i64;
+
+pub const DAY: Seconds = 86_400;
+pub const HOUR: Seconds = 3_600;
+
+/// Largest window: a year of hourly shards.
+pub const MAX_WINDOW: u32 = 8_784;
+/// Largest expansion factor between stacked sub-filters.
+pub const MAX_EXPANSION: u32 = 1_024;
+/// Most sub-filters one shard stacks; with expansion 1 that is the limit on
+/// growth, with 2 a billion-fold.
+pub const MAX_SUB_FILTERS: usize = 32;
+/// Largest filter, all shards together: big enough for a billion items a
+/// day at 1%, small enough to save and replicate as one Redis string.
+pub const MAX_BYTES: u64 = 512 * 1024 * 1024 - 64 * 1024;
+/// Largest period: a century.
+pub const MAX_PERIOD: Seconds = 100 * 365 * DAY;
+/// A new shard's capacity is the previous shard's item count times this.
+pub const HEADROOM: f64 = 1.25;
+
+/// The filter's settings, fixed at creation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Params {
+    /// False-positive rate of one query against the whole window.
+    pub error_rate: f64,
+    /// Capacity of the first shard.
+    pub capacity: u64,
+    pub window: u32,
+    /// Shard period in seconds; shard starts are multiples of it.
+    pub period: Seconds,
+    /// Capacity factor from one sub-filter to the next in a shard.
+    pub expansion: u32,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum BloomError {
+    /// An argument out of range, with the message to show.
+    Invalid(&'static str),
+    /// The filter would outgrow `MAX_BYTES` or `MAX_SUB_FILTERS`.
+    TooLarge,
+}
+
+impl Params {
+    pub fn check(&self) -> Result<(), BloomError> {
+        if !(self.error_rate > 0.0 && self.error_rate < 1.0) {
+            return Err(BloomError::Invalid("error_rate must be between 0 and 1"));
+        }
+        if self.capacity < 1 {
+            return Err(BloomError::Invalid("capacity must be at least 1"));
+        }
+        if !(1..=MAX_WINDOW).contains(&self.window) {
+            return Err(BloomError::Invalid("WINDOW must be between 1 and 8784"));
+        }
+        if !(1..=MAX_PERIOD).contains(&self.period) {
+            return Err(BloomError::Invalid("SHARD must be DAY, HOUR or a number of seconds >= 1"));
+        }
+        if !(1..=MAX_EXPANSION).contains(&self.expansion) {
+            return Err(BloomError::Invalid("EXPANSION must be between 1 and 1024"));
+        }
+        Ok(())
+    }
+
+    /// The error budget of one shard.
+    fn shard_error(&self) -> f64 {
+        self.error_rate / self.window as f64
+    }
+
+    /// How long a shard stays in the window after it starts.
+    fn span(&self) -> Seconds {
+        self.period * self.window as Seconds
+    }
+}
+
+/// An item hashed once per command; every sub-filter probes with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ItemHash(u128);
+
+/// One Bloom filter of a shard's stack.
+#[derive(Clone)]
+pub struct SubFilter {
+    pub capacity: u64,
+    pub items: u64,
+    /// Its false-positive rate when full, as sized.
+    pub error: f64,
+    pub bloom: Bloom<ItemHash>,
+}
+
+#[derive(Clone)]
+pub struct Shard {
+    /// Unix seconds, a multiple of the period.
+    pub start: Seconds,
+    /// Insertions into this shard.
+    pub items: u64,
+    pub filters: Vec<SubFilter>,
+}
+
+#[derive(Clone)]
+pub struct ShardedBloom {
+    pub params: Params,
+    /// Hash seed, chosen once on the primary; persisted and replicated.
+    pub seed: [u8; 32],
+    /// Oldest first.
+    pub shards: Vec<Shard>,
+}
+
+/// Bytes jemalloc (Redis's allocator) really takes for a request of
+/// `size`: four size classes per doubling above 64 bytes.
+pub fn allocation_class(size: u64) -> u64 {
+    match size {
+        0..=8 => 8,
+        9..=16 => 16,
+        17..=64 => size.div_ceil(16) * 16,
+        _ => {
+            let spacing = size.next_power_of_two() / 8;
+            size.div_ceil(spacing) * spacing
+        }
+    }
+}
+
+/// The largest allocation class not above `size` (`size` >= 8).
+fn allocation_class_below(size: u64) -> u64 {
+    let class = allocation_class(size);
+    if class == size {
+        return class;
+    }
+    // Classes are at most 1/4 apart: the one below is within 25%.
+    let mut below = size * 3 / 4;
+    while allocation_class(below + 1) <= size {
+        below = allocation_class(below + 1);
+    }
+    below
+}
+
+/// The header `bloomfilter` keeps in front of the bits, in one allocation.
+const BLOOM_HEADER: u64 = 45;
+
+/// `bloomfilter`'s choice of hash count for `bits` bits and `items` items.
+fn hash_count(bits: u64, items: u64) -> u32 {
+    ((bits as f64 / items as f64) * std::f64::consts::LN_2).round().max(1.0) as u32
+}
+
+/// False-positive rate of `bits` bits holding `items` items.
+fn false_positive_rate(bits: u64, items: u64) -> f64 {
+    let k = hash_count(bits, items) as f64;
+    (1.0 - (-k * items as f64 / bits as f64).exp()).powf(k)
+}
+
+/// Bit-array bytes for a sub-filter of `capacity` items with `budget` of
+/// error left in its shard. It aims at half the budget, then fills its
+/// allocation class exactly: the class just below the ideal size if that
+/// still leaves a tenth of the budget for later sub-filters, else the one
+/// above. Redis would charge for the whole class anyway.
+fn sub_filter_bytes(capacity: u64, budget: f64) -> Option<u64> {
+    let ln2_squared = std::f64::consts::LN_2 * std::f64::consts::LN_2;
+    let ideal_bits = (capacity as f64) * -(budget / 2.0).ln() / ln2_squared;
+    let ideal_alloc = (ideal_bits / 8.0).ceil() + BLOOM_HEADER as f64;
+    if !ideal_alloc.is_finite() || ideal_alloc > MAX_BYTES as f64 {
+        return None;
+    }
+    let ideal_alloc = ideal_alloc as u64;
+    let below = allocation_class_below(ideal_alloc);
+    let bytes = if below > BLOOM_HEADER && false_positive_rate((below - BLOOM_HEADER) * 8, capacity) <= 0.9 * budget {
+        below - BLOOM_HEADER
+    } else {
+        allocation_class(ideal_alloc) - BLOOM_HEADER
+    };
+    Some(bytes)
+}
+
+impl SubFilter {
+    fn new(capacity: u64, budget: f64, seed: &[u8; 32]) -> Result<SubFilter, BloomError> {
+        let bytes = sub_filter_bytes(capacity, budget).ok_or(BloomError::TooLarge)?;
+        let bloom = Bloom::new_with_seed(bytes as usize, capacity as usize, seed).map_err(|_| BloomError::TooLarge)?;
+        let error = false_positive_rate(bytes * 8, capacity);
+        Ok(SubFilter { capacity, items: 0, error, bloom })
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bloom.as_slice().len() as u64
+    }
+}
+
+impl Shard {
+    fn contains(&self, item: ItemHash) -> bool {
+        self.filters.iter().any(|filter| filter.bloom.check(&item))
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.filters.iter().map(SubFilter::bytes).sum()
+    }
+
+    /// What is left of the shard's error budget for the next sub-filter.
+    fn budget_left(&self, params: &Params) -> f64 {
+        params.shard_error() - self.filters.iter().map(|f| f.error).sum::<f64>()
+    }
+
+    /// Capacity of the sub-filter that would come next.
+    fn next_capacity(&self, params: &Params) -> u64 {
+        let last = self.filters.last().map_or(0, |f| f.capacity);
+        last.saturating_mul(params.expansion as u64).max(1)
+    }
+}
+
+impl ShardedBloom {
+    /// A filter with its first shard allocated at `capacity`, as `RESERVE`
+    /// and an `ADD` on a missing key make it.
+    pub fn new(params: Params, seed: [u8; 32], now: Millis) -> Result<ShardedBloom, BloomError> {
+        params.check()?;
+        let mut filter = ShardedBloom { params, seed, shards: Vec::new() };
+        filter.check_room(1, now)?;
+        let first = SubFilter::new(params.capacity, params.shard_error(), &seed)?;
+        filter.shards.push(Shard { start: filter.shard_start(now), items: 0, filters: vec![first] });
+        Ok(filter)
+    }
+
+    pub fn hash(&self, item: &[u8]) -> ItemHash {
+        let seed = u64::from_le_bytes(self.seed[..8].try_into().expect("8 bytes"));
+        ItemHash(xxh3_128_with_seed(item, seed))
+    }
+
+    /// Start of the shard that `now` falls in.
+    pub fn shard_start(&self, now: Millis) -> Seconds {
+        now.div_euclid(1000).div_euclid(self.params.period) * self.params.period
+    }
+
+    /// Whether `shard` is still in the window at `now`.
+    pub fn is_live(&self, shard: &Shard, now: Millis) -> bool {
+        now < shard.start.saturating_add(self.params.span()).saturating_mul(1000)
+    }
+
+    /// Drops shards that left the window; `true` if any did.
+    pub fn drop_expired(&mut self, now: Millis) -> bool {
+        let live_from = self.shards.iter().position(|shard| self.is_live(shard, now)).unwrap_or(self.shards.len());
+        self.shards.drain(..live_from);
+        live_from > 0
+    }
+
+    /// Unix ms at which the newest shard leaves the window: the key's expiry.
+    pub fn expire_at(&self) -> Option<Millis> {
+        let newest = self.shards.last()?;
+        Some(newest.start.saturating_add(self.params.span()).saturating_mul(1000))
+    }
+
+    /// Whether any shard still in the window may hold the item.
+    pub fn contains(&self, item: ItemHash, now: Millis) -> bool {
+        self.shards.iter().rev().any(|shard| self.is_live(shard, now) && shard.contains(item))
+    }
+
+    /// Capacity of a shard started now: the newest shard's final count with
+    /// headroom, or `capacity` when there is none (or it saw no items).
+    fn new_shard_capacity(&self) -> u64 {
+        match self.shards.last() {
+            Some(newest) if newest.items > 0 => (newest.items as f64 * HEADROOM).ceil() as u64,
+            _ => self.params.capacity,
+        }
+    }
+
+    /// The shard that takes items at `now`: the newest one if `now` falls
+    /// in it, or later (a clock that stepped back never writes into an
+    /// older shard than one already written), else none yet.
+    fn shard_for(&self, now: Millis) -> Option<&Shard> {
+        self.shards.last().filter(|newest| newest.start >= self.shard_start(now))
+    }
+
+    /// Whether `n` more insertions at `now` fit the limits on size and
+    /// stacking. Allocates nothing; [`add`](Self::add) cannot fail after it.
+    pub fn check_room(&self, n: u64, now: Millis) -> Result<(), BloomError> {
+        let params = &self.params;
+        let mut bytes: u64 = self.shards.iter().filter(|s| self.is_live(s, now)).map(Shard::bytes).sum();
+        // The stack that takes the items: room left in its top sub-filter,
+        // the next sub-filter's capacity, the error budget left, its height.
+        let (mut room, mut next_capacity, mut budget, mut height) = match self.shard_for(now) {
+            Some(shard) => {
+                let top = shard.filters.last().expect("a shard has a sub-filter");
+                (top.capacity.saturating_sub(top.items), shard.next_capacity(params), shard.budget_left(params), shard.filters.len())
+            }
+            None => (0, self.new_shard_capacity(), params.shard_error(), 0),
+        };
+        let mut left = n;
+        while left > room {
+            left -= room;
+            if height >= MAX_SUB_FILTERS {
+                return Err(BloomError::TooLarge);
+            }
+            let filter_bytes = sub_filter_bytes(next_capacity, budget).ok_or(BloomError::TooLarge)?;
+            bytes += filter_bytes + BLOOM_HEADER;
+            if bytes > MAX_BYTES {
+                return Err(BloomError::TooLarge);
+            }
+            budget -= false_positive_rate(filter_bytes * 8, next_capacity);
+            room = next_capacity;
+            next_capacity = next_capacity.saturating_mul(params.expansion as u64);
+            height += 1;
+        }
+        Ok(())
+    }
+
+    /// Records the item in the current shard unless it is already there.
+    /// `true` when no shard of the window had seen it. Call
+    /// [`drop_expired`](Self::drop_expired) and
+    /// [`check_room`](Self::check_room) first.
+    pub fn add(&mut self, item: ItemHash, now: Millis) -> Result<bool, BloomError> {
+        let seen = self.contains(item, now);
+        if self.shard_for(now).is_none() {
+            let first = SubFilter::new(self.new_shard_capacity(), self.params.shard_error(), &self.seed)?;
+            let start = self.shard_start(now);
+            self.shards.push(Shard { start, items: 0, filters: vec![first] });
+        }
+        let params = self.params;
+        let seed = self.seed;
+        let shard = self.shards.last_mut().expect("a shard exists");
+        if seen && shard.contains(item) {
+            return Ok(false);
+        }
+        let top = shard.filters.last().expect("a shard has a sub-filter");
+        if top.items >= top.capacity {
+            if shard.filters.len() >= MAX_SUB_FILTERS {
+                return Err(BloomError::TooLarge);
+            }
+            let next = SubFilter::new(shard.next_capacity(&params), shard.budget_left(&params), &seed)?;
+            shard.filters.push(next);
+        }
+        let filter = shard.filters.last_mut().expect("a sub-filter exists");
+        filter.bloom.set(&item);
+        filter.items += 1;
+        shard.items += 1;
+        Ok(!seen)
+    }
+
+    pub fn items(&self) -> u64 {
+        self.shards.iter().map(|shard| shard.items).sum()
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.shards.iter().map(Shard::bytes).sum()
+    }
+
+    pub fn sub_filter_count(&self) -> usize {
+        self.shards.iter().map(|shard| shard.filters.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests;

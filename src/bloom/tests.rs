@@ -1,0 +1,265 @@
+//! The sharded filter without a server: sizing, error rates, rotation,
+//! adaptive capacity, determinism and the encoding.
+
+use proptest::prelude::*;
+
+use super::codec;
+use super::*;
+
+const T0: Millis = 1_800_000_000_000 - 1_800_000_000_000 % (DAY * 1000);
+/// Any seed with distinct halves: `bloomfilter` keys its two hash functions
+/// with the two halves.
+const SEED: [u8; 32] = {
+    let mut seed = [0u8; 32];
+    let mut i = 0;
+    while i < 32 {
+        seed[i] = (i as u8).wrapping_mul(37).wrapping_add(11);
+        i += 1;
+    }
+    seed
+};
+
+fn params(error_rate: f64, capacity: u64, window: u32, period: Seconds) -> Params {
+    Params { error_rate, capacity, window, period, expansion: 2 }
+}
+
+fn item(prefix: &str, n: u64) -> Vec<u8> {
+    format!("{prefix}:{n:012}").into_bytes()
+}
+
+fn add_all(filter: &mut ShardedBloom, prefix: &str, range: std::ops::Range<u64>, now: Millis) -> u64 {
+    let mut new = 0;
+    for n in range {
+        let hash = filter.hash(&item(prefix, n));
+        new += filter.add(hash, now).unwrap() as u64;
+    }
+    new
+}
+
+fn false_positives(filter: &ShardedBloom, queries: u64, now: Millis) -> f64 {
+    let hits = (0..queries).filter(|&n| filter.contains(filter.hash(&item("fresh", n)), now)).count();
+    hits as f64 / queries as f64
+}
+
+/// Allowed sampling excess over the target rate: four standard deviations.
+fn slack(rate: f64, queries: u64) -> f64 {
+    4.0 * (rate * (1.0 - rate) / queries as f64).sqrt()
+}
+
+#[test]
+fn allocation_classes_are_jemallocs() {
+    let classes = [8, 16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 4096, 5120, 131072, 163840];
+    for class in classes {
+        assert_eq!(allocation_class(class), class, "{class} is a class");
+    }
+    assert_eq!(allocation_class(129), 160);
+    assert_eq!(allocation_class(131073), 163840);
+    assert_eq!(allocation_class_below(163839), 131072);
+    assert_eq!(allocation_class_below(163840), 163840);
+}
+
+#[test]
+fn parameters_out_of_range_are_refused() {
+    let good = params(0.01, 100, 7, DAY);
+    assert_eq!(good.check(), Ok(()));
+    for bad in [
+        Params { error_rate: 0.0, ..good },
+        Params { error_rate: 1.0, ..good },
+        Params { error_rate: f64::NAN, ..good },
+        Params { capacity: 0, ..good },
+        Params { window: 0, ..good },
+        Params { period: 0, ..good },
+        Params { expansion: 0, ..good },
+    ] {
+        assert!(matches!(bad.check(), Err(BloomError::Invalid(_))), "{bad:?}");
+    }
+    let huge = params(0.01, u64::MAX / 2, 1, DAY);
+    assert_eq!(ShardedBloom::new(huge, SEED, T0).err(), Some(BloomError::TooLarge));
+    let tiny_rate = params(1e-300, 1 << 40, 1, DAY);
+    assert_eq!(ShardedBloom::new(tiny_rate, SEED, T0).err(), Some(BloomError::TooLarge));
+}
+
+#[test]
+fn every_sub_filter_fills_its_allocation_class_and_stays_in_budget() {
+    for capacity in [1, 10, 1_000, 12_345, 100_000, 1_000_000] {
+        for window in [1, 7] {
+            let filter = ShardedBloom::new(params(0.01, capacity, window, DAY), SEED, T0).unwrap();
+            let sub = &filter.shards[0].filters[0];
+            assert_eq!(allocation_class(sub.bytes()), sub.bytes(), "capacity {capacity}");
+            assert!(sub.error <= 0.9 * 0.01 / window as f64, "capacity {capacity}: {}", sub.error);
+        }
+    }
+}
+
+#[test]
+fn one_shard_at_capacity_costs_at_most_11_bits_per_item_for_round_capacities() {
+    for capacity in [100_000, 1_000_000] {
+        let filter = ShardedBloom::new(params(0.01, capacity, 1, DAY), SEED, T0).unwrap();
+        let bits = filter.bytes() as f64 * 8.0 / capacity as f64;
+        assert!(bits <= 11.0, "capacity {capacity}: {bits:.2} bits per item");
+    }
+}
+
+#[test]
+fn false_positive_rate_holds_at_capacity_and_at_ten_times_capacity() {
+    let mut filter = ShardedBloom::new(params(0.01, 10_000, 1, DAY), SEED, T0).unwrap();
+    add_all(&mut filter, "a", 0..10_000, T0);
+    let at_capacity = false_positives(&filter, 100_000, T0);
+    assert!(at_capacity <= 0.01 + slack(0.01, 100_000), "{at_capacity}");
+    add_all(&mut filter, "a", 10_000..100_000, T0);
+    assert!(filter.shards[0].filters.len() > 1, "it grew");
+    let grown = false_positives(&filter, 100_000, T0);
+    assert!(grown <= 0.01 + slack(0.01, 100_000), "{grown}");
+}
+
+#[test]
+fn no_false_negatives_across_growth() {
+    let mut filter = ShardedBloom::new(params(0.001, 1_000, 1, DAY), SEED, T0).unwrap();
+    let new = add_all(&mut filter, "x", 0..50_000, T0);
+    assert!(new > 49_000, "few false positives among new items: {new}");
+    assert!((0..50_000).all(|n| filter.contains(filter.hash(&item("x", n)), T0)));
+    assert_eq!(filter.items(), new);
+}
+
+#[test]
+fn whole_window_rate_holds_over_seven_full_daily_shards() {
+    let mut filter = ShardedBloom::new(params(0.01, 5_000, 7, DAY), SEED, T0).unwrap();
+    for day in 0..7 {
+        add_all(&mut filter, &format!("day{day}"), 0..5_000, T0 + day * DAY * 1000);
+    }
+    let now = T0 + 6 * DAY * 1000;
+    assert_eq!(filter.shards.len(), 7);
+    let rate = false_positives(&filter, 100_000, now);
+    assert!(rate <= 0.01 + slack(0.01, 100_000), "{rate}");
+}
+
+#[test]
+fn shards_rotate_and_items_are_forgotten_when_their_shard_leaves_the_window() {
+    let period = 10;
+    let mut filter = ShardedBloom::new(params(0.01, 100, 3, period), SEED, T0).unwrap();
+    let old = filter.hash(b"old");
+    assert!(filter.add(old, T0).unwrap());
+    assert_eq!(filter.expire_at(), Some(T0 + 30_000));
+    let later = T0 + 20_000;
+    let recent = filter.hash(b"recent");
+    assert!(filter.add(recent, later).unwrap());
+    assert_eq!(filter.shards.len(), 2);
+    assert_eq!(filter.expire_at(), Some(later + 30_000));
+    assert!(filter.contains(old, T0 + 29_999), "still in the window");
+    assert!(!filter.contains(old, T0 + 30_000), "forgotten exactly when its shard leaves");
+    assert!(!filter.drop_expired(T0 + 29_999));
+    assert!(filter.drop_expired(T0 + 30_000));
+    assert_eq!(filter.shards.len(), 1);
+    assert!(filter.contains(recent, T0 + 30_000));
+}
+
+#[test]
+fn a_repeat_add_keeps_an_item_for_a_full_window_from_its_latest_add() {
+    let mut filter = ShardedBloom::new(params(0.01, 100, 2, 10), SEED, T0).unwrap();
+    let hash = filter.hash(b"item");
+    assert!(filter.add(hash, T0).unwrap());
+    assert!(!filter.add(hash, T0 + 15_000).unwrap(), "seen in the previous shard");
+    assert_eq!(filter.shards.len(), 2, "and recorded again in the current one");
+    assert_eq!(filter.shards[1].items, 1);
+    // Its new shard (10 s..20 s) keeps it until 10 s + 2 periods.
+    assert!(filter.contains(hash, T0 + 29_999));
+    assert!(!filter.contains(hash, T0 + 30_000));
+    assert!(!filter.add(hash, T0 + 15_001).unwrap());
+    assert_eq!(filter.shards[1].items, 1, "not inserted twice into one shard");
+}
+
+#[test]
+fn new_shards_adapt_to_the_previous_shards_volume() {
+    // Created far too small: the first shard stacks, the later ones don't.
+    let mut filter = ShardedBloom::new(params(0.01, 10, 4, 10), SEED, T0).unwrap();
+    for shard in 0..4 {
+        add_all(&mut filter, &format!("s{shard}"), 0..2_000 + shard as u64 * 50, T0 + shard * 10_000);
+    }
+    let heights: Vec<usize> = filter.shards.iter().map(|s| s.filters.len()).collect();
+    assert!(heights[0] > 5, "{heights:?}");
+    assert_eq!(&heights[1..], &[1, 1, 1], "steady volume needs one sub-filter per shard");
+    let first_count = filter.shards[0].items as f64;
+    assert_eq!(filter.shards[1].filters[0].capacity, (first_count * HEADROOM).ceil() as u64);
+}
+
+#[test]
+fn a_clock_that_steps_back_writes_into_the_newest_shard() {
+    let mut filter = ShardedBloom::new(params(0.01, 100, 3, 10), SEED, T0 + 20_000).unwrap();
+    let hash = filter.hash(b"late");
+    assert!(filter.add(hash, T0).unwrap());
+    assert_eq!(filter.shards.len(), 1);
+    assert_eq!(filter.shards[0].items, 1);
+}
+
+#[test]
+fn check_room_refuses_growth_past_the_limits_before_anything_changes() {
+    let mut filter = ShardedBloom::new(Params { expansion: 1, ..params(0.01, 1, 1, DAY) }, SEED, T0).unwrap();
+    assert_eq!(filter.check_room(MAX_SUB_FILTERS as u64, T0), Ok(()));
+    assert_eq!(filter.check_room(MAX_SUB_FILTERS as u64 + 1, T0), Err(BloomError::TooLarge));
+    let mut n = 0;
+    while filter.items() < MAX_SUB_FILTERS as u64 {
+        filter.add(filter.hash(&item("f", n)), T0).unwrap();
+        n += 1;
+    }
+    assert_eq!(filter.check_room(1, T0), Err(BloomError::TooLarge));
+    let big = ShardedBloom::new(params(0.01, 100_000_000, 1, DAY), SEED, T0).unwrap();
+    assert_eq!(big.check_room(10_000_000_000, T0), Err(BloomError::TooLarge));
+}
+
+#[test]
+fn same_seed_and_operations_give_the_same_bits() {
+    let build = || {
+        let mut filter = ShardedBloom::new(params(0.01, 50, 3, 10), SEED, T0).unwrap();
+        add_all(&mut filter, "d", 0..300, T0);
+        add_all(&mut filter, "e", 0..30, T0 + 12_000);
+        let mut bytes = Vec::new();
+        codec::encode(&filter, &mut bytes);
+        bytes
+    };
+    assert_eq!(build(), build());
+}
+
+#[test]
+fn encoding_round_trips_and_refuses_corruption() {
+    let mut filter = ShardedBloom::new(params(0.01, 20, 3, 10), SEED, T0).unwrap();
+    add_all(&mut filter, "c", 0..100, T0);
+    add_all(&mut filter, "c", 100..120, T0 + 10_000);
+    let mut bytes = Vec::new();
+    codec::encode(&filter, &mut bytes);
+    let decoded = codec::decode(&bytes).unwrap();
+    let mut again = Vec::new();
+    codec::encode(&decoded, &mut again);
+    assert_eq!(again, bytes);
+    assert!((0..120).all(|n| decoded.contains(decoded.hash(&item("c", n)), T0 + 10_000)));
+    for len in 0..bytes.len().min(400) {
+        assert!(codec::decode(&bytes[..len]).is_err(), "truncated at {len}");
+    }
+    let mut trailing = bytes.clone();
+    trailing.push(1);
+    assert!(codec::decode(&trailing).is_err());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn decoding_mutated_payloads_never_panics(index in 0usize..2000, byte in any::<u8>()) {
+        let mut filter = ShardedBloom::new(params(0.01, 20, 3, 10), SEED, T0).unwrap();
+        add_all(&mut filter, "m", 0..30, T0);
+        let mut bytes = Vec::new();
+        codec::encode(&filter, &mut bytes);
+        let index = index % bytes.len();
+        bytes[index] = byte;
+        if let Ok(decoded) = codec::decode(&bytes) {
+            // Whatever decodes must be usable.
+            let hash = decoded.hash(b"probe");
+            let _ = decoded.contains(hash, T0);
+        }
+    }
+
+    #[test]
+    fn decoding_random_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+        let _ = codec::decode(&bytes);
+    }
+}
+

@@ -1,0 +1,282 @@
+//! The filter commands: parse arguments, run the filter from `bloom.rs`,
+//! reply, and propagate the effect.
+//!
+//! Every write propagates as `IDEM.BF.APPLY key <now-ms> <create> item...`:
+//! "at the primary's time `now`, creating the filter from `create` (its
+//! parameters and seed) if the key is missing, drop the shards that left
+//! the window and add these items". The filter is deterministic given that
+//! time, so a replica, or an AOF replayed on a later day, puts every item
+//! in the shard the primary chose and ends up with the same bits.
+
+use crate::args::parse_options;
+use crate::bloom::{BloomError, DAY, HOUR, ItemHash, Params, ShardedBloom, codec};
+use crate::bloom_type;
+use crate::config;
+use crate::metrics::{Metric, count};
+use crate::record::Millis;
+use crate::record::codec::Reader;
+use crate::server::{Args, CmdError, CmdResult, Ctx, Key, KeyMode, RawString, string_bytes};
+
+fn bloom_error(error: BloomError) -> CmdError {
+    match error {
+        BloomError::Invalid(message) => CmdError::new(format!("ERR {message}")),
+        BloomError::TooLarge => CmdError::Static(c"ERR filter too large: lower its capacity or raise its error rate"),
+    }
+}
+
+/// A filter about to be written: the key's own, or one to create.
+pub enum Target<'k> {
+    Existing(&'k mut ShardedBloom),
+    Create(ShardedBloom),
+}
+
+impl Target<'_> {
+    fn filter(&mut self) -> &mut ShardedBloom {
+        match self {
+            Target::Existing(filter) => filter,
+            Target::Create(filter) => filter,
+        }
+    }
+
+    /// The parameters and seed a replica needs to create the same filter;
+    /// empty for an existing one.
+    fn create_blob(&self) -> Vec<u8> {
+        let mut blob = Vec::new();
+        if let Target::Create(filter) = self {
+            codec::encode_params(&filter.params, &filter.seed, &mut blob);
+        }
+        blob
+    }
+}
+
+/// The filter at `key`, ready for `count` more items at `now`: the key's
+/// own or, for a missing key, a new one from `create`. Checks type and room
+/// and changes nothing, so a refused write leaves the key as it was.
+pub fn prepare<'k>(
+    key: &'k Key,
+    count: usize,
+    now: Millis,
+    create: impl FnOnce() -> Result<ShardedBloom, CmdError>,
+) -> Result<Target<'k>, CmdError> {
+    let target = match bloom_type::open(key)? {
+        Some(filter) => Target::Existing(filter),
+        None => Target::Create(create()?),
+    };
+    let filter = match &target {
+        Target::Existing(filter) => &**filter,
+        Target::Create(filter) => filter,
+    };
+    filter.check_room(count as u64, now).map_err(bloom_error)?;
+    Ok(target)
+}
+
+/// A filter for a missing key, from the `idem.bf-*` configs.
+pub fn from_configs(now: Millis) -> Result<ShardedBloom, CmdError> {
+    ShardedBloom::new(config::default_filter(), rand::random(), now).map_err(bloom_error)
+}
+
+/// Adds `items` at `now` and stores the result; `on_item` hears, in order,
+/// whether each item was new to the window. `true` when anything changed.
+fn add_at(key: &Key, mut target: Target, now: Millis, items: &[RawString], mut on_item: impl FnMut(bool)) -> bool {
+    let filter = target.filter();
+    let items_before = filter.items();
+    let mut changed = filter.drop_expired(now);
+    for &item in items {
+        let hash: ItemHash = filter.hash(string_bytes(item));
+        // Room was checked for every item before anything changed.
+        let new = filter.add(hash, now).expect("room was checked");
+        on_item(new);
+    }
+    changed |= filter.items() != items_before;
+    match target {
+        Target::Create(filter) => {
+            bloom_type::store(key, filter);
+            true
+        }
+        Target::Existing(filter) => {
+            if changed {
+                key.set_expire_at(filter.expire_at());
+            }
+            changed
+        }
+    }
+}
+
+/// Adds `items` to the filter prepared for them and propagates the effect.
+pub fn add_and_propagate(ctx: Ctx, key: &Key, target: Target, now: Millis, items: &[RawString], on_item: impl FnMut(bool)) {
+    let create = target.create_blob();
+    if add_at(key, target, now, items, on_item) {
+        ctx.replicate_key_time_blob_items(c"IDEM.BF.APPLY", key.name(), now, &create, items);
+    }
+}
+
+/// IDEM.BF.RESERVE key error_rate capacity [WINDOW n] [SHARD DAY|HOUR|seconds] [EXPANSION n]
+pub fn reserve(ctx: Ctx, args: &Args) -> CmdResult {
+    let now = ctx.now();
+    let mut params = Params {
+        error_rate: args.double(2)?,
+        capacity: args.int(3)?.max(0) as u64,
+        window: config::default_filter().window,
+        period: DAY,
+        expansion: 2,
+    };
+    let to_u32 = |value: i64| u32::try_from(value).unwrap_or(0);
+    parse_options(args, 4, &["WINDOW", "SHARD", "EXPANSION"], |option, value| {
+        match option {
+            0 => params.window = to_u32(args.int(value)?),
+            1 => {
+                let text = args.bytes(value);
+                params.period = if text.eq_ignore_ascii_case(b"DAY") {
+                    DAY
+                } else if text.eq_ignore_ascii_case(b"HOUR") {
+                    HOUR
+                } else {
+                    args.int(value).map_err(|_| {
+                        CmdError::Static(c"ERR SHARD must be DAY, HOUR or a number of seconds >= 1")
+                    })?
+                };
+            }
+            _ => params.expansion = to_u32(args.int(value)?),
+        }
+        Ok(())
+    })?;
+    params.check().map_err(bloom_error)?;
+
+    let key = ctx.open_key(args.raw(1), KeyMode::Write);
+    if !key.is_empty() {
+        return Err(CmdError::Static(c"ERR key already exists"));
+    }
+    let filter = ShardedBloom::new(params, rand::random(), now).map_err(bloom_error)?;
+    add_and_propagate(ctx, &key, Target::Create(filter), now, &[], |_| {});
+    ctx.reply_simple(c"OK");
+    Ok(())
+}
+
+fn add_items(ctx: Ctx, args: &Args, as_array: bool) -> CmdResult {
+    let now = ctx.now();
+    let items = args.raw_from(2);
+    let key = ctx.open_key(args.raw(1), KeyMode::Write);
+    let target = prepare(&key, items.len(), now, || from_configs(now))?;
+    if as_array {
+        ctx.reply_array(items.len());
+    }
+    add_and_propagate(ctx, &key, target, now, items, |new| {
+        count(if new { Metric::BfAddNew } else { Metric::BfAddSeen });
+        ctx.reply_int(new as i64);
+    });
+    Ok(())
+}
+
+/// IDEM.BF.ADD key item
+pub fn add(ctx: Ctx, args: &Args) -> CmdResult {
+    add_items(ctx, args, false)
+}
+
+/// IDEM.BF.MADD key item [item ...]
+pub fn madd(ctx: Ctx, args: &Args) -> CmdResult {
+    add_items(ctx, args, true)
+}
+
+fn exists_items(ctx: Ctx, args: &Args, as_array: bool) -> CmdResult {
+    let now = ctx.now();
+    let items = args.raw_from(2);
+    let key = ctx.open_key(args.raw(1), KeyMode::Read);
+    let filter = bloom_type::open(&key)?;
+    if as_array {
+        ctx.reply_array(items.len());
+    }
+    for &item in items {
+        let hit = filter.as_ref().is_some_and(|filter| filter.contains(filter.hash(string_bytes(item)), now));
+        count(if hit { Metric::BfExistsHit } else { Metric::BfExistsMiss });
+        ctx.reply_int(hit as i64);
+    }
+    Ok(())
+}
+
+/// IDEM.BF.EXISTS key item
+pub fn exists(ctx: Ctx, args: &Args) -> CmdResult {
+    exists_items(ctx, args, false)
+}
+
+/// IDEM.BF.MEXISTS key item [item ...]
+pub fn mexists(ctx: Ctx, args: &Args) -> CmdResult {
+    exists_items(ctx, args, true)
+}
+
+/// IDEM.BF.INFO key: the live shards only; one that left the window but
+/// was not dropped yet no longer counts.
+pub fn info(ctx: Ctx, args: &Args) -> CmdResult {
+    let now = ctx.now();
+    let key = ctx.open_key(args.raw(1), KeyMode::Read);
+    let Some(filter) = bloom_type::open(&key)? else {
+        ctx.reply_null();
+        return Ok(());
+    };
+    let live: Vec<_> = filter.shards.iter().filter(|shard| filter.is_live(shard, now)).collect();
+    let params = &filter.params;
+    ctx.reply_map(8);
+    ctx.reply_simple(c"error_rate");
+    ctx.reply_double(params.error_rate);
+    ctx.reply_simple(c"capacity");
+    ctx.reply_int(params.capacity as i64);
+    ctx.reply_simple(c"window");
+    ctx.reply_int(params.window as i64);
+    ctx.reply_simple(c"shard");
+    ctx.reply_int(params.period);
+    ctx.reply_simple(c"expansion");
+    ctx.reply_int(params.expansion as i64);
+    ctx.reply_simple(c"items");
+    ctx.reply_int(live.iter().map(|shard| shard.items).sum::<u64>() as i64);
+    ctx.reply_simple(c"bytes");
+    ctx.reply_int(live.iter().map(|shard| shard.bytes()).sum::<u64>() as i64);
+    ctx.reply_simple(c"shards");
+    ctx.reply_array(live.len());
+    for shard in live {
+        ctx.reply_map(4);
+        ctx.reply_simple(c"start");
+        ctx.reply_int(shard.start);
+        ctx.reply_simple(c"items");
+        ctx.reply_int(shard.items as i64);
+        ctx.reply_simple(c"filters");
+        ctx.reply_int(shard.filters.len() as i64);
+        ctx.reply_simple(c"bytes");
+        ctx.reply_int(shard.bytes() as i64);
+    }
+    Ok(())
+}
+
+/// IDEM.BF.APPLY key now-ms create item...: a write as the primary made
+/// it (see the module comment). Validated like user input: anyone may
+/// send it.
+pub fn apply(ctx: Ctx, args: &Args) -> CmdResult {
+    let now = args.int(2)?;
+    if now < 0 {
+        return Err(CmdError::Static(c"ERR invalid IDEM.BF.APPLY time"));
+    }
+    let create = args.bytes(3);
+    let items = args.raw_from(4);
+    let key = ctx.open_key(args.raw(1), KeyMode::Write);
+    let target = prepare(&key, items.len(), now, || {
+        let mut input = Reader(create);
+        let (params, seed) = codec::decode_params(&mut input)
+            .map_err(|_| CmdError::Static(c"ERR IDEM.BF.APPLY on a missing filter needs valid parameters"))?;
+        ShardedBloom::new(params, seed, now).map_err(bloom_error)
+    })?;
+    add_at(&key, target, now, items, |_| {});
+    // On a primary this reaches replicas and the AOF; on a replica, its
+    // own AOF.
+    ctx.replicate_verbatim();
+    ctx.reply_simple(c"OK");
+    Ok(())
+}
+
+/// IDEM.BF.LOAD key blob: a whole filter, as the AOF rewrite writes it.
+pub fn load(ctx: Ctx, args: &Args) -> CmdResult {
+    let filter = codec::decode(args.bytes(2)).map_err(|e| CmdError::new(format!("ERR invalid IDEM.BF.LOAD payload: {}", e.0)))?;
+    let key = ctx.open_key(args.raw(1), KeyMode::Write);
+    bloom_type::open(&key)?;
+    bloom_type::store(&key, filter);
+    ctx.replicate_verbatim();
+    ctx.reply_simple(c"OK");
+    Ok(())
+}

@@ -1,0 +1,171 @@
+//! The sharded Bloom filter as a Redis data type: the `unsafe extern "C"`
+//! callbacks Redis calls for persistence, copying, digests, memory
+//! accounting and freeing. A key's value is a boxed [`ShardedBloom`].
+
+use std::ffi::{c_int, c_void};
+use std::os::raw::c_char;
+use std::ptr;
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use crate::bloom::{ShardedBloom, codec};
+use crate::server::{CmdError, Key, RawString, api};
+
+/// Encoding version of the RDB payload; a newer one is refused on load.
+pub const ENCODING_VERSION: i32 = 1;
+
+pub static BLOOM_TYPE: RedisType = RedisType::new(
+    "idembloom",
+    ENCODING_VERSION,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: Some(digest),
+        free: Some(free),
+        aux_load: None,
+        aux_save: None,
+        aux_save_triggers: 0,
+        free_effort: Some(free_effort),
+        unlink: None,
+        copy: Some(copy),
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: None,
+        copy2: None,
+        aux_save2: None,
+    },
+);
+
+fn module_type() -> *mut raw::RedisModuleType {
+    *BLOOM_TYPE.raw_type.borrow()
+}
+
+/// The filter under an open key; `Err(WRONGTYPE)` for another type.
+pub fn open(key: &Key) -> Result<Option<&mut ShardedBloom>, CmdError> {
+    // SAFETY: values of this type are boxed filters made by `store`; the
+    // key stays open, and nothing else touches the value, while borrowed.
+    Ok(key.module_value(module_type())?.map(|value| unsafe { &mut *(value as *mut ShardedBloom) }))
+}
+
+/// Makes `key` hold `filter`, expiring when its newest shard leaves the
+/// window.
+pub fn store(key: &Key, filter: ShardedBloom) {
+    let expire_at = filter.expire_at();
+    key.set_module_value(module_type(), Box::into_raw(Box::new(filter)).cast());
+    key.set_expire_at(expire_at);
+}
+
+fn encode(filter: &ShardedBloom) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    codec::encode(filter, &mut bytes);
+    bytes
+}
+
+/// # Safety
+/// `value` must be a live value of this type.
+unsafe fn filter_ref<'a>(value: *const c_void) -> &'a ShardedBloom {
+    unsafe { &*(value as *const ShardedBloom) }
+}
+
+/// # Safety
+/// Called by Redis with a valid `rdb` handle; IO errors are handled
+/// (`HANDLE_IO_ERRORS`), so a failed read makes the load fail, never abort.
+unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    let refuse = |why: &'static std::ffi::CStr| {
+        unsafe {
+            api!(RedisModule_LogIOError)(rdb, c"warning".as_ptr(), c"redis-idem: refused a filter payload: %s".as_ptr(), why.as_ptr())
+        };
+        ptr::null_mut()
+    };
+    if encver > ENCODING_VERSION {
+        return refuse(c"encoding version newer than this module");
+    }
+    let Ok(buffer) = raw::load_string_buffer(rdb) else {
+        return ptr::null_mut();
+    };
+    match codec::decode(buffer.as_ref()) {
+        Ok(filter) => Box::into_raw(Box::new(filter)).cast(),
+        Err(_) => refuse(c"corrupt filter"),
+    }
+}
+
+/// # Safety
+/// `value` is a live value of this type.
+unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    raw::save_slice(rdb, &encode(unsafe { filter_ref(value) }));
+}
+
+/// Rewrites the key as one `IDEM.BF.LOAD key blob`; Redis appends the
+/// key's `PEXPIREAT` after it.
+///
+/// # Safety
+/// `value` is a live value of this type; `key` is its key name.
+unsafe extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: RawString, value: *mut c_void) {
+    let blob = encode(unsafe { filter_ref(value) });
+    unsafe {
+        api!(RedisModule_EmitAOF)(aof, c"IDEM.BF.LOAD".as_ptr(), c"sb".as_ptr(), key, blob.as_ptr() as *const c_char, blob.len())
+    };
+}
+
+/// Size of Redis's `moduleValue` wrapper around our pointer.
+const MODULE_VALUE_SIZE: usize = 16;
+
+/// # Safety
+/// `value` is a live value of this type, allocated by Redis's allocator.
+unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
+    let malloc_size = |ptr: *const u8| unsafe { api!(RedisModule_MallocSize)(ptr as *mut c_void) };
+    let filter = unsafe { filter_ref(value) };
+    let mut total = MODULE_VALUE_SIZE + malloc_size(value.cast());
+    if filter.shards.capacity() > 0 {
+        total += malloc_size(filter.shards.as_ptr().cast());
+    }
+    for shard in &filter.shards {
+        if shard.filters.capacity() > 0 {
+            total += malloc_size(shard.filters.as_ptr().cast());
+        }
+        total += shard.filters.iter().map(|sub| malloc_size(sub.bloom.as_slice().as_ptr())).sum::<usize>();
+    }
+    total
+}
+
+/// # Safety
+/// `md` is a valid digest context; `value` a live value of this type.
+unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    let bytes = encode(unsafe { filter_ref(value) });
+    unsafe {
+        api!(RedisModule_DigestAddStringBuffer)(md, bytes.as_ptr() as *const c_char, bytes.len());
+        api!(RedisModule_DigestEndSequence)(md);
+    }
+}
+
+/// May run on the lazy-free thread: no Redis API calls here.
+///
+/// # Safety
+/// `value` is a live value of this type, not used after this call.
+unsafe extern "C" fn free(value: *mut c_void) {
+    drop(unsafe { Box::from_raw(value as *mut ShardedBloom) });
+}
+
+/// One unit per allocation and per 64 KiB of bits: a filter of more than
+/// about 4 MiB goes over Redis's lazy-free threshold (64) and is freed in
+/// the background on `UNLINK`, `FLUSHALL ASYNC` or lazy expiry.
+///
+/// # Safety
+/// `value` is a live value of this type.
+unsafe extern "C" fn free_effort(_key: RawString, value: *const c_void) -> usize {
+    let filter = unsafe { filter_ref(value) };
+    1 + filter.shards.len() + filter.sub_filter_count() + (filter.bytes() >> 16) as usize
+}
+
+/// `COPY`: an independent copy of the value.
+///
+/// # Safety
+/// `value` is a live value of this type.
+unsafe extern "C" fn copy(_from: RawString, _to: RawString, value: *const c_void) -> *mut c_void {
+    Box::into_raw(Box::new(unsafe { filter_ref(value) }.clone())).cast()
+}

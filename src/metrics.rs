@@ -1,0 +1,62 @@
+//! `INFO idem`: one counter per reply kind.
+
+use std::cell::Cell;
+
+use redis_module::raw;
+
+macro_rules! metrics {
+    ($($variant:ident => $name:literal,)*) => {
+        #[derive(Clone, Copy)]
+        pub enum Metric { $($variant,)* }
+        const NAMES: &[&str] = &[$($name,)*];
+    };
+}
+
+metrics! {
+    ClaimNew => "claim_new",
+    ClaimSeen => "claim_seen",
+    ClaimMismatch => "claim_mismatch",
+    ClaimDone => "claim_done",
+    ClaimBusy => "claim_busy",
+    ClaimExhausted => "claim_exhausted",
+    ClaimRetry => "claim_retry",
+    DoneCompleted => "done_completed",
+    DoneAlready => "done_already",
+    DoneStale => "done_stale",
+    ReleaseOk => "release_ok",
+    ReleaseMiss => "release_miss",
+    ExtendOk => "extend_ok",
+    ExtendStale => "extend_stale",
+    OnceNew => "once_new",
+    OnceExists => "once_exists",
+    BfAddNew => "bf_add_new",
+    BfAddSeen => "bf_add_seen",
+    BfExistsHit => "bf_exists_hit",
+    BfExistsMiss => "bf_exists_miss",
+}
+
+thread_local! {
+    /// Commands and INFO both run on Redis's main thread: plain cells, no
+    /// atomic read-modify-write on the hot path.
+    static COUNTERS: [Cell<u64>; NAMES.len()] = const { [const { Cell::new(0) }; NAMES.len()] };
+}
+
+pub fn count(metric: Metric) {
+    COUNTERS.with(|counters| {
+        let counter = &counters[metric as usize];
+        counter.set(counter.get() + 1);
+    });
+}
+
+/// Registered with `RedisModule_RegisterInfoFunc`.
+///
+/// # Safety
+/// Called by Redis with a valid info context.
+pub unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i32) {
+    raw::add_info_section(ctx, None);
+    COUNTERS.with(|counters| {
+        for (name, counter) in NAMES.iter().zip(counters) {
+            raw::add_info_field_unsigned_long_long(ctx, name, counter.get());
+        }
+    });
+}

@@ -1,0 +1,356 @@
+//! The idempotency record: a pure state machine, with the clock passed in.
+//!
+//! Nothing here knows Redis. The command layer (`commands.rs`) looks the key
+//! up, calls one of the transitions below with the current time, and applies
+//! the returned [`Write`] (store the record, set the key's absolute expiry,
+//! replicate the effect). Every decision is made here, so it is unit- and
+//! property-tested without a server.
+//!
+//! ```text
+//! absent --CLAIM--> processing --DONE--> done --(retention ends)--> absent
+//!                   processing --RELEASE--> released --CLAIM--> processing
+//!                   processing --(lease lapses)--> expired --CLAIM--> processing
+//! ```
+//! `expired` is not stored: it is a processing record whose lease has ended.
+
+pub mod codec;
+
+use xxhash_rust::xxh3::xxh3_128;
+
+/// Unix time or a duration, in milliseconds (Redis's `mstime_t`).
+pub type Millis = i64;
+
+/// A 128-bit xxh3 of a claim's `PAYLOAD`.
+pub type Fingerprint = u128;
+
+/// Fingerprint of a `PAYLOAD` argument.
+pub fn fingerprint(payload: &[u8]) -> Fingerprint {
+    xxh3_128(payload)
+}
+
+/// The owner token of one claim: 128 random bits, shown as 32 hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, Hash)]
+pub struct Token(pub [u8; 16]);
+
+impl Token {
+    /// Length of the token as clients see it.
+    pub const HEX_LEN: usize = 32;
+
+    pub fn to_hex(self) -> [u8; Self::HEX_LEN] {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; Self::HEX_LEN];
+        for (i, byte) in self.0.iter().enumerate() {
+            out[2 * i] = DIGITS[(byte >> 4) as usize];
+            out[2 * i + 1] = DIGITS[(byte & 0xf) as usize];
+        }
+        out
+    }
+
+    /// Parses a token as issued (either hex case). `None` for anything else:
+    /// such a string can never match a stored token.
+    pub fn from_hex(text: &[u8]) -> Option<Token> {
+        if text.len() != Self::HEX_LEN {
+            return None;
+        }
+        let mut bytes = [0u8; 16];
+        for (i, pair) in text.chunks_exact(2).enumerate() {
+            let high = (pair[0] as char).to_digit(16)?;
+            let low = (pair[1] as char).to_digit(16)?;
+            bytes[i] = (high << 4 | low) as u8;
+        }
+        Some(Token(bytes))
+    }
+}
+
+/// What is stored. `Expired` is derived from `Processing` and the clock.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Phase {
+    Processing,
+    Released,
+    Done,
+}
+
+/// What a record is at a given moment, as `IDEM.GET` names it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum State {
+    Processing,
+    Expired,
+    Released,
+    Done,
+}
+
+impl State {
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Processing => "processing",
+            State::Expired => "expired",
+            State::Released => "released",
+            State::Done => "done",
+        }
+    }
+}
+
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Record {
+    pub phase: Phase,
+    /// Fencing number: 1 for the first claim, +1 per claim; 0 for records
+    /// made by ONCE or by a DONE on a missing key.
+    pub attempt: u64,
+    /// Time of the latest claim; 0 when never claimed.
+    pub claimed_at: Millis,
+    /// Processing: when the lease ends. Released: when it was released.
+    /// Done: unused (0).
+    pub lease_end: Millis,
+    /// Done: when it was completed. Otherwise 0.
+    pub done_at: Millis,
+    /// The latest claim's token; all zero when never claimed or done.
+    pub token: Token,
+    pub fingerprint: Option<Fingerprint>,
+    /// The result stored by DONE, replayed by CLAIM.
+    pub result: Option<Box<[u8]>>,
+}
+
+/// How long records live after their last event, from the configs.
+#[derive(Clone, Copy, Debug)]
+pub struct Lifetimes {
+    /// Released or expired records are kept this long after the lease ended.
+    pub history: Millis,
+}
+
+/// What the caller must do to the key after a transition.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Write {
+    /// Nothing changed: no store, no replication.
+    None,
+    /// The record passed in was changed in place; the key now expires at
+    /// `expire_at` (absolute Unix ms).
+    Update { expire_at: Millis },
+    /// The key was absent and now holds `record`, expiring at `expire_at`.
+    Create { record: Record, expire_at: Millis },
+}
+
+/// `IDEM.CLAIM`'s arguments, already validated.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ClaimArgs {
+    pub lease: Millis,
+    pub fingerprint: Option<Fingerprint>,
+    pub max_tries: Option<u64>,
+    /// With `BLOOM`: the filter says the key may have completed before.
+    pub maybe_seen: bool,
+}
+
+/// `IDEM.CLAIM`'s reply, in the spec's precedence order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClaimReply {
+    New { token: Token },
+    Seen { token: Token },
+    Mismatch { attempt: u64 },
+    /// The result to replay is the record's own `result`.
+    Done { attempt: u64 },
+    Busy { lease_left: Millis, attempt: u64 },
+    Exhausted { attempt: u64 },
+    Retry { token: Token, attempt: u64 },
+}
+
+/// `IDEM.DONE`'s reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DoneReply {
+    /// This call completed the claim (reply `1`).
+    Completed,
+    /// The record was already done (reply `0`).
+    AlreadyDone,
+    /// Another claim took the key since this token's claim.
+    Stale,
+}
+
+/// Saturating: the command layer refuses times that overflow, but a config
+/// changed later must never wrap an expiry into the past.
+fn after(at: Millis, duration: Millis) -> Millis {
+    at.saturating_add(duration)
+}
+
+impl Record {
+    fn claimed(now: Millis, args: &ClaimArgs, token: Token, attempt: u64) -> Record {
+        Record {
+            phase: Phase::Processing,
+            attempt,
+            claimed_at: now,
+            lease_end: after(now, args.lease),
+            done_at: 0,
+            token,
+            fingerprint: args.fingerprint,
+            result: None,
+        }
+    }
+
+    /// A done record that no claim made (ONCE, late DONE on a missing key).
+    pub fn done_without_claim(now: Millis, result: Option<&[u8]>) -> Record {
+        Record {
+            phase: Phase::Done,
+            attempt: 0,
+            claimed_at: 0,
+            lease_end: 0,
+            done_at: now,
+            token: Token::default(),
+            fingerprint: None,
+            result: result.map(Box::from),
+        }
+    }
+
+    pub fn state_at(&self, now: Millis) -> State {
+        match self.phase {
+            Phase::Processing if now < self.lease_end => State::Processing,
+            Phase::Processing => State::Expired,
+            Phase::Released => State::Released,
+            Phase::Done => State::Done,
+        }
+    }
+
+    /// Milliseconds left on a live lease, else 0.
+    pub fn lease_left(&self, now: Millis) -> Millis {
+        match self.state_at(now) {
+            State::Processing => self.lease_end - now,
+            _ => 0,
+        }
+    }
+
+    /// When a released or expired record is forgotten.
+    fn history_end(&self, lifetimes: Lifetimes) -> Millis {
+        after(self.lease_end, lifetimes.history)
+    }
+
+    fn holds(&self, token: Option<Token>) -> bool {
+        token == Some(self.token)
+    }
+
+    fn complete(&mut self, now: Millis, result: Option<&[u8]>) {
+        self.phase = Phase::Done;
+        self.done_at = now;
+        self.lease_end = 0;
+        self.token = Token::default();
+        self.result = result.map(Box::from);
+    }
+}
+
+/// `IDEM.CLAIM`. `next_token` is called only when a claim is granted.
+pub fn claim(
+    record: Option<&mut Record>,
+    args: &ClaimArgs,
+    now: Millis,
+    lifetimes: Lifetimes,
+    next_token: impl FnOnce() -> Token,
+) -> (ClaimReply, Write) {
+    let Some(record) = record else {
+        let token = next_token();
+        let created = Record::claimed(now, args, token, 1);
+        let expire_at = created.history_end(lifetimes);
+        let reply = if args.maybe_seen {
+            ClaimReply::Seen { token }
+        } else {
+            ClaimReply::New { token }
+        };
+        return (reply, Write::Create { record: created, expire_at });
+    };
+    let attempt = record.attempt;
+    if let (Some(given), Some(stored)) = (args.fingerprint, record.fingerprint) {
+        if given != stored {
+            return (ClaimReply::Mismatch { attempt }, Write::None);
+        }
+    }
+    match record.state_at(now) {
+        State::Done => (ClaimReply::Done { attempt }, Write::None),
+        State::Processing => {
+            let lease_left = record.lease_end - now;
+            (ClaimReply::Busy { lease_left, attempt }, Write::None)
+        }
+        State::Released | State::Expired => {
+            if args.max_tries.is_some_and(|max| attempt >= max) {
+                return (ClaimReply::Exhausted { attempt }, Write::None);
+            }
+            let token = next_token();
+            let fingerprint = record.fingerprint.or(args.fingerprint);
+            let attempt = attempt.saturating_add(1);
+            *record = Record { fingerprint, ..Record::claimed(now, args, token, attempt) };
+            let expire_at = record.history_end(lifetimes);
+            (ClaimReply::Retry { token, attempt }, Write::Update { expire_at })
+        }
+    }
+}
+
+/// `IDEM.DONE`. `token` is `None` when the argument is not a token at all.
+pub fn done(
+    record: Option<&mut Record>,
+    token: Option<Token>,
+    result: Option<&[u8]>,
+    retain: Millis,
+    now: Millis,
+) -> (DoneReply, Write) {
+    let expire_at = after(now, retain);
+    let Some(record) = record else {
+        // A late completion after the record was forgotten: recorded, so a
+        // redelivery is still recognised as done.
+        let record = Record::done_without_claim(now, result);
+        return (DoneReply::Completed, Write::Create { record, expire_at });
+    };
+    if record.phase == Phase::Done {
+        return (DoneReply::AlreadyDone, Write::None);
+    }
+    // Processing (live or lapsed) or released: only the latest claim's
+    // token may complete it; any other claim was superseded.
+    if !record.holds(token) {
+        return (DoneReply::Stale, Write::None);
+    }
+    record.complete(now, result);
+    (DoneReply::Completed, Write::Update { expire_at })
+}
+
+/// `IDEM.RELEASE`: `true` when the token held a live lease, now given up.
+pub fn release(
+    record: Option<&mut Record>,
+    token: Option<Token>,
+    now: Millis,
+    lifetimes: Lifetimes,
+) -> (bool, Write) {
+    match record {
+        Some(record) if record.state_at(now) == State::Processing && record.holds(token) => {
+            record.phase = Phase::Released;
+            record.lease_end = now;
+            let expire_at = record.history_end(lifetimes);
+            (true, Write::Update { expire_at })
+        }
+        _ => (false, Write::None),
+    }
+}
+
+/// `IDEM.EXTEND`: `Ok` when the lease of the token's claim now ends `lease`
+/// from now; `Err(())` is the `STALE` error.
+pub fn extend(
+    record: Option<&mut Record>,
+    token: Option<Token>,
+    lease: Millis,
+    now: Millis,
+    lifetimes: Lifetimes,
+) -> (Result<(), ()>, Write) {
+    match record {
+        // A lapsed lease may be extended as long as nobody claimed since:
+        // the token is still the latest claim's.
+        Some(record) if record.phase == Phase::Processing && record.holds(token) => {
+            record.lease_end = after(now, lease);
+            let expire_at = record.history_end(lifetimes);
+            (Ok(()), Write::Update { expire_at })
+        }
+        _ => (Err(()), Write::None),
+    }
+}
+
+/// `IDEM.ONCE`: mark-if-absent. `true` when the key was absent.
+pub fn once(record: Option<&Record>, retain: Millis, now: Millis) -> (bool, Write) {
+    if record.is_some() {
+        return (false, Write::None);
+    }
+    let record = Record::done_without_claim(now, None);
+    (true, Write::Create { record, expire_at: after(now, retain) })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,531 @@
+//! The state machine without a server: each transition by example, the
+//! encodings, and random operation sequences checked against a model
+//! written directly from the spec's table.
+
+use std::collections::HashSet;
+
+use proptest::prelude::*;
+
+use super::codec::{self, DecodeError};
+use super::*;
+
+const HISTORY: Millis = 3_600_000;
+const LIFETIMES: Lifetimes = Lifetimes { history: HISTORY };
+const T0: Millis = 1_800_000_000_000;
+
+/// One key of an in-memory store with Redis's expiry semantics: a key is
+/// gone from the moment `now >= expire_at`.
+#[derive(Default)]
+struct Store {
+    entry: Option<(Record, Millis)>,
+    tokens: u8,
+}
+
+impl Store {
+    fn live(&mut self, now: Millis) -> Option<&mut Record> {
+        if self.entry.as_ref().is_some_and(|(_, at)| now >= *at) {
+            self.entry = None;
+        }
+        self.entry.as_mut().map(|(record, _)| record)
+    }
+
+    fn apply(&mut self, write: Write) {
+        match write {
+            Write::None => {}
+            Write::Update { expire_at } => self.entry.as_mut().expect("record").1 = expire_at,
+            Write::Create { record, expire_at } => self.entry = Some((record, expire_at)),
+        }
+    }
+
+    fn next_token(&mut self) -> Token {
+        self.tokens += 1;
+        Token([self.tokens; 16])
+    }
+
+    fn claim(&mut self, args: ClaimArgs, now: Millis) -> ClaimReply {
+        let token = self.next_token();
+        let (reply, write) = claim(self.live(now), &args, now, LIFETIMES, || token);
+        self.apply(write);
+        reply
+    }
+
+    fn done(&mut self, token: Token, result: Option<&[u8]>, retain: Millis, now: Millis) -> DoneReply {
+        let (reply, write) = done(self.live(now), Some(token), result, retain, now);
+        self.apply(write);
+        reply
+    }
+
+    fn release(&mut self, token: Token, now: Millis) -> bool {
+        let (released, write) = release(self.live(now), Some(token), now, LIFETIMES);
+        self.apply(write);
+        released
+    }
+
+    fn extend(&mut self, token: Token, lease: Millis, now: Millis) -> Result<(), ()> {
+        let (extended, write) = extend(self.live(now), Some(token), lease, now, LIFETIMES);
+        self.apply(write);
+        extended
+    }
+
+    fn expire_at(&self) -> Millis {
+        self.entry.as_ref().expect("record").1
+    }
+}
+
+fn lease(seconds: i64) -> ClaimArgs {
+    ClaimArgs { lease: seconds * 1000, ..ClaimArgs::default() }
+}
+
+fn granted_token(reply: ClaimReply) -> Token {
+    match reply {
+        ClaimReply::New { token } | ClaimReply::Seen { token } | ClaimReply::Retry { token, .. } => token,
+        other => panic!("claim not granted: {other:?}"),
+    }
+}
+
+#[test]
+fn token_hex_round_trips_and_rejects_other_text() {
+    let token = Token([0xab; 16]);
+    assert_eq!(&token.to_hex(), b"abababababababababababababababab");
+    assert_eq!(Token::from_hex(&token.to_hex()), Some(token));
+    assert_eq!(Token::from_hex(b"ABABABABABABABABABABABABABABABAB"), Some(token));
+    assert_eq!(Token::from_hex(b"abab"), None);
+    assert_eq!(Token::from_hex(b"zbababababababababababababababab"), None);
+    assert_eq!(Token::from_hex("é".repeat(16).as_bytes()), None);
+}
+
+#[test]
+fn first_claim_is_new_and_leases_until_lease_end_plus_history() {
+    let mut store = Store::default();
+    let reply = store.claim(lease(30), T0);
+    assert!(matches!(reply, ClaimReply::New { .. }));
+    assert_eq!(store.expire_at(), T0 + 30_000 + HISTORY);
+    let record = store.live(T0).unwrap();
+    assert_eq!((record.attempt, record.claimed_at, record.state_at(T0)), (1, T0, State::Processing));
+    assert_eq!(record.lease_left(T0 + 1000), 29_000);
+}
+
+#[test]
+fn bloom_maybe_seen_turns_new_into_seen_only_for_absent_keys() {
+    let mut store = Store::default();
+    let seen = ClaimArgs { maybe_seen: true, ..lease(10) };
+    assert!(matches!(store.claim(seen, T0), ClaimReply::Seen { .. }));
+    assert_eq!(store.claim(seen, T0 + 1), ClaimReply::Busy { lease_left: 9_999, attempt: 1 });
+}
+
+#[test]
+fn busy_while_leased_then_retry_after_lapse_with_next_attempt() {
+    let mut store = Store::default();
+    let first = granted_token(store.claim(lease(10), T0));
+    assert_eq!(store.claim(lease(10), T0 + 4_000), ClaimReply::Busy { lease_left: 6_000, attempt: 1 });
+    let lapsed = T0 + 10_000;
+    assert_eq!(store.live(lapsed).unwrap().state_at(lapsed), State::Expired);
+    let reply = store.claim(lease(10), lapsed);
+    let ClaimReply::Retry { token, attempt: 2 } = reply else { panic!("{reply:?}") };
+    assert_ne!(token, first);
+    // The lapsed holder is fenced off once someone else claimed.
+    assert_eq!(store.done(first, None, 1000, lapsed + 1), DoneReply::Stale);
+    assert_eq!(store.extend(first, 1000, lapsed + 1), Err(()));
+    assert!(!store.release(first, lapsed + 1));
+    assert_eq!(store.done(token, None, 1000, lapsed + 2), DoneReply::Completed);
+}
+
+#[test]
+fn late_done_by_the_latest_claim_is_recorded() {
+    let mut store = Store::default();
+    let token = granted_token(store.claim(lease(1), T0));
+    assert_eq!(store.done(token, Some(b"r"), 5_000, T0 + 60_000), DoneReply::Completed);
+    assert_eq!(store.expire_at(), T0 + 65_000);
+    let record = store.live(T0 + 60_000).unwrap();
+    assert_eq!((record.state_at(T0 + 60_000), record.done_at, record.claimed_at), (State::Done, T0 + 60_000, T0));
+}
+
+#[test]
+fn done_on_a_missing_key_records_a_completion_without_claim() {
+    let mut store = Store::default();
+    assert_eq!(store.done(Token([7; 16]), None, 5_000, T0), DoneReply::Completed);
+    let record = store.live(T0).unwrap();
+    assert_eq!((record.attempt, record.claimed_at, record.done_at), (0, 0, T0));
+    assert_eq!(store.done(Token([8; 16]), None, 5_000, T0 + 1), DoneReply::AlreadyDone);
+    assert_eq!(store.claim(lease(5), T0 + 2), ClaimReply::Done { attempt: 0 });
+}
+
+#[test]
+fn done_replays_its_result_and_is_final() {
+    let mut store = Store::default();
+    let token = granted_token(store.claim(lease(10), T0));
+    assert_eq!(store.done(token, Some(b""), 100_000, T0 + 1), DoneReply::Completed);
+    assert_eq!(store.claim(lease(10), T0 + 2), ClaimReply::Done { attempt: 1 });
+    assert_eq!(store.live(T0 + 2).unwrap().result.as_deref(), Some(&b""[..]));
+    assert_eq!(store.done(token, Some(b"other"), 100_000, T0 + 3), DoneReply::AlreadyDone);
+    assert!(!store.release(token, T0 + 3));
+    assert_eq!(store.extend(token, 1000, T0 + 3), Err(()));
+    assert_eq!(store.live(T0 + 3).unwrap().result.as_deref(), Some(&b""[..]));
+    // Retention ends: the key is gone and the next claim starts over.
+    assert!(matches!(store.claim(lease(10), T0 + 1 + 100_000), ClaimReply::New { .. }));
+}
+
+#[test]
+fn release_gives_up_only_a_live_lease_and_keeps_history_from_the_release() {
+    let mut store = Store::default();
+    let token = granted_token(store.claim(lease(10), T0));
+    assert!(!store.release(Token([0xee; 16]), T0 + 1));
+    assert!(store.release(token, T0 + 2_000));
+    assert_eq!(store.expire_at(), T0 + 2_000 + HISTORY);
+    assert_eq!(store.live(T0 + 2_000).unwrap().state_at(T0 + 2_000), State::Released);
+    assert!(!store.release(token, T0 + 2_001), "already released");
+    assert_eq!(store.extend(token, 1000, T0 + 2_001), Err(()), "EXTEND never revives a release");
+    // The released holder may still complete while nobody claimed since.
+    let mut other = Store::default();
+    let token = granted_token(other.claim(lease(10), T0));
+    assert!(other.release(token, T0 + 1));
+    assert_eq!(other.done(token, None, 1000, T0 + 2), DoneReply::Completed);
+}
+
+#[test]
+fn release_after_the_lease_lapsed_changes_nothing() {
+    let mut store = Store::default();
+    let token = granted_token(store.claim(lease(1), T0));
+    assert!(!store.release(token, T0 + 1_000));
+    assert_eq!(store.expire_at(), T0 + 1_000 + HISTORY);
+    assert!(matches!(store.claim(lease(1), T0 + 1_000), ClaimReply::Retry { attempt: 2, .. }));
+}
+
+#[test]
+fn extend_moves_the_lease_also_after_it_lapsed() {
+    let mut store = Store::default();
+    let token = granted_token(store.claim(lease(1), T0));
+    assert_eq!(store.extend(token, 30_000, T0 + 5_000), Ok(()));
+    assert_eq!(store.expire_at(), T0 + 35_000 + HISTORY);
+    assert_eq!(store.live(T0 + 5_000).unwrap().lease_left(T0 + 5_000), 30_000);
+    assert_eq!(store.extend(Token([0xee; 16]), 30_000, T0 + 5_000), Err(()));
+    assert_eq!(Store::default().extend(token, 1000, T0), Err(()), "EXTEND never creates");
+}
+
+#[test]
+fn payload_fingerprint_mismatch_comes_first_and_is_stored_by_the_first_granted_claim() {
+    let mut store = Store::default();
+    let a = ClaimArgs { fingerprint: Some(fingerprint(b"a")), ..lease(1) };
+    let b = ClaimArgs { fingerprint: Some(fingerprint(b"b")), ..lease(1) };
+    let token = granted_token(store.claim(lease(1), T0));
+    assert_eq!(store.claim(b, T0 + 1), ClaimReply::Busy { lease_left: 999, attempt: 1 });
+    assert_eq!(store.live(T0 + 1).unwrap().fingerprint, None, "a refused claim stores nothing");
+    assert!(matches!(store.claim(a, T0 + 1_000), ClaimReply::Retry { attempt: 2, .. }));
+    assert_eq!(store.claim(b, T0 + 1_001), ClaimReply::Mismatch { attempt: 2 });
+    assert_eq!(store.claim(a, T0 + 1_001), ClaimReply::Busy { lease_left: 999, attempt: 2 });
+    assert_eq!(store.claim(lease(1), T0 + 1_001), ClaimReply::Busy { lease_left: 999, attempt: 2 });
+    assert_eq!(store.done(token, None, 1000, T0 + 1_002), DoneReply::Stale);
+}
+
+#[test]
+fn max_tries_exhausts_only_records_waiting_for_a_retry() {
+    let mut store = Store::default();
+    let max2 = ClaimArgs { max_tries: Some(2), ..lease(1) };
+    granted_token(store.claim(max2, T0));
+    assert_eq!(store.claim(max2, T0 + 10), ClaimReply::Busy { lease_left: 990, attempt: 1 });
+    assert!(matches!(store.claim(max2, T0 + 1_000), ClaimReply::Retry { attempt: 2, .. }));
+    assert_eq!(store.claim(max2, T0 + 2_000), ClaimReply::Exhausted { attempt: 2 });
+    assert!(matches!(store.claim(lease(1), T0 + 2_000), ClaimReply::Retry { attempt: 3, .. }));
+}
+
+#[test]
+fn once_marks_absent_keys_only() {
+    let (created, write) = once(None, 5_000, T0);
+    assert!(created);
+    let Write::Create { record, expire_at } = write else { panic!() };
+    assert_eq!((record.phase, record.attempt, record.claimed_at, record.done_at, expire_at), (Phase::Done, 0, 0, T0, T0 + 5_000));
+    assert_eq!(once(Some(&record), 5_000, T0), (false, Write::None));
+}
+
+fn sample_records() -> Vec<Record> {
+    let processing = Record::claimed(T0, &lease(5), Token([3; 16]), 4);
+    let released = Record { phase: Phase::Released, lease_end: T0 + 7, ..processing.clone() };
+    let mut done_full = Record { fingerprint: Some(u128::MAX - 5), ..processing.clone() };
+    done_full.complete(T0 + 9, Some(b"\0binary\xff"));
+    let mut done_packed = processing.clone();
+    done_packed.complete(T0 + 9, None);
+    vec![processing, released, done_full, done_packed, Record::done_without_claim(T0, None)]
+}
+
+#[test]
+fn encoding_round_trips_every_kind_of_record() {
+    for record in sample_records() {
+        let mut bytes = Vec::new();
+        codec::encode(&record, &mut bytes);
+        assert_eq!(bytes.len(), codec::encoded_len(&record));
+        assert_eq!(codec::decode(&bytes), Ok(record));
+    }
+}
+
+#[test]
+fn packing_keeps_plain_done_records_in_16_bytes_and_round_trips() {
+    let records = sample_records();
+    let packable: Vec<_> = records.iter().filter(|r| codec::pack(r).is_some()).collect();
+    assert_eq!(packable.len(), 2, "the two done records without result or fingerprint");
+    for record in packable {
+        assert_eq!(&codec::unpack(codec::pack(record).unwrap()), record);
+    }
+    assert_eq!(size_of::<codec::Packed>(), 16);
+    let far_future = Record { done_at: 1 << 44, ..Record::done_without_claim(0, None) };
+    assert_eq!(codec::pack(&far_future), None);
+    let many_attempts = Record { attempt: 1 << 32, ..Record::done_without_claim(T0, None) };
+    assert_eq!(codec::pack(&many_attempts), None);
+}
+
+#[test]
+fn decoding_refuses_corrupt_payloads() {
+    let mut bytes = Vec::new();
+    codec::encode(&sample_records()[2], &mut bytes);
+    for len in 0..bytes.len() {
+        assert!(codec::decode(&bytes[..len]).is_err(), "truncated at {len}");
+    }
+    let mut trailing = bytes.clone();
+    trailing.push(0);
+    assert_eq!(codec::decode(&trailing), Err(DecodeError("trailing bytes")));
+    let mut newer = bytes.clone();
+    newer[0] = codec::FORMAT_VERSION + 1;
+    assert!(codec::decode(&newer).is_err());
+    let mut huge_result = bytes.clone();
+    let len_at = bytes.len() - 9 - 4;
+    huge_result[len_at..len_at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert_eq!(codec::decode(&huge_result), Err(DecodeError("truncated")));
+}
+
+proptest! {
+    #[test]
+    fn decoding_random_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
+        let _ = codec::decode(&bytes);
+    }
+
+    #[test]
+    fn decoding_mutated_payloads_never_panics(index in 0usize..60, byte in any::<u8>()) {
+        let mut bytes = Vec::new();
+        codec::encode(&sample_records()[2], &mut bytes);
+        let index = index % bytes.len();
+        bytes[index] = byte;
+        if let Ok(record) = codec::decode(&bytes) {
+            let mut again = Vec::new();
+            codec::encode(&record, &mut again);
+            prop_assert_eq!(again, bytes);
+        }
+    }
+}
+
+// ---- Model-based test -------------------------------------------------------
+
+/// The spec's table, written as plainly as possible and independently of
+/// the implementation: what the key holds, as the spec names it.
+#[derive(Clone, Debug)]
+enum ModelKey {
+    Absent,
+    Held { token: Token, lease_end: Millis, attempt: u64, fp: Option<u128>, claimed_at: Millis },
+    Released { token: Token, at: Millis, attempt: u64, fp: Option<u128>, claimed_at: Millis },
+    Done { result: Option<Vec<u8>>, attempt: u64, fp: Option<u128>, claimed_at: Millis, at: Millis },
+}
+
+struct Model {
+    key: ModelKey,
+    expire_at: Millis,
+}
+
+impl Model {
+    fn at(&mut self, now: Millis) -> &mut ModelKey {
+        if !matches!(self.key, ModelKey::Absent) && now >= self.expire_at {
+            self.key = ModelKey::Absent;
+        }
+        &mut self.key
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Wait(Millis),
+    Claim { lease_s: i64, payload: Option<u8>, max_tries: Option<u64> },
+    /// Which token: 0 = the latest issued, n = the n-th most recent.
+    Done { which: usize, result: Option<u8>, retain_s: i64 },
+    Release { which: usize },
+    Extend { which: usize, lease_s: i64 },
+    Delete,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        // Whole and half seconds, so waits land exactly on lease ends and
+        // expiry times, where off-by-one mistakes live.
+        (0i64..9).prop_map(|halves| Op::Wait(halves * 500)),
+        (0i64..HISTORY / 500 * 2).prop_map(|halves| Op::Wait(halves * 500)),
+        (1i64..4, proptest::option::of(0u8..2), proptest::option::of(1u64..4))
+            .prop_map(|(lease_s, payload, max_tries)| Op::Claim { lease_s, payload, max_tries }),
+        (0usize..3, proptest::option::of(any::<u8>()), 1i64..5000)
+            .prop_map(|(which, result, retain_s)| Op::Done { which, result, retain_s }),
+        (0usize..3).prop_map(|which| Op::Release { which }),
+        (0usize..3, 1i64..4).prop_map(|(which, lease_s)| Op::Extend { which, lease_s }),
+        Just(Op::Delete),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn operations_match_the_spec_model(ops in proptest::collection::vec(op(), 1..40)) {
+        let mut store = Store::default();
+        let mut model = Model { key: ModelKey::Absent, expire_at: 0 };
+        let mut now = T0;
+        let mut issued: Vec<Token> = Vec::new();
+        let pick = |issued: &Vec<Token>, which: usize| {
+            issued.iter().rev().nth(which).copied().unwrap_or(Token([0xfe; 16]))
+        };
+        for op in ops {
+            match op {
+                Op::Wait(ms) => now += ms,
+                Op::Delete => {
+                    store.entry = None;
+                    model.key = ModelKey::Absent;
+                }
+                Op::Claim { lease_s, payload, max_tries } => {
+                    let fp = payload.map(|p| fingerprint(&[p]));
+                    let args = ClaimArgs { lease: lease_s * 1000, fingerprint: fp, max_tries, maybe_seen: false };
+                    let reply = store.claim(args, now);
+                    let lease_end = now + lease_s * 1000;
+                    let next_attempt = |attempt: u64| attempt + 1;
+                    let key = model.at(now).clone();
+                    let stored_fp = match &key {
+                        ModelKey::Held { fp, .. } | ModelKey::Released { fp, .. } | ModelKey::Done { fp, .. } => *fp,
+                        ModelKey::Absent => None,
+                    };
+                    let expected = match key {
+                        ModelKey::Absent => None,
+                        _ if fp.is_some() && stored_fp.is_some() && fp != stored_fp => {
+                            let attempt = match &model.key {
+                                ModelKey::Held { attempt, .. } | ModelKey::Released { attempt, .. } | ModelKey::Done { attempt, .. } => *attempt,
+                                ModelKey::Absent => unreachable!(),
+                            };
+                            Some(ClaimReply::Mismatch { attempt })
+                        }
+                        ModelKey::Done { attempt, .. } => Some(ClaimReply::Done { attempt }),
+                        ModelKey::Held { lease_end: end, attempt, .. } if now < end => {
+                            Some(ClaimReply::Busy { lease_left: end - now, attempt })
+                        }
+                        ModelKey::Held { attempt, .. } | ModelKey::Released { attempt, .. }
+                            if max_tries.is_some_and(|n| attempt >= n) => Some(ClaimReply::Exhausted { attempt }),
+                        _ => None,
+                    };
+                    match expected {
+                        Some(expected) => prop_assert_eq!(reply, expected),
+                        None => {
+                            let token = granted_token(reply);
+                            prop_assert!(!issued.contains(&token), "token reused");
+                            issued.push(token);
+                            let attempt = match model.key {
+                                ModelKey::Absent => 1,
+                                ModelKey::Held { attempt, .. } | ModelKey::Released { attempt, .. } => next_attempt(attempt),
+                                ModelKey::Done { .. } => unreachable!(),
+                            };
+                            match reply {
+                                ClaimReply::New { .. } => prop_assert_eq!(attempt, 1),
+                                ClaimReply::Retry { attempt: got, .. } => prop_assert_eq!(got, attempt),
+                                other => prop_assert!(false, "unexpected {:?}", other),
+                            }
+                            model.key = ModelKey::Held { token, lease_end, attempt, fp: stored_fp.or(fp), claimed_at: now };
+                            model.expire_at = lease_end + HISTORY;
+                        }
+                    }
+                }
+                Op::Done { which, result, retain_s } => {
+                    let token = pick(&issued, which);
+                    let result = result.map(|r| vec![r]);
+                    let reply = store.done(token, result.as_deref(), retain_s * 1000, now);
+                    let key = model.at(now).clone();
+                    let expected = match key {
+                        ModelKey::Done { .. } => DoneReply::AlreadyDone,
+                        ModelKey::Absent => {
+                            model.key = ModelKey::Done { result, attempt: 0, fp: None, claimed_at: 0, at: now };
+                            model.expire_at = now + retain_s * 1000;
+                            DoneReply::Completed
+                        }
+                        ModelKey::Held { token: t, attempt, fp, claimed_at, .. }
+                        | ModelKey::Released { token: t, attempt, fp, claimed_at, .. } => {
+                            if t == token {
+                                model.key = ModelKey::Done { result, attempt, fp, claimed_at, at: now };
+                                model.expire_at = now + retain_s * 1000;
+                                DoneReply::Completed
+                            } else {
+                                DoneReply::Stale
+                            }
+                        }
+                    };
+                    prop_assert_eq!(reply, expected);
+                }
+                Op::Release { which } => {
+                    let token = pick(&issued, which);
+                    let released = store.release(token, now);
+                    let expected = match model.at(now).clone() {
+                        ModelKey::Held { token: t, lease_end, attempt, fp, claimed_at } if t == token && now < lease_end => {
+                            model.key = ModelKey::Released { token, at: now, attempt, fp, claimed_at };
+                            model.expire_at = now + HISTORY;
+                            true
+                        }
+                        _ => false,
+                    };
+                    prop_assert_eq!(released, expected);
+                }
+                Op::Extend { which, lease_s } => {
+                    let token = pick(&issued, which);
+                    let extended = store.extend(token, lease_s * 1000, now);
+                    let expected = match model.at(now) {
+                        ModelKey::Held { token: t, lease_end, .. } if *t == token => {
+                            *lease_end = now + lease_s * 1000;
+                            model.expire_at = now + lease_s * 1000 + HISTORY;
+                            Ok(())
+                        }
+                        _ => Err(()),
+                    };
+                    prop_assert_eq!(extended, expected);
+                }
+            }
+            // After every step the stored record says what the model says,
+            // and the key expires exactly when the model's does.
+            let expire_at = model.expire_at;
+            match (store.live(now).cloned(), model.at(now).clone()) {
+                (None, ModelKey::Absent) => {}
+                (Some(record), key) => {
+                    prop_assert_eq!(store.expire_at(), expire_at);
+                    let view = (record.state_at(now), record.attempt, record.claimed_at, record.fingerprint);
+                    let expected = match key {
+                        ModelKey::Held { lease_end, attempt, fp, claimed_at, .. } => {
+                            let state = if now < lease_end { State::Processing } else { State::Expired };
+                            prop_assert_eq!(record.lease_end, lease_end);
+                            (state, attempt, claimed_at, fp)
+                        }
+                        ModelKey::Released { at, attempt, fp, claimed_at, .. } => {
+                            prop_assert_eq!(record.lease_end, at);
+                            (State::Released, attempt, claimed_at, fp)
+                        }
+                        ModelKey::Done { ref result, attempt, fp, claimed_at, at } => {
+                            prop_assert_eq!(record.result.as_deref(), result.as_deref());
+                            prop_assert_eq!(record.done_at, at);
+                            (State::Done, attempt, claimed_at, fp)
+                        }
+                        ModelKey::Absent => {
+                            prop_assert!(false, "store holds a record the model forgot");
+                            unreachable!()
+                        }
+                    };
+                    prop_assert_eq!(view, expected);
+                    // What is stored survives its encodings unchanged.
+                    let mut bytes = Vec::new();
+                    codec::encode(&record, &mut bytes);
+                    let decoded = codec::decode(&bytes);
+                    prop_assert_eq!(decoded.as_ref(), Ok(&record));
+                    if let Some(packed) = codec::pack(&record) {
+                        prop_assert_eq!(codec::unpack(packed), record);
+                    }
+                }
+                (None, key) => prop_assert!(false, "record vanished early; model has {:?}", key),
+            }
+        }
+        let unique: HashSet<_> = issued.iter().collect();
+        prop_assert_eq!(unique.len(), issued.len());
+    }
+}

@@ -1,0 +1,293 @@
+//! The record as a Redis data type: its in-memory representation and the
+//! `unsafe extern "C"` callbacks Redis calls for persistence, copying,
+//! digests and memory accounting.
+//!
+//! A key's value is a tagged pointer. The common done record (no result,
+//! no fingerprint) is a 16-byte packed allocation, tag bit set, so a done
+//! record costs no more than `SET key <16-byte token> NX PX`; every other
+//! record is a boxed [`Record`].
+
+use std::ffi::{c_int, c_void};
+use std::os::raw::c_char;
+use std::ptr;
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use crate::record::codec::{self, Packed};
+use crate::record::{Millis, Record};
+use crate::server::{CmdError, Key, RawString, api};
+
+/// Encoding version of the RDB payload; a newer one is refused on load.
+pub const ENCODING_VERSION: i32 = 1;
+
+pub static RECORD_TYPE: RedisType = RedisType::new(
+    "idemrecrd",
+    ENCODING_VERSION,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: Some(digest),
+        free: Some(free),
+        aux_load: None,
+        aux_save: None,
+        aux_save_triggers: 0,
+        free_effort: Some(free_effort),
+        unlink: None,
+        copy: Some(copy),
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: None,
+        copy2: None,
+        aux_save2: None,
+    },
+);
+
+fn module_type() -> *mut raw::RedisModuleType {
+    *RECORD_TYPE.raw_type.borrow()
+}
+
+const PACKED_TAG: usize = 1;
+
+/// Moves a record into a value pointer Redis can hold.
+fn into_value(record: Record) -> *mut c_void {
+    match codec::pack(&record) {
+        Some(packed) => (Box::into_raw(Box::new(packed)) as usize | PACKED_TAG) as *mut c_void,
+        None => Box::into_raw(Box::new(record)).cast(),
+    }
+}
+
+/// A stored value, borrowed.
+enum Value<'a> {
+    Packed(&'a Packed),
+    Full(&'a mut Record),
+}
+
+/// # Safety
+/// `value` must come from [`into_value`] and not be freed yet.
+unsafe fn value_ref<'a>(value: *mut c_void) -> Value<'a> {
+    if value as usize & PACKED_TAG != 0 {
+        Value::Packed(unsafe { &*((value as usize & !PACKED_TAG) as *const Packed) })
+    } else {
+        Value::Full(unsafe { &mut *(value as *mut Record) })
+    }
+}
+
+/// # Safety
+/// `value` must come from [`into_value`]; it is invalid afterwards.
+unsafe fn drop_value(value: *mut c_void) {
+    if value as usize & PACKED_TAG != 0 {
+        drop(unsafe { Box::from_raw((value as usize & !PACKED_TAG) as *mut Packed) });
+    } else {
+        drop(unsafe { Box::from_raw(value as *mut Record) });
+    }
+}
+
+/// A copy of the stored record (packed ones are unpacked).
+///
+/// # Safety
+/// As [`value_ref`].
+unsafe fn to_record(value: *mut c_void) -> Record {
+    match unsafe { value_ref(value) } {
+        Value::Packed(packed) => codec::unpack(*packed),
+        Value::Full(record) => record.clone(),
+    }
+}
+
+/// The record under an open key, ready for a transition of `record.rs`.
+/// Boxed records are changed in place; a packed one is unpacked into
+/// `unpacked` and stored again only if a transition changes it.
+pub struct Slot<'k> {
+    key: &'k Key,
+    full: Option<&'k mut Record>,
+    unpacked: Option<Record>,
+}
+
+impl<'k> Slot<'k> {
+    /// `Err(WRONGTYPE)` for a key of another type.
+    pub fn open(key: &'k Key) -> Result<Slot<'k>, CmdError> {
+        let mut slot = Slot { key, full: None, unpacked: None };
+        if let Some(value) = key.module_value(module_type())? {
+            // SAFETY: a value of our type was made by `into_value`; it lives
+            // while the key is open and nothing else touches it meanwhile.
+            match unsafe { value_ref(value) } {
+                Value::Packed(packed) => slot.unpacked = Some(codec::unpack(*packed)),
+                Value::Full(record) => slot.full = Some(record),
+            }
+        }
+        Ok(slot)
+    }
+
+    pub fn key(&self) -> &'k Key {
+        self.key
+    }
+
+    pub fn record(&mut self) -> Option<&mut Record> {
+        match &mut self.full {
+            Some(record) => Some(record),
+            None => self.unpacked.as_mut(),
+        }
+    }
+
+    /// Stores the record after an in-place transition and sets the key's
+    /// expiry: a record that can now be packed (a fresh done one) shrinks.
+    pub fn store_updated(mut self, expire_at: Millis) {
+        let key = self.key;
+        if let Some(record) = self.unpacked.take() {
+            let old = key.replace_module_value(module_type(), into_value(record));
+            // SAFETY: `old` was this key's value, now detached from it.
+            unsafe { drop_value(old) };
+        } else if let Some(record) = self.full.take() {
+            if codec::pack(record).is_some() {
+                let record = std::mem::replace(record, Record::done_without_claim(0, None));
+                let old = key.replace_module_value(module_type(), into_value(record));
+                unsafe { drop_value(old) };
+            }
+        }
+        key.set_expire_at(Some(expire_at));
+    }
+}
+
+/// Makes `key` hold `record` until `expire_at` (`None`: no expiry),
+/// replacing whatever record it held.
+pub fn store_new(key: &Key, record: Record, expire_at: Option<Millis>) {
+    key.set_module_value(module_type(), into_value(record));
+    key.set_expire_at(expire_at);
+}
+
+/// The record under `key`, copied, for read-only commands.
+pub fn read(key: &Key) -> Result<Option<Record>, CmdError> {
+    // SAFETY: as in `Slot::open`.
+    Ok(key.module_value(module_type())?.map(|value| unsafe { to_record(value) }))
+}
+
+/// The replicated effect of a write: the record with its absolute expiry
+/// (-1: none), applied as is by `IDEM.APPLY`.
+pub fn effect_blob(record: &Record, expire_at: Option<Millis>) -> Vec<u8> {
+    let mut blob = Vec::with_capacity(8 + codec::encoded_len(record));
+    blob.extend_from_slice(&expire_at.unwrap_or(-1).to_le_bytes());
+    codec::encode(record, &mut blob);
+    blob
+}
+
+pub fn parse_effect_blob(blob: &[u8]) -> Result<(Record, Option<Millis>), codec::DecodeError> {
+    let mut input = codec::Reader(blob);
+    let expire_at = i64::from_le_bytes(input.array()?);
+    if expire_at < -1 {
+        return Err(codec::DecodeError("bad expiry"));
+    }
+    Ok((codec::decode(input.0)?, (expire_at >= 0).then_some(expire_at)))
+}
+
+/// Logs why a payload was refused; the load then fails with an error.
+fn log_refused(rdb: *mut raw::RedisModuleIO, why: &'static std::ffi::CStr) {
+    unsafe {
+        api!(RedisModule_LogIOError)(rdb, c"warning".as_ptr(), c"redis-idem: refused a record payload: %s".as_ptr(), why.as_ptr())
+    };
+}
+
+/// # Safety
+/// Called by Redis with a valid `rdb` handle; module IO errors are handled
+/// (`HANDLE_IO_ERRORS`), so a failed read returns an error, never aborts.
+unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    if encver > ENCODING_VERSION {
+        log_refused(rdb, c"encoding version newer than this module");
+        return ptr::null_mut();
+    }
+    let Ok(buffer) = raw::load_string_buffer(rdb) else {
+        return ptr::null_mut();
+    };
+    match codec::decode(buffer.as_ref()) {
+        Ok(record) => into_value(record),
+        Err(_) => {
+            log_refused(rdb, c"corrupt record");
+            ptr::null_mut()
+        }
+    }
+}
+
+/// # Safety
+/// `value` is a live value of this type.
+unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    let mut bytes = Vec::new();
+    codec::encode(&unsafe { to_record(value) }, &mut bytes);
+    raw::save_slice(rdb, &bytes);
+}
+
+/// Rewrites the key as one `IDEM.APPLY` without expiry; Redis appends the
+/// key's `PEXPIREAT` after it.
+///
+/// # Safety
+/// `value` is a live value of this type; `key` is its key name.
+unsafe extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: RawString, value: *mut c_void) {
+    let blob = effect_blob(&unsafe { to_record(value) }, None);
+    unsafe {
+        api!(RedisModule_EmitAOF)(
+            aof,
+            c"IDEM.APPLY".as_ptr(),
+            c"sb".as_ptr(),
+            key,
+            blob.as_ptr() as *const c_char,
+            blob.len(),
+        )
+    };
+}
+
+/// Size of Redis's `moduleValue` wrapper around our pointer.
+const MODULE_VALUE_SIZE: usize = 16;
+
+/// # Safety
+/// `value` is a live value of this type, allocated by Redis's allocator.
+unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
+    let malloc_size = |ptr: *const c_void| unsafe { api!(RedisModule_MallocSize)(ptr as *mut c_void) };
+    let untagged = (value as usize & !PACKED_TAG) as *const c_void;
+    let own = MODULE_VALUE_SIZE + malloc_size(untagged);
+    match unsafe { value_ref(value as *mut c_void) } {
+        Value::Packed(_) => own,
+        Value::Full(record) => own + record.result.as_ref().map_or(0, |r| malloc_size(r.as_ptr().cast())),
+    }
+}
+
+/// # Safety
+/// `md` is a valid digest context; `value` a live value of this type.
+unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    let mut bytes = Vec::new();
+    codec::encode(&unsafe { to_record(value) }, &mut bytes);
+    unsafe {
+        api!(RedisModule_DigestAddStringBuffer)(md, bytes.as_ptr() as *const c_char, bytes.len());
+        api!(RedisModule_DigestEndSequence)(md);
+    }
+}
+
+/// May run on the lazy-free thread: no Redis API calls here.
+///
+/// # Safety
+/// `value` is a live value of this type, not used after this call.
+unsafe extern "C" fn free(value: *mut c_void) {
+    unsafe { drop_value(value) };
+}
+
+/// A record is at most two allocations: always cheap to free inline.
+///
+/// # Safety
+/// No pointer is dereferenced.
+unsafe extern "C" fn free_effort(_key: RawString, _value: *const c_void) -> usize {
+    1
+}
+
+/// `COPY`: an independent copy of the value.
+///
+/// # Safety
+/// `value` is a live value of this type.
+unsafe extern "C" fn copy(_from: RawString, _to: RawString, value: *const c_void) -> *mut c_void {
+    into_value(unsafe { to_record(value as *mut c_void) })
+}
+
+/// Decodes a replicated effect, for `IDEM.APPLY`.
+pub fn decode_effect(blob: &[u8]) -> Result<(Record, Option<Millis>), CmdError> {
+    parse_effect_blob(blob).map_err(|e| CmdError::new(format!("ERR invalid IDEM.APPLY payload: {}", e.0)))
+}
