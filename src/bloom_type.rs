@@ -52,6 +52,16 @@ pub fn open(key: &Key) -> Result<Option<&mut ShardedBloom>, CmdError> {
     Ok(key.module_value(module_type())?.map(|value| unsafe { &mut *(value as *mut ShardedBloom) }))
 }
 
+/// The filter under a raw key handle (as `RedisModule_Scan` gives it), if
+/// the key holds one.
+pub fn value_of<'a>(key: *mut raw::RedisModuleKey) -> Option<&'a ShardedBloom> {
+    if unsafe { api!(RedisModule_ModuleTypeGetType)(key) } != module_type() {
+        return None;
+    }
+    // SAFETY: as in `open`; the handle is valid for the scan callback.
+    Some(unsafe { &*(api!(RedisModule_ModuleTypeGetValue)(key) as *const ShardedBloom) })
+}
+
 /// Makes `key` hold `filter`, expiring when its newest shard leaves the
 /// window.
 pub fn store(key: &Key, filter: ShardedBloom) {

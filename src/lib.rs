@@ -7,6 +7,7 @@
 pub mod args;
 pub mod bloom;
 pub mod bloom_commands;
+pub mod bloom_sweeper;
 pub mod bloom_type;
 pub mod command_table;
 pub mod commands;
@@ -68,6 +69,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&message);
         return Status::Err;
     }
+    bloom_sweeper::start(ctx.ctx);
     // Replaces the crate's default INFO callback with ours.
     unsafe { raw::RedisModule_RegisterInfoFunc.expect("RegisterInfoFunc")(ctx.ctx, Some(metrics::info)) };
     Status::Ok
