@@ -36,8 +36,9 @@ pub const MAX_SUB_FILTERS: usize = 32;
 pub const MAX_BYTES: u64 = 512 * 1024 * 1024 - 64 * 1024;
 /// Largest period: a century.
 pub const MAX_PERIOD: Seconds = 100 * 365 * DAY;
-/// A new shard's capacity is the previous shard's item count times this.
-pub const HEADROOM: f64 = 1.25;
+/// A new shard's capacity is the previous shard's item count times this:
+/// room for day-to-day variation without stacking a second sub-filter.
+pub const HEADROOM: f64 = 1.1;
 
 /// The filter's settings, fixed at creation.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -166,21 +167,45 @@ fn false_positive_rate(bits: u64, items: u64) -> f64 {
     (1.0 - (-k * items as f64 / bits as f64).exp()).powf(k)
 }
 
+/// How much of its shard's remaining error budget a sub-filter takes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Share {
+    /// Capacity is a guess (reserved, configured, or a stacked sub-filter
+    /// that the first one overflowed into): aim at half the budget, keeping
+    /// the other half for growth.
+    Half,
+    /// Capacity comes from the previous shard's real count: growth is
+    /// unlikely, so aim at nine tenths.
+    Most,
+}
+
+impl Share {
+    /// The fraction aimed at, and the most it may take after rounding to
+    /// an allocation class.
+    fn fractions(self) -> (f64, f64) {
+        match self {
+            Share::Half => (0.5, 0.9),
+            Share::Most => (0.9, 0.97),
+        }
+    }
+}
+
 /// Bit-array bytes for a sub-filter of `capacity` items with `budget` of
-/// error left in its shard. It aims at half the budget, then fills its
-/// allocation class exactly: the class just below the ideal size if that
-/// still leaves a tenth of the budget for later sub-filters, else the one
-/// above. Redis would charge for the whole class anyway.
-fn sub_filter_bytes(capacity: u64, budget: f64) -> Option<u64> {
+/// error left in its shard. It aims at its share of the budget, then fills
+/// its allocation class exactly: the class just below the ideal size if
+/// that stays within the share's limit, else the one above. Redis would
+/// charge for the whole class anyway.
+fn sub_filter_bytes(capacity: u64, budget: f64, share: Share) -> Option<u64> {
+    let (aim, limit) = share.fractions();
     let ln2_squared = std::f64::consts::LN_2 * std::f64::consts::LN_2;
-    let ideal_bits = (capacity as f64) * -(budget / 2.0).ln() / ln2_squared;
+    let ideal_bits = (capacity as f64) * -(budget * aim).ln() / ln2_squared;
     let ideal_alloc = (ideal_bits / 8.0).ceil() + BLOOM_HEADER as f64;
     if !ideal_alloc.is_finite() || ideal_alloc > MAX_BYTES as f64 {
         return None;
     }
     let ideal_alloc = ideal_alloc as u64;
     let below = allocation_class_below(ideal_alloc);
-    let bytes = if below > BLOOM_HEADER && false_positive_rate((below - BLOOM_HEADER) * 8, capacity) <= 0.9 * budget {
+    let bytes = if below > BLOOM_HEADER && false_positive_rate((below - BLOOM_HEADER) * 8, capacity) <= limit * budget {
         below - BLOOM_HEADER
     } else {
         allocation_class(ideal_alloc) - BLOOM_HEADER
@@ -189,8 +214,8 @@ fn sub_filter_bytes(capacity: u64, budget: f64) -> Option<u64> {
 }
 
 impl SubFilter {
-    fn new(capacity: u64, budget: f64, seed: &[u8; 32]) -> Result<SubFilter, BloomError> {
-        let bytes = sub_filter_bytes(capacity, budget).ok_or(BloomError::TooLarge)?;
+    fn new(capacity: u64, budget: f64, share: Share, seed: &[u8; 32]) -> Result<SubFilter, BloomError> {
+        let bytes = sub_filter_bytes(capacity, budget, share).ok_or(BloomError::TooLarge)?;
         let bloom = Bloom::new_with_seed(bytes as usize, capacity as usize, seed).map_err(|_| BloomError::TooLarge)?;
         let error = false_positive_rate(bytes * 8, capacity);
         Ok(SubFilter { capacity, items: 0, error, bloom })
@@ -229,7 +254,7 @@ impl ShardedBloom {
         params.check()?;
         let mut filter = ShardedBloom { params, seed, shards: Vec::new() };
         filter.check_room(1, now)?;
-        let first = SubFilter::new(params.capacity, params.shard_error(), &seed)?;
+        let first = SubFilter::new(params.capacity, params.shard_error(), Share::Half, &seed)?;
         filter.shards.push(Shard { start: filter.shard_start(now), items: 0, filters: vec![first] });
         Ok(filter)
     }
@@ -267,12 +292,13 @@ impl ShardedBloom {
         self.shards.iter().rev().any(|shard| self.is_live(shard, now) && shard.contains(item))
     }
 
-    /// Capacity of a shard started now: the newest shard's final count with
-    /// headroom, or `capacity` when there is none (or it saw no items).
-    fn new_shard_capacity(&self) -> u64 {
+    /// Capacity and budget share of a shard started now: the newest shard's
+    /// final count with headroom, or `capacity` when there is none (or it
+    /// saw no items).
+    fn new_shard_sizing(&self) -> (u64, Share) {
         match self.shards.last() {
-            Some(newest) if newest.items > 0 => (newest.items as f64 * HEADROOM).ceil() as u64,
-            _ => self.params.capacity,
+            Some(newest) if newest.items > 0 => ((newest.items as f64 * HEADROOM).ceil() as u64, Share::Most),
+            _ => (self.params.capacity, Share::Half),
         }
     }
 
@@ -290,12 +316,16 @@ impl ShardedBloom {
         let mut bytes: u64 = self.shards.iter().filter(|s| self.is_live(s, now)).map(Shard::bytes).sum();
         // The stack that takes the items: room left in its top sub-filter,
         // the next sub-filter's capacity, the error budget left, its height.
-        let (mut room, mut next_capacity, mut budget, mut height) = match self.shard_for(now) {
+        let (mut room, mut next_capacity, mut share, mut budget, mut height) = match self.shard_for(now) {
             Some(shard) => {
                 let top = shard.filters.last().expect("a shard has a sub-filter");
-                (top.capacity.saturating_sub(top.items), shard.next_capacity(params), shard.budget_left(params), shard.filters.len())
+                let room = top.capacity.saturating_sub(top.items);
+                (room, shard.next_capacity(params), Share::Half, shard.budget_left(params), shard.filters.len())
             }
-            None => (0, self.new_shard_capacity(), params.shard_error(), 0),
+            None => {
+                let (capacity, share) = self.new_shard_sizing();
+                (0, capacity, share, params.shard_error(), 0)
+            }
         };
         let mut left = n;
         while left > room {
@@ -303,7 +333,7 @@ impl ShardedBloom {
             if height >= MAX_SUB_FILTERS {
                 return Err(BloomError::TooLarge);
             }
-            let filter_bytes = sub_filter_bytes(next_capacity, budget).ok_or(BloomError::TooLarge)?;
+            let filter_bytes = sub_filter_bytes(next_capacity, budget, share).ok_or(BloomError::TooLarge)?;
             bytes += filter_bytes + BLOOM_HEADER;
             if bytes > MAX_BYTES {
                 return Err(BloomError::TooLarge);
@@ -311,6 +341,7 @@ impl ShardedBloom {
             budget -= false_positive_rate(filter_bytes * 8, next_capacity);
             room = next_capacity;
             next_capacity = next_capacity.saturating_mul(params.expansion as u64);
+            share = Share::Half;
             height += 1;
         }
         Ok(())
@@ -323,7 +354,8 @@ impl ShardedBloom {
     pub fn add(&mut self, item: ItemHash, now: Millis) -> Result<bool, BloomError> {
         let seen = self.contains(item, now);
         if self.shard_for(now).is_none() {
-            let first = SubFilter::new(self.new_shard_capacity(), self.params.shard_error(), &self.seed)?;
+            let (capacity, share) = self.new_shard_sizing();
+            let first = SubFilter::new(capacity, self.params.shard_error(), share, &self.seed)?;
             let start = self.shard_start(now);
             self.shards.push(Shard { start, items: 0, filters: vec![first] });
         }
@@ -338,7 +370,7 @@ impl ShardedBloom {
             if shard.filters.len() >= MAX_SUB_FILTERS {
                 return Err(BloomError::TooLarge);
             }
-            let next = SubFilter::new(shard.next_capacity(&params), shard.budget_left(&params), &seed)?;
+            let next = SubFilter::new(shard.next_capacity(&params), shard.budget_left(&params), Share::Half, &seed)?;
             shard.filters.push(next);
         }
         let filter = shard.filters.last_mut().expect("a sub-filter exists");
