@@ -156,15 +156,45 @@ fn allocation_class_below(size: u64) -> u64 {
 /// The header `bloomfilter` keeps in front of the bits, in one allocation.
 const BLOOM_HEADER: u64 = 45;
 
-/// `bloomfilter`'s choice of hash count for `bits` bits and `items` items.
+/// Most hash functions a sub-filter uses. `bloomfilter` probes
+/// `h1 + i*h2 mod m`; with more probes than a residue class of `m` has
+/// positions, one item fills a whole class and every query that lands in
+/// it is "seen" (a quarter of all queries, measured on a 280-bit array with
+/// 194 probes). Few probes over a large array stay independent.
+const MAX_HASHES: u32 = 20;
+
+/// Hash functions for `bits` bits holding `items` items: the optimum,
+/// capped.
 fn hash_count(bits: u64, items: u64) -> u32 {
-    ((bits as f64 / items as f64) * std::f64::consts::LN_2).round().max(1.0) as u32
+    ((bits as f64 / items as f64) * std::f64::consts::LN_2).round().clamp(1.0, MAX_HASHES as f64) as u32
+}
+
+/// The item count to give `bloomfilter`, which derives the hash count
+/// itself (`round(bits / items * ln 2)`), so that it picks `hash_count`'s.
+fn bloom_items_param(bits: u64, items: u64) -> u64 {
+    let hashes = hash_count(bits, items) as f64;
+    ((bits as f64) * std::f64::consts::LN_2 / hashes).round().max(1.0) as u64
+}
+
+/// A floor under the false-positive rate of small bit arrays, times the
+/// array's size. `bloomfilter` places an item's bits at `h1 + i*h2 mod m`:
+/// when `h2` shares a large factor with `m` (`h2 = 0 mod m` alone happens
+/// once in `m`), the item's bits collapse onto a few positions and it is
+/// "seen" if those few are set. Summed over the divisors of `m`, with about
+/// half the bits set at capacity, that is about 0.75 / m; negligible for
+/// large arrays, dominant for arrays of a few hundred bits.
+const COLLAPSE_FLOOR: f64 = 0.75;
+
+/// False-positive rate of `bits` bits holding `items` items with `hashes`
+/// hash functions.
+fn false_positive_rate_with(bits: u64, items: u64, hashes: u32) -> f64 {
+    let k = hashes as f64;
+    (1.0 - (-k * items as f64 / bits as f64).exp()).powf(k) + COLLAPSE_FLOOR / bits as f64
 }
 
 /// False-positive rate of `bits` bits holding `items` items.
 fn false_positive_rate(bits: u64, items: u64) -> f64 {
-    let k = hash_count(bits, items) as f64;
-    (1.0 - (-k * items as f64 / bits as f64).exp()).powf(k)
+    false_positive_rate_with(bits, items, hash_count(bits, items))
 }
 
 /// How much of its shard's remaining error budget a sub-filter takes.
@@ -198,7 +228,16 @@ impl Share {
 fn sub_filter_bytes(capacity: u64, budget: f64, share: Share) -> Option<u64> {
     let (aim, limit) = share.fractions();
     let ln2_squared = std::f64::consts::LN_2 * std::f64::consts::LN_2;
-    let ideal_bits = (capacity as f64) * -(budget * aim).ln() / ln2_squared;
+    let target = budget * aim;
+    // The optimum for the rate alone, then grown until the capped hash
+    // count and the collapse floor fit the target too.
+    let mut ideal_bits = ((capacity as f64) * -target.ln() / ln2_squared).max(2.0 * COLLAPSE_FLOOR / target);
+    while ideal_bits.is_finite() && ideal_bits < 8.0 * MAX_BYTES as f64 {
+        if false_positive_rate(ideal_bits.ceil() as u64, capacity) <= target {
+            break;
+        }
+        ideal_bits *= 1.05;
+    }
     let ideal_alloc = (ideal_bits / 8.0).ceil() + BLOOM_HEADER as f64;
     if !ideal_alloc.is_finite() || ideal_alloc > MAX_BYTES as f64 {
         return None;
@@ -216,8 +255,9 @@ fn sub_filter_bytes(capacity: u64, budget: f64, share: Share) -> Option<u64> {
 impl SubFilter {
     fn new(capacity: u64, budget: f64, share: Share, seed: &[u8; 32]) -> Result<SubFilter, BloomError> {
         let bytes = sub_filter_bytes(capacity, budget, share).ok_or(BloomError::TooLarge)?;
-        let bloom = Bloom::new_with_seed(bytes as usize, capacity as usize, seed).map_err(|_| BloomError::TooLarge)?;
-        let error = false_positive_rate(bytes * 8, capacity);
+        let items_param = bloom_items_param(bytes * 8, capacity);
+        let bloom = Bloom::new_with_seed(bytes as usize, items_param as usize, seed).map_err(|_| BloomError::TooLarge)?;
+        let error = false_positive_rate_with(bytes * 8, capacity, bloom.number_of_hash_functions());
         Ok(SubFilter { capacity, items: 0, error, bloom })
     }
 
@@ -227,6 +267,11 @@ impl SubFilter {
 }
 
 impl Shard {
+    /// Whether the shard is in a window of `span` seconds at `now`.
+    fn live_at(&self, span: Seconds, now: Millis) -> bool {
+        now < self.start.saturating_add(span).saturating_mul(1000)
+    }
+
     fn contains(&self, item: ItemHash) -> bool {
         self.filters.iter().any(|filter| filter.bloom.check(&item))
     }
@@ -271,7 +316,7 @@ impl ShardedBloom {
 
     /// Whether `shard` is still in the window at `now`.
     pub fn is_live(&self, shard: &Shard, now: Millis) -> bool {
-        now < shard.start.saturating_add(self.params.span()).saturating_mul(1000)
+        shard.live_at(self.params.span(), now)
     }
 
     /// Drops shards that left the window; `true` if any did.
@@ -312,6 +357,12 @@ impl ShardedBloom {
     /// Whether `n` more insertions at `now` fit the limits on size and
     /// stacking. Allocates nothing; [`add`](Self::add) cannot fail after it.
     pub fn check_room(&self, n: u64, now: Millis) -> Result<(), BloomError> {
+        // The common case: the current shard's top sub-filter has room.
+        if let Some(top) = self.shard_for(now).and_then(|shard| shard.filters.last()) {
+            if top.capacity - top.items >= n {
+                return Ok(());
+            }
+        }
         let params = &self.params;
         let mut bytes: u64 = self.shards.iter().filter(|s| self.is_live(s, now)).map(Shard::bytes).sum();
         // The stack that takes the items: room left in its top sub-filter,
@@ -351,8 +402,10 @@ impl ShardedBloom {
     /// `true` when no shard of the window had seen it. Call
     /// [`drop_expired`](Self::drop_expired) and
     /// [`check_room`](Self::check_room) first.
+    ///
+    /// One pass: each sub-filter is probed once, and the top one of the
+    /// current shard is probed and set together.
     pub fn add(&mut self, item: ItemHash, now: Millis) -> Result<bool, BloomError> {
-        let seen = self.contains(item, now);
         if self.shard_for(now).is_none() {
             let (capacity, share) = self.new_shard_sizing();
             let first = SubFilter::new(capacity, self.params.shard_error(), share, &self.seed)?;
@@ -361,23 +414,29 @@ impl ShardedBloom {
         }
         let params = self.params;
         let seed = self.seed;
-        let shard = self.shards.last_mut().expect("a shard exists");
-        if seen && shard.contains(item) {
+        let span = params.span();
+        let (current, older) = self.shards.split_last_mut().expect("a shard exists");
+        let (top, lower) = current.filters.split_last().expect("a shard has a sub-filter");
+        if lower.iter().any(|filter| filter.bloom.check(&item)) {
             return Ok(false);
         }
-        let top = shard.filters.last().expect("a shard has a sub-filter");
         if top.items >= top.capacity {
-            if shard.filters.len() >= MAX_SUB_FILTERS {
+            if top.bloom.check(&item) {
+                return Ok(false);
+            }
+            if current.filters.len() >= MAX_SUB_FILTERS {
                 return Err(BloomError::TooLarge);
             }
-            let next = SubFilter::new(shard.next_capacity(&params), shard.budget_left(&params), Share::Half, &seed)?;
-            shard.filters.push(next);
+            let next = SubFilter::new(current.next_capacity(&params), current.budget_left(&params), Share::Half, &seed)?;
+            current.filters.push(next);
         }
-        let filter = shard.filters.last_mut().expect("a sub-filter exists");
-        filter.bloom.set(&item);
-        filter.items += 1;
-        shard.items += 1;
-        Ok(!seen)
+        let top = current.filters.last_mut().expect("a shard has a sub-filter");
+        if top.bloom.check_and_set(&item) {
+            return Ok(false);
+        }
+        top.items += 1;
+        current.items += 1;
+        Ok(!older.iter().rev().any(|shard| shard.live_at(span, now) && shard.contains(item)))
     }
 
     pub fn items(&self) -> u64 {

@@ -263,25 +263,16 @@ proptest! {
     }
 }
 
-
 #[test]
-#[ignore]
-fn print_bits_per_item() {
-    for capacity in [10_000u64, 100_000, 1_000_000] {
-        let mut one = ShardedBloom::new(params(0.01, capacity, 1, DAY), SEED, T0).unwrap();
-        let full_one = one.bytes() as f64 * 8.0 / capacity as f64;
-        let mut grown = ShardedBloom::new(params(0.01, capacity / 10, 1, DAY), SEED, T0).unwrap();
-        add_all(&mut grown, "g", 0..capacity, T0);
-        let grown_bits = grown.bytes() as f64 * 8.0 / grown.items() as f64;
-        let mut seven = ShardedBloom::new(params(0.01, capacity, 7, DAY), SEED, T0).unwrap();
-        for day in 0..7 {
-            add_all(&mut seven, &format!("d{day}"), 0..capacity, T0 + day * DAY * 1000);
-        }
-        let seven_bits = seven.bytes() as f64 * 8.0 / seven.items() as f64;
-        let heights: Vec<_> = seven.shards.iter().map(|s| s.filters.len()).collect();
-        let rate = false_positives(&seven, 200_000, T0 + 6 * DAY * 1000);
-        add_all(&mut one, "o", 0..capacity, T0);
-        let one_rate = false_positives(&one, 200_000, T0);
-        eprintln!("capacity {capacity}: one {full_one:.2} bits (fpr {one_rate:.4}), grown 10x {grown_bits:.2}, seven {seven_bits:.2} {heights:?} fpr {rate:.4}");
+fn tiny_reservations_keep_the_rate_for_any_seed() {
+    // Small arrays are where double hashing degenerates; each seed draws
+    // other degenerate items.
+    for _ in 0..10 {
+        let mut filter = ShardedBloom::new(params(0.01, 1, 1, DAY), rand::random(), T0).unwrap();
+        add_all(&mut filter, "t", 0..5_000, T0);
+        let rate = false_positives(&filter, 20_000, T0);
+        assert!(rate <= 0.01 + slack(0.01, 20_000), "{rate}");
+        let hashes = filter.shards[0].filters.iter().map(|f| f.bloom.number_of_hash_functions());
+        assert!(hashes.max().unwrap() <= MAX_HASHES);
     }
 }
