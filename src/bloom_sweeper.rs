@@ -81,23 +81,24 @@ fn step(ctx: RawCtx) {
     let now = Ctx(ctx).now();
     WALK.with_borrow_mut(|walk| {
         let walk = walk.get_or_insert_with(|| Walk { cursor: unsafe { api!(RedisModule_ScanCursorCreate)() }, db: 0 });
-        if unsafe { api!(RedisModule_SelectDb)(ctx, walk.db) } != raw::REDISMODULE_OK as c_int {
-            walk.db = 0;
-            return;
-        }
-        let mut found = Found { now, names: Vec::new() };
+        // A step spends its scans across databases: empty ones cost one
+        // scan each, so a quiet server is walked whole within a step or two.
         for _ in 0..SCANS_PER_STEP {
+            if unsafe { api!(RedisModule_SelectDb)(ctx, walk.db) } != raw::REDISMODULE_OK as c_int {
+                // Past the last database: start over at 0 next step.
+                walk.db = 0;
+                return;
+            }
+            let mut found = Found { now, names: Vec::new() };
             let more = unsafe { api!(RedisModule_Scan)(ctx, walk.cursor, Some(visit), (&mut found as *mut Found).cast()) };
+            // Written outside the scan callback, in the database scanned.
+            for name in found.names {
+                drop_old_shards(Ctx(ctx), &name, now);
+            }
             if more == 0 {
-                // On to the next database; past the last one, selecting
-                // fails and the walk starts over at 0.
                 unsafe { api!(RedisModule_ScanCursorRestart)(walk.cursor) };
                 walk.db += 1;
-                break;
             }
-        }
-        for name in found.names {
-            drop_old_shards(Ctx(ctx), &name, now);
         }
     });
 }
