@@ -396,6 +396,30 @@ impl Server {
         parse_info(&text)
     }
 
+    /// A one-node Redis Cluster that owns every slot, with the module
+    /// loaded (`CROSSSLOT` checks need cluster mode).
+    pub fn start_cluster_node() -> Server {
+        let server = Server::with_args(&[], &["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]);
+        let mut con = server.conn();
+        let _: () = redis::cmd("CLUSTER")
+            .arg("ADDSLOTSRANGE")
+            .arg(0)
+            .arg(16383)
+            .query(&mut con)
+            .expect("CLUSTER ADDSLOTSRANGE 0 16383");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let text: String = redis::cmd("CLUSTER").arg("INFO").query(&mut con).expect("CLUSTER INFO");
+            if parse_info(&text).get("cluster_state").map(String::as_str) == Some("ok") {
+                return server;
+            }
+            if Instant::now() > deadline {
+                panic!("one-node cluster not ok in 20 s:\n{text}\nlog:\n{}", server.log_tail(40));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Starts `BGREWRITEAOF` and waits until the rewrite has finished.
     pub fn bgrewriteaof(&self, con: &mut redis::Connection) {
         let _: Value = redis::cmd("BGREWRITEAOF").query(con).expect("BGREWRITEAOF");
