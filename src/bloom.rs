@@ -11,9 +11,10 @@
 //! in, so a replica or an AOF replay given the primary's `now` ends up with
 //! the same bits.
 
+pub mod bits;
 pub mod codec;
 
-use bloomfilter::Bloom;
+use bits::Bits;
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
 use crate::record::Millis;
@@ -104,7 +105,7 @@ pub struct SubFilter {
     pub items: u64,
     /// Its false-positive rate when full, as sized.
     pub error: f64,
-    pub bloom: Bloom<ItemHash>,
+    pub bits: Bits,
 }
 
 #[derive(Clone)]
@@ -153,15 +154,9 @@ fn allocation_class_below(size: u64) -> u64 {
     below
 }
 
-/// The header `bloomfilter` keeps in front of the bits, in one allocation.
-const BLOOM_HEADER: u64 = 45;
-
-/// Most hash functions a sub-filter uses. `bloomfilter` probes
-/// `h1 + i*h2 mod m`; with more probes than a residue class of `m` has
-/// positions, one item fills a whole class and every query that lands in
-/// it is "seen" (a quarter of all queries, measured on a 280-bit array with
-/// 194 probes). Few probes over a large array stay independent.
-const MAX_HASHES: u32 = 20;
+/// Most hash functions a sub-filter uses: past about 20 (a rate of one in
+/// a million) more probes buy little and cost a cache miss each.
+pub const MAX_HASHES: u32 = 20;
 
 /// Hash functions for `bits` bits holding `items` items: the optimum,
 /// capped.
@@ -169,32 +164,17 @@ fn hash_count(bits: u64, items: u64) -> u32 {
     ((bits as f64 / items as f64) * std::f64::consts::LN_2).round().clamp(1.0, MAX_HASHES as f64) as u32
 }
 
-/// The item count to give `bloomfilter`, which derives the hash count
-/// itself (`round(bits / items * ln 2)`), so that it picks `hash_count`'s.
-fn bloom_items_param(bits: u64, items: u64) -> u64 {
-    let hashes = hash_count(bits, items) as f64;
-    ((bits as f64) * std::f64::consts::LN_2 / hashes).round().max(1.0) as u64
-}
-
 /// A floor under the false-positive rate of small bit arrays, times the
-/// array's size. `bloomfilter` places an item's bits at `h1 + i*h2 mod m`:
-/// when `h2` shares a large factor with `m` (`h2 = 0 mod m` alone happens
-/// once in `m`), the item's bits collapse onto a few positions and it is
-/// "seen" if those few are set. Summed over the divisors of `m`, with about
-/// half the bits set at capacity, that is about 0.75 / m; negligible for
-/// large arrays, dominant for arrays of a few hundred bits.
+/// array's size: an item whose probe step maps to less than one bit (one
+/// in `m`) puts all its probes on a few neighbouring bits, and is "seen"
+/// if those are set, about half the time at capacity. Negligible for large
+/// arrays; it keeps small ones honest.
 const COLLAPSE_FLOOR: f64 = 0.75;
-
-/// False-positive rate of `bits` bits holding `items` items with `hashes`
-/// hash functions.
-fn false_positive_rate_with(bits: u64, items: u64, hashes: u32) -> f64 {
-    let k = hashes as f64;
-    (1.0 - (-k * items as f64 / bits as f64).exp()).powf(k) + COLLAPSE_FLOOR / bits as f64
-}
 
 /// False-positive rate of `bits` bits holding `items` items.
 fn false_positive_rate(bits: u64, items: u64) -> f64 {
-    false_positive_rate_with(bits, items, hash_count(bits, items))
+    let k = hash_count(bits, items) as f64;
+    (1.0 - (-k * items as f64 / bits as f64).exp()).powf(k) + COLLAPSE_FLOOR / bits as f64
 }
 
 /// How much of its shard's remaining error budget a sub-filter takes.
@@ -238,31 +218,30 @@ fn sub_filter_bytes(capacity: u64, budget: f64, share: Share) -> Option<u64> {
         }
         ideal_bits *= 1.05;
     }
-    let ideal_alloc = (ideal_bits / 8.0).ceil() + BLOOM_HEADER as f64;
-    if !ideal_alloc.is_finite() || ideal_alloc > MAX_BYTES as f64 {
+    let ideal_bytes = (ideal_bits / 8.0).ceil().max(8.0);
+    if !ideal_bytes.is_finite() || ideal_bytes > MAX_BYTES as f64 {
         return None;
     }
-    let ideal_alloc = ideal_alloc as u64;
-    let below = allocation_class_below(ideal_alloc);
-    let bytes = if below > BLOOM_HEADER && false_positive_rate((below - BLOOM_HEADER) * 8, capacity) <= limit * budget {
-        below - BLOOM_HEADER
+    // Allocation classes are multiples of 8 bytes: whole words.
+    let ideal_bytes = ideal_bytes as u64;
+    let below = allocation_class_below(ideal_bytes);
+    let bytes = if false_positive_rate(below * 8, capacity) <= limit * budget {
+        below
     } else {
-        allocation_class(ideal_alloc) - BLOOM_HEADER
+        allocation_class(ideal_bytes)
     };
     Some(bytes)
 }
 
 impl SubFilter {
-    fn new(capacity: u64, budget: f64, share: Share, seed: &[u8; 32]) -> Result<SubFilter, BloomError> {
+    fn new(capacity: u64, budget: f64, share: Share) -> Result<SubFilter, BloomError> {
         let bytes = sub_filter_bytes(capacity, budget, share).ok_or(BloomError::TooLarge)?;
-        let items_param = bloom_items_param(bytes * 8, capacity);
-        let bloom = Bloom::new_with_seed(bytes as usize, items_param as usize, seed).map_err(|_| BloomError::TooLarge)?;
-        let error = false_positive_rate_with(bytes * 8, capacity, bloom.number_of_hash_functions());
-        Ok(SubFilter { capacity, items: 0, error, bloom })
+        let bits = Bits::new(bytes, hash_count(bytes * 8, capacity));
+        Ok(SubFilter { capacity, items: 0, error: false_positive_rate(bytes * 8, capacity), bits })
     }
 
     pub fn bytes(&self) -> u64 {
-        self.bloom.as_slice().len() as u64
+        self.bits.bytes()
     }
 }
 
@@ -273,7 +252,7 @@ impl Shard {
     }
 
     fn contains(&self, item: ItemHash) -> bool {
-        self.filters.iter().any(|filter| filter.bloom.check(&item))
+        self.filters.iter().any(|filter| filter.bits.check(item))
     }
 
     pub fn bytes(&self) -> u64 {
@@ -299,7 +278,7 @@ impl ShardedBloom {
         params.check()?;
         let mut filter = ShardedBloom { params, seed, shards: Vec::new() };
         filter.check_room(1, now)?;
-        let first = SubFilter::new(params.capacity, params.shard_error(), Share::Half, &seed)?;
+        let first = SubFilter::new(params.capacity, params.shard_error(), Share::Half)?;
         filter.shards.push(Shard { start: filter.shard_start(now), items: 0, filters: vec![first] });
         Ok(filter)
     }
@@ -385,7 +364,7 @@ impl ShardedBloom {
                 return Err(BloomError::TooLarge);
             }
             let filter_bytes = sub_filter_bytes(next_capacity, budget, share).ok_or(BloomError::TooLarge)?;
-            bytes += filter_bytes + BLOOM_HEADER;
+            bytes += filter_bytes;
             if bytes > MAX_BYTES {
                 return Err(BloomError::TooLarge);
             }
@@ -403,37 +382,36 @@ impl ShardedBloom {
     /// [`drop_expired`](Self::drop_expired) and
     /// [`check_room`](Self::check_room) first.
     ///
-    /// One pass: each sub-filter is probed once, and the top one of the
-    /// current shard is probed and set together.
+    /// One pass over the shards, each sub-filter probed once.
     pub fn add(&mut self, item: ItemHash, now: Millis) -> Result<bool, BloomError> {
         if self.shard_for(now).is_none() {
             let (capacity, share) = self.new_shard_sizing();
-            let first = SubFilter::new(capacity, self.params.shard_error(), share, &self.seed)?;
+            let first = SubFilter::new(capacity, self.params.shard_error(), share)?;
             let start = self.shard_start(now);
             self.shards.push(Shard { start, items: 0, filters: vec![first] });
         }
         let params = self.params;
-        let seed = self.seed;
         let span = params.span();
         let (current, older) = self.shards.split_last_mut().expect("a shard exists");
         let (top, lower) = current.filters.split_last().expect("a shard has a sub-filter");
-        if lower.iter().any(|filter| filter.bloom.check(&item)) {
+        if lower.iter().any(|filter| filter.bits.check(item)) {
             return Ok(false);
         }
         if top.items >= top.capacity {
-            if top.bloom.check(&item) {
+            if top.bits.check(item) {
                 return Ok(false);
             }
             if current.filters.len() >= MAX_SUB_FILTERS {
                 return Err(BloomError::TooLarge);
             }
-            let next = SubFilter::new(current.next_capacity(&params), current.budget_left(&params), Share::Half, &seed)?;
+            let next = SubFilter::new(current.next_capacity(&params), current.budget_left(&params), Share::Half)?;
             current.filters.push(next);
         }
         let top = current.filters.last_mut().expect("a shard has a sub-filter");
-        if top.bloom.check_and_set(&item) {
+        if top.bits.check(item) {
             return Ok(false);
         }
+        top.bits.set(item);
         top.items += 1;
         current.items += 1;
         Ok(!older.iter().rev().any(|shard| shard.live_at(span, now) && shard.contains(item)))

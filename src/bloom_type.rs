@@ -138,7 +138,7 @@ unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
         if shard.filters.capacity() > 0 {
             total += malloc_size(shard.filters.as_ptr().cast());
         }
-        total += shard.filters.iter().map(|sub| malloc_size(sub.bloom.as_slice().as_ptr())).sum::<usize>();
+        total += shard.filters.iter().map(|sub| malloc_size(sub.bits.as_ptr().cast())).sum::<usize>();
     }
     total
 }

@@ -1204,12 +1204,12 @@ fn corrupt_filter_restores(server_args: &[&str], structural: bool) {
         set("first sub-filter capacity 0", 89, &0u64.to_le_bytes());
         set("first sub-filter items > capacity", 97, &1000u64.to_le_bytes());
         set("first sub-filter error 1.0", 105, &1.0f64.to_le_bytes());
-        set("first sub-filter bit length 0", 113, &0u32.to_le_bytes());
-        set("first sub-filter bit length huge", 113, &u32::MAX.to_le_bytes());
-        set("first bit-array header version", 117, &[9]);
-        set("first bit-array header hash count 0", 126, &0u32.to_le_bytes());
-        set("first bit-array header hash count 1000000", 126, &1_000_000u32.to_le_bytes());
-        set("first bit-array header seed", 130, &[0xAA; 4]);
+        set("first sub-filter hash count 0", 113, &0u32.to_le_bytes());
+        set("first sub-filter hash count 21", 113, &21u32.to_le_bytes());
+        set("first sub-filter hash count 1000000", 113, &1_000_000u32.to_le_bytes());
+        set("first sub-filter bit length 0", 117, &0u32.to_le_bytes());
+        set("first sub-filter bit length huge", 117, &u32::MAX.to_le_bytes());
+        set("first sub-filter bit length not whole words", 117, &7u32.to_le_bytes());
         // The second shard starting with, or before, the first.
         let blob = &body[b..b + len];
         let second = {
@@ -1217,8 +1217,9 @@ fn corrupt_filter_restores(server_args: &[&str], structural: bool) {
             let count = u32::from_le_bytes(blob[at + 16..at + 20].try_into().unwrap());
             at += 20;
             for _ in 0..count {
-                let bits = u32::from_le_bytes(blob[at + 24..at + 28].try_into().unwrap()) as usize;
-                at += 28 + bits;
+                // capacity, items, error, hash count, bit length, bits
+                let bits = u32::from_le_bytes(blob[at + 28..at + 32].try_into().unwrap()) as usize;
+                at += 32 + bits;
             }
             at
         };

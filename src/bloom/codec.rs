@@ -1,22 +1,14 @@
 //! The filter's byte encoding, for RDB, DUMP/RESTORE, digests and the AOF.
 //!
 //! Decoding is strict: every count and length is checked against the
-//! bytes present and the module's limits before anything is allocated, and
-//! each bit array's header must agree with the filter it belongs to.
+//! bytes present and the module's limits before anything is allocated.
 
-use bloomfilter::Bloom;
-
-use super::{BLOOM_HEADER, MAX_BYTES, MAX_SUB_FILTERS, MAX_WINDOW, Params, Shard, ShardedBloom, SubFilter};
+use super::bits::Bits;
+use super::{MAX_BYTES, MAX_HASHES, MAX_SUB_FILTERS, MAX_WINDOW, Params, Shard, ShardedBloom, SubFilter};
 use crate::record::codec::{DecodeError, Reader};
 
 pub const FORMAT_VERSION: u8 = 1;
 
-/// `bloomfilter`'s own header: version 1, then the bit-array length, the
-/// hash count and the seed.
-const BLOOM_FORMAT: u8 = 1;
-/// More hash functions than any sane size needs; a crafted payload must
-/// not make each probe loop for billions of rounds.
-const MAX_HASHES: u32 = 64;
 
 pub fn encode_params(params: &Params, seed: &[u8; 32], out: &mut Vec<u8>) {
     out.push(FORMAT_VERSION);
@@ -55,9 +47,9 @@ pub fn encode(filter: &ShardedBloom, out: &mut Vec<u8>) {
             out.extend_from_slice(&sub.capacity.to_le_bytes());
             out.extend_from_slice(&sub.items.to_le_bytes());
             out.extend_from_slice(&sub.error.to_le_bytes());
-            let bits = sub.bloom.as_slice();
-            out.extend_from_slice(&(bits.len() as u32).to_le_bytes());
-            out.extend_from_slice(bits);
+            out.extend_from_slice(&sub.bits.hashes().to_le_bytes());
+            out.extend_from_slice(&(sub.bits.bytes() as u32).to_le_bytes());
+            sub.bits.write_bytes(out);
         }
     }
 }
@@ -83,7 +75,7 @@ pub fn decode(bytes: &[u8]) -> Result<ShardedBloom, DecodeError> {
         }
         let mut filters = Vec::new();
         for _ in 0..filter_count {
-            let sub = decode_sub_filter(&mut input, &seed)?;
+            let sub = decode_sub_filter(&mut input)?;
             total_bytes += sub.bytes();
             if total_bytes > MAX_BYTES {
                 return Err(DecodeError("filter too large"));
@@ -99,26 +91,22 @@ pub fn decode(bytes: &[u8]) -> Result<ShardedBloom, DecodeError> {
     Ok(ShardedBloom { params, seed, shards })
 }
 
-fn decode_sub_filter(input: &mut Reader, seed: &[u8; 32]) -> Result<SubFilter, DecodeError> {
+fn decode_sub_filter(input: &mut Reader) -> Result<SubFilter, DecodeError> {
     let capacity = input.u64()?;
     let items = input.u64()?;
     let error = f64::from_le_bytes(input.array()?);
+    let hashes = input.u32()?;
     let len = input.u32()? as u64;
     if capacity == 0 || items > capacity || !(0.0..1.0).contains(&error) {
         return Err(DecodeError("bad sub-filter counts"));
     }
-    if len <= BLOOM_HEADER || len > MAX_BYTES {
+    // A crafted hash count must not make every probe loop for ages.
+    if !(1..=MAX_HASHES).contains(&hashes) {
+        return Err(DecodeError("bad hash count"));
+    }
+    if len == 0 || len % 8 != 0 || len > MAX_BYTES {
         return Err(DecodeError("bad bit-array length"));
     }
-    let bits = input.take(len as usize)?;
-    let mut header = Reader(&bits[..BLOOM_HEADER as usize]);
-    let format = header.u8()?;
-    let bit_bytes = header.u64()?;
-    let hashes = header.u32()?;
-    let header_seed: [u8; 32] = header.array()?;
-    if format != BLOOM_FORMAT || bit_bytes != len - BLOOM_HEADER || !(1..=MAX_HASHES).contains(&hashes) || &header_seed != seed {
-        return Err(DecodeError("bad bit-array header"));
-    }
-    let bloom = Bloom::from_slice(bits).map_err(|_| DecodeError("bad bit array"))?;
-    Ok(SubFilter { capacity, items, error, bloom })
+    let bits = Bits::from_bytes(input.take(len as usize)?, hashes);
+    Ok(SubFilter { capacity, items, error, bits })
 }
