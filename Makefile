@@ -17,7 +17,7 @@ RUNDIR := tmp
 # sudo only when not root and sudo exists.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
-.PHONY: deps build test run bench clean
+.PHONY: deps build test run bench fuzz-smoke fuzz clean
 
 deps:
 	@missing=""; \
@@ -39,8 +39,20 @@ build: deps
 	$(CARGO) build --release
 
 # cargo test does not build the cdylib the integration tests load: build first.
-test: deps build
+# A short fuzzing run goes first, so that the test results close the output.
+test: deps build fuzz-smoke
 	$(CARGO) test --release --no-fail-fast
+
+# cargo-fuzz needs a nightly compiler's flags; RUSTC_BOOTSTRAP lets the
+# installed stable one accept them. `make fuzz FUZZ_SECONDS=600` runs longer.
+FUZZ_TARGETS := record_payload filter_payload arguments
+FUZZ_SECONDS ?= 10
+fuzz-smoke: deps
+	@command -v cargo-fuzz >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked
+	cd fuzz && for target in $(FUZZ_TARGETS); do \
+		RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run -O $$target -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
+	done
+fuzz: fuzz-smoke
 
 run: deps build
 	mkdir -p $(RUNDIR)

@@ -8,7 +8,7 @@
 //! time, so a replica, or an AOF replayed on a later day, puts every item
 //! in the shard the primary chose and ends up with the same bits.
 
-use crate::args::parse_options;
+use crate::args::{ArgList, parse_options, require};
 use crate::bloom::{BloomError, DAY, HOUR, ItemHash, Params, ShardedBloom, codec};
 use crate::bloom_type;
 use crate::config;
@@ -110,13 +110,13 @@ pub fn add_and_propagate(ctx: Ctx, key: &Key, target: Target, now: Millis, items
     }
 }
 
-/// IDEM.BF.RESERVE key error_rate capacity [WINDOW n] [SHARD DAY|HOUR|seconds] [EXPANSION n]
-pub fn reserve(ctx: Ctx, args: &Args) -> CmdResult {
-    let now = ctx.now();
+/// IDEM.BF.RESERVE's parameters, checked; `window` is the default WINDOW.
+pub fn parse_reserve<A: ArgList + ?Sized>(args: &A, window: u32) -> Result<Params, CmdError> {
+    require(args, 4)?;
     let mut params = Params {
         error_rate: args.double(2)?,
         capacity: args.int(3)?.max(0) as u64,
-        window: config::default_filter().window,
+        window,
         period: DAY,
         expansion: 2,
     };
@@ -141,7 +141,13 @@ pub fn reserve(ctx: Ctx, args: &Args) -> CmdResult {
         Ok(())
     })?;
     params.check().map_err(bloom_error)?;
+    Ok(params)
+}
 
+/// IDEM.BF.RESERVE key error_rate capacity [WINDOW n] [SHARD DAY|HOUR|seconds] [EXPANSION n]
+pub fn reserve(ctx: Ctx, args: &Args) -> CmdResult {
+    let now = ctx.now();
+    let params = parse_reserve(args, config::default_filter().window)?;
     let key = ctx.open_key(args.raw(1), KeyMode::Write);
     if !key.is_empty() {
         return Err(CmdError::Static(c"ERR key already exists"));

@@ -11,6 +11,7 @@ use std::ptr;
 
 use redis_module::raw;
 
+use crate::args::ArgList;
 use crate::server::{Args, Handler, RawCtx, RawString, api, dispatch};
 use crate::{bloom_commands, commands};
 

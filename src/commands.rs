@@ -10,9 +10,9 @@ use std::ffi::CStr;
 
 use crate::config;
 use crate::metrics::{Metric, count};
-use crate::record::{self, ClaimArgs, ClaimReply, DoneReply, Token, Write};
+use crate::record::{self, ClaimArgs, ClaimReply, DoneReply, Millis, Token, Write};
 use crate::record_type::{self, Slot};
-use crate::args::{parse_options, seconds_arg};
+use crate::args::{ArgList, parse_options, require, seconds_arg};
 use crate::{bloom_commands, bloom_type};
 use crate::server::{Args, CmdError, CmdResult, Ctx, KeyMode};
 
@@ -24,7 +24,7 @@ fn new_token() -> Token {
 }
 
 /// Issued tokens are exactly 32 hex digits; anything longer is not a token.
-fn token_arg(args: &Args, index: usize) -> Result<Option<Token>, CmdError> {
+fn token_arg<A: ArgList + ?Sized>(args: &A, index: usize) -> Result<Option<Token>, CmdError> {
     let text = args.bytes(index);
     if text.len() > Token::HEX_LEN {
         return Err(CmdError::Static(c"ERR invalid token"));
@@ -34,7 +34,7 @@ fn token_arg(args: &Args, index: usize) -> Result<Option<Token>, CmdError> {
 
 /// The `BLOOM filterkey` option's value index, refused when it names the
 /// record's own key.
-fn bloom_key(args: &Args, value: usize) -> Result<Option<usize>, CmdError> {
+fn bloom_key<A: ArgList + ?Sized>(args: &A, value: usize) -> Result<Option<usize>, CmdError> {
     if args.bytes(value) == args.bytes(1) {
         return Err(CmdError::Static(c"ERR the BLOOM filter must be another key than the record"));
     }
@@ -61,9 +61,10 @@ fn commit(ctx: Ctx, mut slot: Slot, write: Write, event: &'static CStr) {
     ctx.notify(event, key.name());
 }
 
-/// IDEM.CLAIM key lease [PAYLOAD data] [MAXTRIES n] [BLOOM filterkey]
-pub fn claim(ctx: Ctx, args: &Args) -> CmdResult {
-    let now = ctx.now();
+/// IDEM.CLAIM's arguments: the claim, and the index of the `BLOOM`
+/// filter key if given.
+pub fn parse_claim<A: ArgList + ?Sized>(args: &A, now: Millis) -> Result<(ClaimArgs, Option<usize>), CmdError> {
+    require(args, 3)?;
     let mut claim = ClaimArgs { lease: seconds_arg(args, 2, now)?, ..ClaimArgs::default() };
     let mut bloom = None;
     parse_options(args, 3, &["PAYLOAD", "MAXTRIES", "BLOOM"], |option, value| {
@@ -80,7 +81,13 @@ pub fn claim(ctx: Ctx, args: &Args) -> CmdResult {
         }
         Ok(())
     })?;
+    Ok((claim, bloom))
+}
 
+/// IDEM.CLAIM key lease [PAYLOAD data] [MAXTRIES n] [BLOOM filterkey]
+pub fn claim(ctx: Ctx, args: &Args) -> CmdResult {
+    let now = ctx.now();
+    let (mut claim, bloom) = parse_claim(args, now)?;
     let key = ctx.open_key(args.raw(1), KeyMode::Write);
     let mut slot = Slot::open(&key)?;
     if let Some(filter_key) = bloom {
@@ -138,29 +145,39 @@ pub fn claim(ctx: Ctx, args: &Args) -> CmdResult {
     Ok(())
 }
 
-/// IDEM.DONE key token [RESULT value] [RETAIN seconds] [BLOOM filterkey]
-pub fn done(ctx: Ctx, args: &Args) -> CmdResult {
-    let now = ctx.now();
-    let token = token_arg(args, 2)?;
-    let mut result = None;
-    let mut retain = config::retain();
-    let mut bloom = None;
+/// IDEM.DONE's arguments, checked.
+pub struct DoneArgs<'a> {
+    pub token: Option<Token>,
+    pub result: Option<&'a [u8]>,
+    pub retain: Millis,
+    /// Index of the `BLOOM` filter key.
+    pub bloom: Option<usize>,
+}
+
+pub fn parse_done<A: ArgList + ?Sized>(args: &A, now: Millis, max_result: usize) -> Result<DoneArgs<'_>, CmdError> {
+    require(args, 3)?;
+    let mut done = DoneArgs { token: token_arg(args, 2)?, result: None, retain: config::retain(), bloom: None };
     parse_options(args, 3, &["RESULT", "RETAIN", "BLOOM"], |option, value| {
         match option {
             0 => {
                 let bytes = args.bytes(value);
-                if bytes.len() > config::max_result() {
-                    let max = config::max_result();
-                    return Err(CmdError::new(format!("ERR RESULT is larger than idem.max-result ({max} bytes)")));
+                if bytes.len() > max_result {
+                    return Err(CmdError::new(format!("ERR RESULT is larger than idem.max-result ({max_result} bytes)")));
                 }
-                result = Some(bytes);
+                done.result = Some(bytes);
             }
-            1 => retain = seconds_arg(args, value, now)?,
-            _ => bloom = bloom_key(args, value)?,
+            1 => done.retain = seconds_arg(args, value, now)?,
+            _ => done.bloom = bloom_key(args, value)?,
         }
         Ok(())
     })?;
+    Ok(done)
+}
 
+/// IDEM.DONE key token [RESULT value] [RETAIN seconds] [BLOOM filterkey]
+pub fn done(ctx: Ctx, args: &Args) -> CmdResult {
+    let now = ctx.now();
+    let DoneArgs { token, result, retain, bloom } = parse_done(args, now, config::max_result())?;
     let key = ctx.open_key(args.raw(1), KeyMode::Write);
     let mut slot = Slot::open(&key)?;
     // The filter is checked (type, room) before the record changes.

@@ -23,14 +23,15 @@ use redis_module::{Context, RedisString, RedisValue, Status, raw, redis_module};
 use bloom_type::BLOOM_TYPE;
 use record_type::RECORD_TYPE;
 
-/// Unit tests run without a server, hence without Redis's allocator.
-#[cfg(not(test))]
+/// Unit tests and fuzz targets run without a server, hence without
+/// Redis's allocator.
+#[cfg(not(any(test, feature = "standalone")))]
 type Allocator = redis_module::alloc::RedisAlloc;
-#[cfg(not(test))]
+#[cfg(not(any(test, feature = "standalone")))]
 const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
-#[cfg(test)]
+#[cfg(any(test, feature = "standalone"))]
 type Allocator = std::alloc::System;
-#[cfg(test)]
+#[cfg(any(test, feature = "standalone"))]
 const ALLOCATOR: Allocator = std::alloc::System;
 
 /// `MODULE LIST` version: major * 10000 + minor * 100 + patch.

@@ -8,6 +8,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use redis_module::raw;
 
+use crate::args::ArgList;
 use crate::record::Millis;
 
 pub type RawCtx = *mut raw::RedisModuleCtx;
@@ -42,6 +43,11 @@ impl CmdError {
         let bytes: Vec<u8> = message.into_bytes().into_iter().filter(|&b| b != 0).collect();
         CmdError::Owned(CString::new(bytes).expect("NULs were removed"))
     }
+    /// The reply's text.
+    pub fn message(&self) -> String {
+        self.as_cstr().to_string_lossy().into_owned()
+    }
+
     fn as_cstr(&self) -> &CStr {
         match self {
             CmdError::Static(text) => text,
@@ -163,36 +169,22 @@ impl Ctx {
 pub struct Args<'a>(&'a [RawString]);
 
 impl Args<'_> {
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
     pub fn raw(&self, index: usize) -> RawString {
         self.0[index]
-    }
-
-    pub fn bytes(&self, index: usize) -> &[u8] {
-        string_bytes(self.0[index])
     }
 
     pub fn raw_from(&self, index: usize) -> &[RawString] {
         &self.0[index..]
     }
+}
 
-    pub fn double(&self, index: usize) -> Result<f64, CmdError> {
-        let mut value = 0.0;
-        let status = unsafe { api!(RedisModule_StringToDouble)(self.0[index], &mut value) };
-        if status == raw::REDISMODULE_OK as c_int {
-            Ok(value)
-        } else {
-            Err(CmdError::Static(c"ERR value is not a valid float"))
-        }
+impl ArgList for Args<'_> {
+    fn len(&self) -> usize {
+        self.0.len()
     }
 
-    pub fn int(&self, index: usize) -> Result<i64, CmdError> {
-        let mut value = 0;
-        let status = unsafe { api!(RedisModule_StringToLongLong)(self.0[index], &mut value) };
-        if status == raw::REDISMODULE_OK as c_int { Ok(value) } else { Err(NOT_AN_INTEGER) }
+    fn bytes(&self, index: usize) -> &[u8] {
+        string_bytes(self.0[index])
     }
 }
 
