@@ -86,6 +86,17 @@ fn done_records_cost_no_more_than_set_nx_px() {
         p.cmd("SET").arg(key(i)).arg(token).arg("NX").arg("PX").arg(86_400_000);
     });
     eprintln!("bytes per key: IDEM.ONCE record {per_record:.1}, SET NX PX {per_set:.1}");
+    // The target is Redis's (7.0, jemalloc). Valkey 8+ embeds a string
+    // key's name and value in one object, which no module type can use:
+    // there a done record costs its two small allocations more than SET.
+    let server: String = redis::cmd("INFO").arg("server").query(&mut records.conn()).unwrap();
+    if server.contains("valkey_version:") || server.contains("server_name:valkey") {
+        assert!(
+            per_record <= per_set + 40.0,
+            "on Valkey a done record costs {per_record:.1} B/key, SET NX PX {per_set:.1} B/key"
+        );
+        return;
+    }
     assert!(
         per_record <= per_set + 2.0,
         "a done record costs {per_record:.1} B/key, SET NX PX {per_set:.1} B/key (tolerance 2)"
