@@ -44,7 +44,7 @@ def free_port():
 class Server:
     """A redis-server on 127.0.0.1 with redis-idem (and RedisBloom) loaded."""
 
-    def __init__(self, extra=(), redisbloom=True):
+    def __init__(self, extra=(), redisbloom=True, warm=True):
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="idem-bench-")
         args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
@@ -62,7 +62,8 @@ class Server:
                 time.sleep(0.05)
         else:
             raise SystemExit("redis-server did not start")
-        self.warm_up(redisbloom)
+        if warm:
+            self.warm_up(redisbloom)
 
     def warm_up(self, redisbloom):
         """The first write of a server, and each module's first write, make

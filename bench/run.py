@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import bloom
+import records
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -33,7 +34,7 @@ def header():
 
 def main():
     RESULTS.mkdir(exist_ok=True)
-    text = header() + "\n" + bloom.report() + "\n"
+    text = header() + "\n" + records.report() + "\n\n" + bloom.report() + "\n"
     (RESULTS / "results.md").write_text(text)
     print(text)
 
