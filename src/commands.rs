@@ -46,16 +46,20 @@ fn commit(ctx: Ctx, mut slot: Slot, write: Write, event: &'static CStr) {
     let key = slot.key();
     match write {
         Write::None => return,
+        // Redis copies the blob when it is replicated, before the command
+        // ends and the effect is propagated.
         Write::Update { expire_at } => {
             let record = slot.record().expect("an updated record exists");
-            let blob = record_type::effect_blob(record, Some(expire_at));
+            record_type::with_effect_blob(record, Some(expire_at), |blob| {
+                ctx.replicate_key_blob(c"IDEM.APPLY", key.name(), blob)
+            });
             slot.store_updated(expire_at);
-            ctx.replicate_key_blob(c"IDEM.APPLY", key.name(), &blob);
         }
         Write::Create { record, expire_at } => {
-            let blob = record_type::effect_blob(&record, Some(expire_at));
+            record_type::with_effect_blob(&record, Some(expire_at), |blob| {
+                ctx.replicate_key_blob(c"IDEM.APPLY", key.name(), blob)
+            });
             record_type::store_new(key, record, Some(expire_at));
-            ctx.replicate_key_blob(c"IDEM.APPLY", key.name(), &blob);
         }
     }
     ctx.notify(event, key.name());

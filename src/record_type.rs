@@ -7,6 +7,7 @@
 //! record costs no more than `SET key <16-byte token> NX PX`; every other
 //! record is a boxed [`Record`].
 
+use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
 use std::os::raw::c_char;
 use std::ptr;
@@ -168,10 +169,34 @@ pub fn read(key: &Key) -> Result<Option<Record>, CmdError> {
 /// The replicated effect of a write: the record with its absolute expiry
 /// (-1: none), applied as is by `IDEM.APPLY`.
 pub fn effect_blob(record: &Record, expire_at: Option<Millis>) -> Vec<u8> {
-    let mut blob = Vec::with_capacity(8 + codec::encoded_len(record));
-    blob.extend_from_slice(&expire_at.unwrap_or(-1).to_le_bytes());
-    codec::encode(record, &mut blob);
+    let mut blob = Vec::new();
+    write_effect(record, expire_at, &mut blob);
     blob
+}
+
+fn write_effect(record: &Record, expire_at: Option<Millis>, out: &mut Vec<u8>) {
+    out.reserve(8 + codec::encoded_len(record));
+    out.extend_from_slice(&expire_at.unwrap_or(-1).to_le_bytes());
+    codec::encode(record, out);
+}
+
+/// Calls `use_blob` with [`effect_blob`]'s bytes, written into a buffer
+/// that commands (all on Redis's main thread) reuse: no allocation per
+/// write on the hot path.
+pub fn with_effect_blob<R>(record: &Record, expire_at: Option<Millis>, use_blob: impl FnOnce(&[u8]) -> R) -> R {
+    thread_local! {
+        static BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
+    BUFFER.with_borrow_mut(|buffer| {
+        buffer.clear();
+        write_effect(record, expire_at, buffer);
+        let result = use_blob(buffer);
+        // A large RESULT passed through: do not keep its memory.
+        if buffer.capacity() > 64 * 1024 {
+            *buffer = Vec::new();
+        }
+        result
+    })
 }
 
 pub fn parse_effect_blob(blob: &[u8]) -> Result<(Record, Option<Millis>), codec::DecodeError> {
