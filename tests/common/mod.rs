@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 pub use redis::{RedisError, RedisResult, Value};
 
+pub mod cluster;
+
 /// Default `idem.history` and `idem.retain`, in ms (SPEC "Configuration").
 pub const HISTORY_MS: i64 = 3_600_000;
 pub const RETAIN_MS: i64 = 86_400_000;
