@@ -934,3 +934,21 @@ fn records_vanish_after_history_and_retention() {
     let (status, _, attempt) = claim(&mut con, "done", 30);
     assert_eq!((status.as_str(), attempt), ("NEW", 1));
 }
+
+#[test]
+fn module_list_reports_the_crate_version() {
+    // Encoded as Redis modules do: 2.8.2 is 20802.
+    let version: Vec<i64> = env!("CARGO_PKG_VERSION").split('.').map(|part| part.parse().unwrap()).collect();
+    let expected = version[0] * 10_000 + version[1] * 100 + version[2];
+    let server = Server::start();
+    let mut con = server.conn();
+    let modules: Vec<Vec<Value>> = redis::cmd("MODULE").arg("LIST").query(&mut con).unwrap();
+    let idem = modules
+        .iter()
+        .map(|fields| {
+            fields.chunks(2).map(|pair| (as_str(&pair[0]), pair[1].clone())).collect::<std::collections::HashMap<_, _>>()
+        })
+        .find(|fields| fields.get("name").map(as_str).as_deref() == Some("idem"))
+        .expect("the module is listed as idem");
+    assert_eq!(as_int(&idem["ver"]), expected);
+}
