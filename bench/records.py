@@ -9,6 +9,7 @@ so every side pays the same dictionary growth.
 import time
 from pathlib import Path
 
+import pairs
 from harness import Server, compare, latency_percentiles, pipelined
 
 TOKEN16 = "0123456789abcdef"
@@ -94,6 +95,9 @@ def report(requests=500_000, rounds=5):
                            claims, [name for name, _ in CLAIM_SIDES], "SET NX PX")
             once = compare(server, ONCE_SIDES, n, rounds, pipeline, between=flush)
             lines += table(f"### Mark-if-absent, 50 clients, -P {pipeline}", once, [name for name, _ in ONCE_SIDES], "SET NX EX")
+
+        pair_lines, _ = pairs.report(server)
+        lines += pair_lines
 
         lines += ["", "### Latency, unpipelined, 50 clients (ms)", "", "| command | p50 | p99 |", "|---|---|---|"]
         for name, command in CLAIM_SIDES[:2]:

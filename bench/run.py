@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import bloom
+import chart
 import records
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -36,6 +37,7 @@ def main():
     RESULTS.mkdir(exist_ok=True)
     text = header() + "\n" + records.report() + "\n\n" + bloom.report() + "\n"
     (RESULTS / "results.md").write_text(text)
+    chart.draw(RESULTS / "results.md", RESULTS / "chart.png")
     print(text)
 
 
