@@ -160,12 +160,6 @@ pub fn store_new(key: &Key, record: Record, expire_at: Option<Millis>) {
     key.set_expire_at(expire_at);
 }
 
-/// The record under `key`, copied, for read-only commands.
-pub fn read(key: &Key) -> Result<Option<Record>, CmdError> {
-    // SAFETY: as in `Slot::open`.
-    Ok(key.module_value(module_type())?.map(|value| unsafe { to_record(value) }))
-}
-
 /// The replicated effect of a write: the record with its absolute expiry
 /// (-1: none), applied as is by `IDEM.APPLY`.
 pub fn effect_blob(record: &Record, expire_at: Option<Millis>) -> Vec<u8> {
