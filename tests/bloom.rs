@@ -1083,18 +1083,7 @@ fn filters_dump_restore_copy_and_migrate() {
     let mut oc = other.conn();
     let snaps = fx.snap_named(&mut con, |k| format!("{k}:restored"));
     let keys: Vec<String> = fx.keys.iter().map(|k| format!("{k}:restored")).collect();
-    let r: String = redis::cmd("MIGRATE")
-        .arg("127.0.0.1")
-        .arg(other.port)
-        .arg("")
-        .arg(0)
-        .arg(5000)
-        .arg("COPY")
-        .arg("KEYS")
-        .arg(&keys)
-        .query(&mut con)
-        .expect("MIGRATE");
-    assert_eq!(r, "OK");
+    migrate_copy(&mut con, other.port, &keys);
     for snap in &snaps {
         let got = filter_snap(&mut oc, &snap.key, &fx.probes);
         assert_eq!((&got.digest, &got.info, &got.answers), (&snap.digest, &snap.info, &snap.answers), "MIGRATE {}", snap.key);

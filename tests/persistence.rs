@@ -362,18 +362,7 @@ fn migrate_carries_every_field() {
     let fx = populate(&mut ca, "");
     let keys = fx.key_refs();
     let before = snapshot_all(&mut ca, &keys);
-    let r: String = redis::cmd("MIGRATE")
-        .arg("127.0.0.1")
-        .arg(b.port)
-        .arg("")
-        .arg(0)
-        .arg(5000)
-        .arg("COPY")
-        .arg("KEYS")
-        .arg(&keys)
-        .query(&mut ca)
-        .expect("MIGRATE");
-    assert_eq!(r, "OK");
+    migrate_copy(&mut ca, b.port, &keys);
     for s in &before {
         let got = snapshot(&mut cb, &s.key);
         let (Some(x), Some(y)) = (&s.fields, &got.fields) else { panic!("{} not migrated", s.key) };

@@ -976,3 +976,20 @@ pub fn fix_dump_crc(payload: &mut Vec<u8>) {
     let crc = crc64_redis(&payload[..n - 8]);
     payload[n - 8..].copy_from_slice(&crc.to_le_bytes());
 }
+
+/// `MIGRATE 127.0.0.1 <port> "" 0 5000 COPY KEYS <keys>`: copies the keys
+/// to another server through DUMP/RESTORE payloads, as resharding does.
+pub fn migrate_copy<K: redis::ToRedisArgs>(con: &mut redis::Connection, port: u16, keys: K) {
+    let reply: String = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(port)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("COPY")
+        .arg("KEYS")
+        .arg(keys)
+        .query(con)
+        .expect("MIGRATE");
+    assert_eq!(reply, "OK");
+}
