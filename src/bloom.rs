@@ -37,9 +37,23 @@ pub const MAX_SUB_FILTERS: usize = 32;
 pub const MAX_BYTES: u64 = 512 * 1024 * 1024 - 64 * 1024;
 /// Largest period: a century.
 pub const MAX_PERIOD: Seconds = 100 * 365 * DAY;
-/// A new shard's capacity is the previous shard's item count times this:
-/// room for day-to-day variation without stacking a second sub-filter.
+/// A new shard's capacity is the previous shard's item count times this
+/// when that is the only period of history: no trend to follow yet, so
+/// room for ordinary day-to-day variation without stacking a second
+/// sub-filter.
 pub const HEADROOM: f64 = 1.1;
+/// With two periods of history the headroom is their growth (a decline
+/// counts as none: often a one-off, and a shard sized too small stacks a
+/// sub-filter costing about twice its first one) plus this margin for the
+/// forecast's error. Small: steady traffic varies by little more, a day
+/// that outgrows it still keeps the rate by stacking, and every percent of
+/// headroom is a percent of every shard's bytes.
+pub const GROWTH_MARGIN: f64 = 0.03;
+/// The most headroom growth earns: one period's jump is a weak forecast
+/// (a spike, or a first shard that started mid-period), so steeper growth
+/// is left to stacking, which keeps the rate too; a quarter still covers
+/// 20% a day with its margin.
+pub const MAX_GROWTH_HEADROOM: f64 = 1.25;
 
 /// The filter's settings, fixed at creation.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -316,14 +330,28 @@ impl ShardedBloom {
         self.shards.iter().rev().any(|shard| self.is_live(shard, now) && shard.contains(item))
     }
 
-    /// Capacity and budget share of a shard started now: the newest shard's
-    /// final count with headroom, or `capacity` when there is none (or it
-    /// saw no items).
-    fn new_shard_sizing(&self) -> (u64, Share) {
-        match self.shards.last() {
-            Some(newest) if newest.items > 0 => ((newest.items as f64 * HEADROOM).ceil() as u64, Share::Most),
-            _ => (self.params.capacity, Share::Half),
-        }
+    /// Capacity and budget share of a shard started at `now`: the newest
+    /// live shard's final count with headroom, or `capacity` when there is
+    /// none (or it saw no items). The headroom is the growth from the live
+    /// shard before the newest to the newest plus [`GROWTH_MARGIN`], at
+    /// most [`MAX_GROWTH_HEADROOM`], or [`HEADROOM`] when that shard is
+    /// missing or empty. Only shards live at `now` count, so
+    /// [`check_room`](Self::check_room) before
+    /// [`drop_expired`](Self::drop_expired) sizes what [`add`](Self::add)
+    /// after it allocates.
+    fn new_shard_sizing(&self, now: Millis) -> (u64, Share) {
+        let mut live = self.shards.iter().rev().filter(|shard| self.is_live(shard, now));
+        let (newest, previous) = match (live.next(), live.next()) {
+            (Some(newest), previous) if newest.items > 0 => (newest.items, previous.map_or(0, |shard| shard.items)),
+            _ => return (self.params.capacity, Share::Half),
+        };
+        let headroom = if previous > 0 {
+            let growth = (newest as f64 / previous as f64 - 1.0).max(0.0);
+            (1.0 + growth + GROWTH_MARGIN).min(MAX_GROWTH_HEADROOM)
+        } else {
+            HEADROOM
+        };
+        ((newest as f64 * headroom).ceil() as u64, Share::Most)
     }
 
     /// The shard that takes items at `now`: the newest one if `now` falls
@@ -353,7 +381,7 @@ impl ShardedBloom {
                 (room, shard.next_capacity(params), Share::Half, shard.budget_left(params), shard.filters.len())
             }
             None => {
-                let (capacity, share) = self.new_shard_sizing();
+                let (capacity, share) = self.new_shard_sizing(now);
                 (0, capacity, share, params.shard_error(), 0)
             }
         };
@@ -385,7 +413,7 @@ impl ShardedBloom {
     /// One pass over the shards, each sub-filter probed once.
     pub fn add(&mut self, item: ItemHash, now: Millis) -> Result<bool, BloomError> {
         if self.shard_for(now).is_none() {
-            let (capacity, share) = self.new_shard_sizing();
+            let (capacity, share) = self.new_shard_sizing(now);
             let first = SubFilter::new(capacity, self.params.shard_error(), share)?;
             let start = self.shard_start(now);
             self.shards.push(Shard { start, items: 0, filters: vec![first] });

@@ -275,3 +275,121 @@ fn tiny_reservations_keep_the_rate_for_any_seed() {
         assert!(hashes.max().unwrap() <= MAX_HASHES);
     }
 }
+
+#[test]
+fn the_headroom_follows_growth_between_the_two_newest_shards() {
+    // Shards of 10 s: items in the one before the newest, in the newest,
+    // and the next shard's capacity over the newest's count. A decline
+    // counts as steady; a doubling earns the most.
+    let cases = [(1_000, 1_000, 1.03), (1_000, 1_100, 1.13), (1_000, 500, 1.03), (500, 1_000, 1.25)];
+    for (before, newest, headroom) in cases {
+        let mut filter = ShardedBloom::new(params(0.01, 10, 3, 10), SEED, T0).unwrap();
+        add_all(&mut filter, "b", 0..before, T0);
+        add_all(&mut filter, "n", 0..newest, T0 + 10_000);
+        add_all(&mut filter, "c", 0..1, T0 + 20_000);
+        let (newest, next) = (&filter.shards[1], &filter.shards[2]);
+        let ratio = next.filters[0].capacity as f64 / newest.items as f64;
+        assert!((ratio - headroom).abs() < 0.005, "{before} then {newest}: {ratio}", newest = newest.items);
+    }
+}
+
+#[test]
+fn sizing_counts_only_live_shards_so_check_room_foresees_add() {
+    // `check_room` runs before `drop_expired`, `add` after it.
+    let mut filter = ShardedBloom::new(params(0.01, 10, 3, DAY), SEED, T0).unwrap();
+    add_all(&mut filter, "a", 0..100, T0);
+    add_all(&mut filter, "b", 0..300, T0 + DAY * 1000);
+    for (day, expected) in [(3, (filter.shards[1].items as f64 * HEADROOM).ceil() as u64), (5, 10)] {
+        let now = T0 + day * DAY * 1000;
+        let mut later = filter.clone();
+        let (capacity, _) = later.new_shard_sizing(now);
+        assert_eq!(capacity, expected, "day {day}");
+        later.drop_expired(now);
+        later.add(later.hash(b"x"), now).unwrap();
+        assert_eq!(later.shards.last().unwrap().filters[0].capacity, capacity, "day {day}");
+    }
+}
+
+/// Bits per item of a window split evenly over its shards, each exactly
+/// at capacity: what allocation classes and headroom add to.
+fn ideal_bits(error_rate: f64, window: u32) -> f64 {
+    -(error_rate / window as f64).ln() / (std::f64::consts::LN_2 * std::f64::consts::LN_2)
+}
+
+/// `RESERVE volume WINDOW 7` at 1%, then seven daily shards of `volume`
+/// distinct items each: the window's bits per item and its measured
+/// false-positive rate.
+fn steady_week(volume: u64, queries: u64) -> (f64, f64) {
+    let mut filter = ShardedBloom::new(params(0.01, volume, 7, DAY), SEED, T0).unwrap();
+    for day in 0..7 {
+        add_all(&mut filter, &format!("day{day}"), 0..volume, T0 + day * DAY * 1000);
+    }
+    assert_eq!(filter.shards.len(), 7);
+    assert_eq!(filter.sub_filter_count(), 7, "steady traffic never stacks");
+    let bits = filter.bytes() as f64 * 8.0 / filter.items() as f64;
+    let rate = false_positives(&filter, queries, T0 + 6 * DAY * 1000);
+    let bytes: Vec<u64> = filter.shards.iter().map(Shard::bytes).collect();
+    eprintln!("{volume} a day: {bits:.2} bits per item, rate {rate:.5}; shard bytes {bytes:?}");
+    (bits, rate)
+}
+
+/// The benchmark's target for `RESERVE 1000000 WINDOW 7` at 1%.
+#[test]
+fn a_steady_week_of_a_million_a_day_costs_at_most_15_bits_per_item() {
+    let (bits, rate) = steady_week(1_000_000, 200_000);
+    assert!(bits <= 15.0, "{bits:.2} bits per item");
+    assert!(rate <= 0.01 + slack(0.01, 200_000), "{rate}");
+}
+
+#[test]
+fn steady_weeks_of_other_volumes_keep_the_rate_within_a_class_step_of_the_ideal_cost() {
+    // Allocation classes are up to 25% apart: 300k and 1.5M a day round
+    // their steady shards up a class (about 16.98 and 16.38 bits per item
+    // over the window, against 14.98 for 1M). 3M, an exact doubling of
+    // 1.5M onto the same classes, costs the same 16.38 in three times the
+    // test time.
+    for (volume, queries) in [(300_000, 100_000), (1_500_000, 50_000)] {
+        let (bits, rate) = steady_week(volume, queries);
+        assert!(rate <= 0.01 + slack(0.01, queries), "{volume}: {rate}");
+        assert!(bits <= 1.25 * ideal_bits(0.01, 7), "{volume}: {bits:.2} bits per item");
+    }
+}
+
+/// Each shard's item count, first sub-filter capacity and sub-filter bytes.
+fn shard_sizes(filter: &ShardedBloom) -> Vec<(u64, u64, Vec<u64>)> {
+    let bytes = |shard: &Shard| shard.filters.iter().map(SubFilter::bytes).collect();
+    filter.shards.iter().map(|s| (s.items, s.filters[0].capacity, bytes(s))).collect()
+}
+
+#[test]
+fn traffic_growing_20_percent_a_day_keeps_the_rate_and_stops_stacking() {
+    let mut filter = ShardedBloom::new(params(0.01, 100_000, 7, DAY), SEED, T0).unwrap();
+    let mut volume = 100_000.0f64;
+    for day in 0..10 {
+        let now = T0 + day * DAY * 1000;
+        filter.drop_expired(now);
+        add_all(&mut filter, &format!("day{day}"), 0..volume as u64, now);
+        volume *= 1.2;
+        let rate = false_positives(&filter, 50_000, now);
+        assert!(rate <= 0.01 + slack(0.01, 50_000), "day {day}: {rate}; {:?}", shard_sizes(&filter));
+        // Day 1 outgrows the fixed headroom; from day 2 on the headroom
+        // follows the growth.
+        let height = filter.shards.last().unwrap().filters.len();
+        assert_eq!(height, if day == 1 { 2 } else { 1 }, "day {day}: {:?}", shard_sizes(&filter));
+    }
+}
+
+#[test]
+fn a_drop_then_a_recovery_keeps_the_rate() {
+    let mut filter = ShardedBloom::new(params(0.01, 1_000_000, 7, DAY), SEED, T0).unwrap();
+    for (day, volume) in [1_000_000, 1_000_000, 300_000, 1_000_000, 1_000_000].into_iter().enumerate() {
+        let now = T0 + day as Millis * DAY * 1000;
+        add_all(&mut filter, &format!("day{day}"), 0..volume, now);
+        let rate = false_positives(&filter, 100_000, now);
+        assert!(rate <= 0.01 + slack(0.01, 100_000), "day {day}: {rate}; {:?}", shard_sizes(&filter));
+    }
+    // The recovery day outgrew a shard sized after the drop and stacked;
+    // the day after it, sized at the most headroom growth earns, did not.
+    let heights: Vec<usize> = filter.shards.iter().map(|s| s.filters.len()).collect();
+    assert_eq!(heights, [1, 1, 1, 3, 1], "{:?}", shard_sizes(&filter));
+}
