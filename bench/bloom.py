@@ -6,6 +6,7 @@ Bits per item are the server's used_memory growth per item added, so they
 include every allocation either module makes, rounded by the allocator.
 """
 
+import struct
 import time
 
 from harness import Server, compare, pipelined
@@ -85,7 +86,8 @@ def memory_and_fpr(server, capacity):
         now = int(client.execute_command("TIME")[0]) * 1000
         for day in range(7):
             values = items(f"day{day}", capacity)
-            commands = [("IDEM.BF.APPLY", "f", now + day * DAY_MS, "", *values[i:i + BATCH])
+            header = struct.pack("<q", now + day * DAY_MS)  # the primary's time, ms
+            commands = [("IDEM.BF.APPLY", "f", header, *values[i:i + BATCH])
                         for i in range(0, len(values), BATCH)]
             pipelined(client, commands, batch=10)
         return 7 * capacity

@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import statistics
+import struct
 import subprocess
 import tempfile
 import time
@@ -75,7 +76,7 @@ class Server:
         c.execute_command("IDEM.BF.RESERVE", "warm:f", 0.01, 1_000_000, "WINDOW", 1)
         c.execute_command("IDEM.BF.MADD", "warm:f", *batch)
         now = int(c.execute_command("TIME")[0]) * 1000
-        c.execute_command("IDEM.BF.APPLY", "warm:f", now, "", *batch)
+        c.execute_command("IDEM.BF.APPLY", "warm:f", struct.pack("<q", now), *batch)
         c.execute_command("IDEM.ONCE", "warm:o", 10)
         if redisbloom:
             c.execute_command("BF.RESERVE", "warm:b", 0.01, 1_000_000)

@@ -1,12 +1,15 @@
 //! The filter commands: parse arguments, run the filter from `bloom.rs`,
 //! reply, and propagate the effect.
 //!
-//! Every write propagates as `IDEM.BF.APPLY key <now-ms> <create> item...`:
-//! "at the primary's time `now`, creating the filter from `create` (its
-//! parameters and seed) if the key is missing, drop the shards that left
-//! the window and add these items". The filter is deterministic given that
-//! time, so a replica, or an AOF replayed on a later day, puts every item
-//! in the shard the primary chose and ends up with the same bits.
+//! Every write propagates as `IDEM.BF.APPLY key <header> item...`, the
+//! header being the primary's time `now` (8 bytes, little-endian ms) and,
+//! for a filter the write creates, its parameters and seed: "at `now`,
+//! creating the filter from the header if the key is missing, drop the
+//! shards that left the window and add these items". The filter is
+//! deterministic given that time, so a replica, or an AOF replayed on a
+//! later day, puts every item in the shard the primary chose and ends up
+//! with the same bits. The time travels inside the header because
+//! RM_Replicate turns a number argument into a string object of its own.
 
 use crate::args::{ArgList, parse_options, require};
 use crate::bloom::{BloomError, DAY, HOUR, ItemHash, Params, ShardedBloom, codec};
@@ -38,14 +41,15 @@ impl Target<'_> {
         }
     }
 
-    /// The parameters and seed a replica needs to create the same filter;
-    /// empty for an existing one.
-    fn create_blob(&self) -> Vec<u8> {
-        let mut blob = Vec::new();
-        if let Target::Create(filter) = self {
-            codec::encode_params(&filter.params, &filter.seed, &mut blob);
-        }
-        blob
+    /// `IDEM.BF.APPLY`'s header for a write at `now` that creates the
+    /// filter: the time, then the parameters and seed a replica needs to
+    /// create the same one. `None` for an existing filter, whose header is
+    /// the time alone.
+    fn create_header(&self, now: Millis) -> Option<Vec<u8>> {
+        let Target::Create(filter) = self else { return None };
+        let mut header = now.to_le_bytes().to_vec();
+        codec::encode_params(&filter.params, &filter.seed, &mut header);
+        Some(header)
     }
 }
 
@@ -104,9 +108,11 @@ fn add_at(key: &Key, mut target: Target, now: Millis, items: &[RawString], mut o
 
 /// Adds `items` to the filter prepared for them and propagates the effect.
 pub fn add_and_propagate(ctx: Ctx, key: &Key, target: Target, now: Millis, items: &[RawString], on_item: impl FnMut(bool)) {
-    let create = target.create_blob();
+    let created = target.create_header(now);
     if add_at(key, target, now, items, on_item) {
-        ctx.replicate_key_time_blob_items(c"IDEM.BF.APPLY", key.name(), now, &create, items);
+        let time = now.to_le_bytes();
+        let header = created.as_deref().unwrap_or(&time);
+        ctx.replicate_key_blob_items(c"IDEM.BF.APPLY", key.name(), header, items);
     }
 }
 
@@ -251,16 +257,11 @@ pub fn info(ctx: Ctx, args: &Args) -> CmdResult {
     Ok(())
 }
 
-/// IDEM.BF.APPLY key now-ms create item...: a write as the primary made
-/// it (see the module comment). Validated like user input: anyone may
-/// send it.
+/// IDEM.BF.APPLY key header item...: a write as the primary made it (see
+/// the module comment). Validated like user input: anyone may send it.
 pub fn apply(ctx: Ctx, args: &Args) -> CmdResult {
-    let now = args.int(2)?;
-    if now < 0 {
-        return Err(CmdError::Static(c"ERR invalid IDEM.BF.APPLY time"));
-    }
-    let create = args.bytes(3);
-    let items = args.raw_from(4);
+    let (now, create) = parse_apply_header(args.bytes(2))?;
+    let items = args.raw_from(3);
     let key = ctx.open_key(args.raw(1), KeyMode::Write);
     let target = prepare(&key, items.len(), now, || {
         let mut input = Reader(create);
@@ -274,6 +275,14 @@ pub fn apply(ctx: Ctx, args: &Args) -> CmdResult {
     ctx.replicate_verbatim();
     ctx.reply_simple(c"OK");
     Ok(())
+}
+
+/// The time and creation parameters of an `IDEM.BF.APPLY` header.
+pub fn parse_apply_header(header: &[u8]) -> Result<(Millis, &[u8]), CmdError> {
+    match header.split_first_chunk::<8>() {
+        Some((time, create)) if Millis::from_le_bytes(*time) >= 0 => Ok((Millis::from_le_bytes(*time), create)),
+        _ => Err(CmdError::Static(c"ERR invalid IDEM.BF.APPLY header")),
+    }
 }
 
 /// IDEM.BF.LOAD key blob: a whole filter, as the AOF rewrite writes it.

@@ -208,7 +208,7 @@ fn table() -> [CommandSpec; 15] {
             name: c"IDEM.BF.APPLY",
             entry: entry!(bloom_commands::apply),
             flags: c"write deny-oom",
-            arity: -4,
+            arity: -3,
             summary: c"Internal: a filter write as the primary made it, at the primary's time (replication and AOF).",
             complexity: c"O(N x K x S) for N items",
             keys: const { &[key(1, RW | UPDATE)] },

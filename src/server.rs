@@ -124,27 +124,27 @@ impl Ctx {
         };
     }
 
-    /// Propagates `command key <ms> blob item...`.
-    pub fn replicate_key_time_blob_items(
-        self,
-        command: &'static CStr,
-        key: RawString,
-        time: Millis,
-        blob: &[u8],
-        items: &[RawString],
-    ) {
+    /// Propagates `command key blob item...`. One or no item, the common
+    /// case, avoids the `v` format, which grows Redis's argument vector
+    /// with a realloc.
+    pub fn replicate_key_blob_items(self, command: &'static CStr, key: RawString, blob: &[u8], items: &[RawString]) {
+        let (blob_ptr, blob_len) = (blob.as_ptr() as *const c_char, blob.len());
+        let replicate = api!(RedisModule_Replicate);
         unsafe {
-            api!(RedisModule_Replicate)(
-                self.0,
-                command.as_ptr(),
-                c"slbv".as_ptr(),
-                key,
-                time as std::ffi::c_longlong,
-                blob.as_ptr() as *const c_char,
-                blob.len(),
-                items.as_ptr(),
-                items.len(),
-            )
+            match items {
+                [] => replicate(self.0, command.as_ptr(), c"sb".as_ptr(), key, blob_ptr, blob_len),
+                [item] => replicate(self.0, command.as_ptr(), c"sbs".as_ptr(), key, blob_ptr, blob_len, *item),
+                _ => replicate(
+                    self.0,
+                    command.as_ptr(),
+                    c"sbv".as_ptr(),
+                    key,
+                    blob_ptr,
+                    blob_len,
+                    items.as_ptr(),
+                    items.len(),
+                ),
+            }
         };
     }
 

@@ -1743,12 +1743,17 @@ fn bad_bloom_inputs_are_refused_and_change_nothing() {
     add(&["IDEM.DONE", "r", r_tok, "BLOOM", "f", "bloom", "f"], Prefix("ERR syntax error"));
     add(&["IDEM.DONE", "r", r_tok, "BLOOM"], Prefix("ERR syntax error"));
     // The internal commands validate what they are sent.
-    add(&["IDEM.BF.APPLY", "f", "abc", "", "x"], e(not_int));
-    add(&["IDEM.BF.APPLY", "f", "-1", "", "x"], Prefix("ERR"));
-    add(&["IDEM.BF.APPLY", "m", "1700000000000", "garbage", "x"], Prefix("ERR"));
-    add(&["IDEM.BF.APPLY", "m", "1700000000000", "", "x"], Prefix("ERR"));
-    add(&["IDEM.BF.APPLY", "s", "1700000000000", "", "x"], Prefix("WRONGTYPE"));
-    add(&["IDEM.BF.APPLY", "r", "1700000000000", "", "x"], Prefix("WRONGTYPE"));
+    // The header: a time of 8 little-endian bytes (here ASCII ones), then
+    // the parameters of a filter to create. "1234567\u{e9}" sets the top
+    // bit: a negative time.
+    let bad_header = "ERR invalid IDEM.BF.APPLY header";
+    add(&["IDEM.BF.APPLY", "f", "abc", "x"], e(bad_header));
+    add(&["IDEM.BF.APPLY", "f", "", "x"], e(bad_header));
+    add(&["IDEM.BF.APPLY", "f", "1234567\u{e9}", "x"], e(bad_header));
+    add(&["IDEM.BF.APPLY", "m", "ABCDEFG\0garbage", "x"], Prefix("ERR"));
+    add(&["IDEM.BF.APPLY", "m", "ABCDEFG\0", "x"], Prefix("ERR"));
+    add(&["IDEM.BF.APPLY", "s", "ABCDEFG\0", "x"], Prefix("WRONGTYPE"));
+    add(&["IDEM.BF.APPLY", "r", "ABCDEFG\0", "x"], Prefix("WRONGTYPE"));
     add(&["IDEM.BF.LOAD", "m", "garbage"], Prefix("ERR"));
     add(&["IDEM.BF.LOAD", "f", ""], Prefix("ERR"));
     add(&["IDEM.BF.LOAD", "s", "garbage"], Prefix("ERR"));
