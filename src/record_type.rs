@@ -2,10 +2,10 @@
 //! `unsafe extern "C"` callbacks Redis calls for persistence, copying,
 //! digests and memory accounting.
 //!
-//! A key's value is a tagged pointer. The common done record (no result,
-//! no fingerprint) is a 16-byte packed allocation, tag bit set, so a done
-//! record costs no more than `SET key <16-byte token> NX PX`; every other
-//! record is a boxed [`Record`].
+//! A key's value is a tagged pointer. The common records (no result, no
+//! fingerprint) are packed allocations told apart by the low bits: a done
+//! record in 16 bytes, so it costs no more than `SET key <16-byte token> NX
+//! PX`, a claimed one in 32; every other record is a boxed [`Record`].
 
 use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
@@ -52,39 +52,52 @@ fn module_type() -> *mut raw::RedisModuleType {
     *RECORD_TYPE.raw_type.borrow()
 }
 
-const PACKED_TAG: usize = 1;
+/// Low bits of a value pointer (allocations are 8-byte aligned) saying
+/// what it points to.
+const TAG_MASK: usize = 0b11;
+const FULL_TAG: usize = 0;
+const DONE_TAG: usize = 1;
+const CLAIM_TAG: usize = 2;
 
 /// Moves a record into a value pointer Redis can hold.
 fn into_value(record: Record) -> *mut c_void {
-    match codec::pack(&record) {
-        Some(packed) => (Box::into_raw(Box::new(packed)) as usize | PACKED_TAG) as *mut c_void,
-        None => Box::into_raw(Box::new(record)).cast(),
-    }
+    let tagged = match codec::pack(&record) {
+        Some(Packed::Done(words)) => Box::into_raw(Box::new(words)) as usize | DONE_TAG,
+        Some(Packed::Claim(words)) => Box::into_raw(Box::new(words)) as usize | CLAIM_TAG,
+        None => Box::into_raw(Box::new(record)) as usize | FULL_TAG,
+    };
+    tagged as *mut c_void
+}
+
+fn untagged(value: *const c_void) -> usize {
+    value as usize & !TAG_MASK
 }
 
 /// A stored value, borrowed.
 enum Value<'a> {
-    Packed(&'a Packed),
+    Packed(Packed),
     Full(&'a mut Record),
 }
 
 /// # Safety
 /// `value` must come from [`into_value`] and not be freed yet.
 unsafe fn value_ref<'a>(value: *mut c_void) -> Value<'a> {
-    if value as usize & PACKED_TAG != 0 {
-        Value::Packed(unsafe { &*((value as usize & !PACKED_TAG) as *const Packed) })
-    } else {
-        Value::Full(unsafe { &mut *(value as *mut Record) })
+    let address = untagged(value);
+    match value as usize & TAG_MASK {
+        DONE_TAG => Value::Packed(Packed::Done(unsafe { *(address as *const [u64; 2]) })),
+        CLAIM_TAG => Value::Packed(Packed::Claim(unsafe { *(address as *const [u64; 4]) })),
+        _ => Value::Full(unsafe { &mut *(address as *mut Record) }),
     }
 }
 
 /// # Safety
 /// `value` must come from [`into_value`]; it is invalid afterwards.
 unsafe fn drop_value(value: *mut c_void) {
-    if value as usize & PACKED_TAG != 0 {
-        drop(unsafe { Box::from_raw((value as usize & !PACKED_TAG) as *mut Packed) });
-    } else {
-        drop(unsafe { Box::from_raw(value as *mut Record) });
+    let address = untagged(value);
+    match value as usize & TAG_MASK {
+        DONE_TAG => drop(unsafe { Box::from_raw(address as *mut [u64; 2]) }),
+        CLAIM_TAG => drop(unsafe { Box::from_raw(address as *mut [u64; 4]) }),
+        _ => drop(unsafe { Box::from_raw(address as *mut Record) }),
     }
 }
 
@@ -94,7 +107,7 @@ unsafe fn drop_value(value: *mut c_void) {
 /// As [`value_ref`].
 unsafe fn to_record(value: *mut c_void) -> Record {
     match unsafe { value_ref(value) } {
-        Value::Packed(packed) => codec::unpack(*packed),
+        Value::Packed(packed) => codec::unpack(packed),
         Value::Full(record) => record.clone(),
     }
 }
@@ -116,7 +129,7 @@ impl<'k> Slot<'k> {
             // SAFETY: a value of our type was made by `into_value`; it lives
             // while the key is open and nothing else touches it meanwhile.
             match unsafe { value_ref(value) } {
-                Value::Packed(packed) => slot.unpacked = Some(codec::unpack(*packed)),
+                Value::Packed(packed) => slot.unpacked = Some(codec::unpack(packed)),
                 Value::Full(record) => slot.full = Some(record),
             }
         }
@@ -135,7 +148,8 @@ impl<'k> Slot<'k> {
     }
 
     /// Stores the record after an in-place transition and sets the key's
-    /// expiry: a record that can now be packed (a fresh done one) shrinks.
+    /// expiry: a packed one is packed again, a boxed one that now packs
+    /// shrinks.
     pub fn store_updated(mut self, expire_at: Millis) {
         let key = self.key;
         if let Some(record) = self.unpacked.take() {
@@ -169,7 +183,7 @@ pub fn effect_blob(record: &Record, expire_at: Option<Millis>) -> Vec<u8> {
 }
 
 fn write_effect(record: &Record, expire_at: Option<Millis>, out: &mut Vec<u8>) {
-    out.reserve(8 + codec::encoded_len(record));
+    out.reserve(8 + codec::max_encoded_len(record));
     out.extend_from_slice(&expire_at.unwrap_or(-1).to_le_bytes());
     codec::encode(record, out);
 }
@@ -263,8 +277,7 @@ const MODULE_VALUE_SIZE: usize = 16;
 /// `value` is a live value of this type, allocated by Redis's allocator.
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
     let malloc_size = |ptr: *const c_void| unsafe { api!(RedisModule_MallocSize)(ptr as *mut c_void) };
-    let untagged = (value as usize & !PACKED_TAG) as *const c_void;
-    let own = MODULE_VALUE_SIZE + malloc_size(untagged);
+    let own = MODULE_VALUE_SIZE + malloc_size(untagged(value) as *const c_void);
     match unsafe { value_ref(value as *mut c_void) } {
         Value::Packed(_) => own,
         Value::Full(record) => own + record.result.as_ref().map_or(0, |r| malloc_size(r.as_ptr().cast())),

@@ -1,54 +1,91 @@
 //! Byte encodings of a record: one serialized form for RDB, DUMP/RESTORE,
-//! digests and the replicated effect, and a 16-byte packed form that keeps
-//! the common done record as small as a `SET key <token> NX PX`.
+//! digests and the replicated effect, and packed in-memory forms that keep
+//! the common done record as small as a `SET key <token> NX PX` and a
+//! claimed one at 32 bytes.
 //!
 //! Decoding is strict: a payload comes from disk or the network (RESTORE
 //! accepts any bytes), so every field is checked and nothing is allocated
 //! before its length is known to be present.
 
+use unsigned_varint::decode as read_varint;
+use unsigned_varint::encode as varint;
+
 use super::{Fingerprint, Millis, Phase, Record, Token};
 
 /// First byte of every serialized record.
-pub const FORMAT_VERSION: u8 = 1;
+pub const FORMAT_VERSION: u8 = 2;
 
 const HAS_FINGERPRINT: u8 = 1;
 const HAS_RESULT: u8 = 2;
-const FIXED_LEN: usize = 1 + 1 + 1 + 8 + 8 + 8 + 8 + 16;
+/// The token is not all zero (done records and never-claimed ones have
+/// none), so its 16 bytes follow.
+const HAS_TOKEN: u8 = 4;
+
+/// Most bytes of a varint of a u64.
+const VARINT_MAX: usize = 10;
+/// Most bytes of a record without result: version, phase, flags, four
+/// numbers as varints, token and fingerprint.
+const MAX_FIXED_LEN: usize = 3 + 4 * VARINT_MAX + 16 + 16;
 
 #[derive(Debug, PartialEq, Eq)]
 pub struct DecodeError(pub &'static str);
 
-pub fn encoded_len(record: &Record) -> usize {
-    FIXED_LEN
-        + record.fingerprint.map_or(0, |_| 16)
-        + record.result.as_ref().map_or(0, |r| 4 + r.len())
+/// Room to reserve for a record's encoding (at most this many bytes).
+pub fn max_encoded_len(record: &Record) -> usize {
+    MAX_FIXED_LEN + record.result.as_ref().map_or(0, |r| VARINT_MAX + r.len())
 }
 
+/// The fields before a record's result, assembled on the stack: one copy
+/// into the output instead of one per field.
+struct Head {
+    bytes: [u8; MAX_FIXED_LEN + VARINT_MAX],
+    len: usize,
+}
+
+impl Head {
+    fn put(&mut self, bytes: &[u8]) {
+        self.bytes[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len();
+    }
+    fn put_varint(&mut self, value: u64) {
+        let slot = (&mut self.bytes[self.len..self.len + VARINT_MAX]).try_into().expect("room for a varint");
+        self.len += varint::u64(value, slot).len();
+    }
+}
+
+/// The layout: version, phase, flags, then attempt, claimed_at, lease_end
+/// and done_at as varints (LEB128), then the token, fingerprint and result
+/// (varint length, bytes) when present. Small on purpose: the encoding is
+/// also the replicated effect, and Redis keeps an argument of up to 44
+/// bytes in one allocation, which a fresh claim's effect fits.
 pub fn encode(record: &Record, out: &mut Vec<u8>) {
-    out.reserve(encoded_len(record));
     let phase = match record.phase {
         Phase::Processing => 0u8,
         Phase::Released => 1,
         Phase::Done => 2,
     };
-    let mut flags = 0u8;
-    if record.fingerprint.is_some() {
-        flags |= HAS_FINGERPRINT;
-    }
-    if record.result.is_some() {
-        flags |= HAS_RESULT;
-    }
-    out.extend_from_slice(&[FORMAT_VERSION, phase, flags]);
-    out.extend_from_slice(&record.attempt.to_le_bytes());
+    let has_token = record.token != Token::default();
+    let flags = (record.fingerprint.is_some() as u8 * HAS_FINGERPRINT)
+        | (record.result.is_some() as u8 * HAS_RESULT)
+        | (has_token as u8 * HAS_TOKEN);
+    let mut head = Head { bytes: [0; MAX_FIXED_LEN + VARINT_MAX], len: 0 };
+    head.put(&[FORMAT_VERSION, phase, flags]);
+    head.put_varint(record.attempt);
     for time in [record.claimed_at, record.lease_end, record.done_at] {
-        out.extend_from_slice(&time.to_le_bytes());
+        head.put_varint(time as u64);
     }
-    out.extend_from_slice(&record.token.0);
+    if has_token {
+        head.put(&record.token.0);
+    }
     if let Some(fingerprint) = record.fingerprint {
-        out.extend_from_slice(&fingerprint.to_le_bytes());
+        head.put(&fingerprint.to_le_bytes());
     }
     if let Some(result) = &record.result {
-        out.extend_from_slice(&(result.len() as u32).to_le_bytes());
+        head.put_varint(result.len() as u64);
+    }
+    out.reserve(head.len + record.result.as_ref().map_or(0, |r| r.len()));
+    out.extend_from_slice(&head.bytes[..head.len]);
+    if let Some(result) = &record.result {
         out.extend_from_slice(result);
     }
 }
@@ -84,6 +121,24 @@ impl<'a> Reader<'a> {
         }
         Ok(time)
     }
+    /// A minimal LEB128 varint: overlong or overflowing ones are refused,
+    /// so what decodes encodes back to the same bytes.
+    pub fn varint(&mut self) -> Result<u64, DecodeError> {
+        let (value, rest) = read_varint::u64(self.0).map_err(|error| match error {
+            read_varint::Error::Insufficient => DecodeError("truncated"),
+            _ => DecodeError("bad varint"),
+        })?;
+        // The crate drops the bits of a tenth byte above the 64th.
+        let used = &self.0[..self.0.len() - rest.len()];
+        if used.len() == VARINT_MAX && used[VARINT_MAX - 1] > 1 {
+            return Err(DecodeError("bad varint"));
+        }
+        self.0 = rest;
+        Ok(value)
+    }
+    pub fn varint_time(&mut self) -> Result<Millis, DecodeError> {
+        Millis::try_from(self.varint()?).map_err(|_| DecodeError("time out of range"))
+    }
     pub fn finish(&self) -> Result<(), DecodeError> {
         if self.0.is_empty() { Ok(()) } else { Err(DecodeError("trailing bytes")) }
     }
@@ -101,14 +156,20 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         _ => return Err(DecodeError("unknown record phase")),
     };
     let flags = input.u8()?;
-    if flags & !(HAS_FINGERPRINT | HAS_RESULT) != 0 {
+    if flags & !(HAS_FINGERPRINT | HAS_RESULT | HAS_TOKEN) != 0 {
         return Err(DecodeError("unknown record flags"));
     }
-    let attempt = input.u64()?;
-    let claimed_at = input.time()?;
-    let lease_end = input.time()?;
-    let done_at = input.time()?;
-    let token = Token(input.array()?);
+    let attempt = input.varint()?;
+    let claimed_at = input.varint_time()?;
+    let lease_end = input.varint_time()?;
+    let done_at = input.varint_time()?;
+    let token = match flags & HAS_TOKEN {
+        0 => Token::default(),
+        _ => Token(input.array()?),
+    };
+    if flags & HAS_TOKEN != 0 && token == Token::default() {
+        return Err(DecodeError("empty token marked present"));
+    }
     let fingerprint = match flags & HAS_FINGERPRINT {
         0 => None,
         _ => Some(Fingerprint::from_le_bytes(input.array()?)),
@@ -116,7 +177,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
     let result = match flags & HAS_RESULT {
         0 => None,
         _ => {
-            let len = input.u32()? as usize;
+            let len = usize::try_from(input.varint()?).map_err(|_| DecodeError("truncated"))?;
             Some(Box::from(input.take(len)?))
         }
     };
@@ -141,38 +202,93 @@ fn check_consistent(record: &Record) -> Result<(), DecodeError> {
     Ok(())
 }
 
-/// Packed form of a done record without result or fingerprint, whose
-/// times fit in 44 bits (until year 2527) and attempt in 32: done_at,
-/// claimed_at and attempt side by side in 128 bits.
-pub type Packed = [u64; 2];
+/// Packed forms of the two common records, for keys that hold millions of
+/// them: times that fit in 44 bits (until year 2527), attempts in 32, no
+/// result, no fingerprint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Packed {
+    /// A done record: done_at, claimed_at and attempt side by side in 128
+    /// bits, 16 bytes, as small as `SET key <16-byte token> NX PX`'s value.
+    Done([u64; 2]),
+    /// A claimed (processing or released) record: its token, then
+    /// claimed_at, lease_end, attempt and a released bit in 128 bits; 32
+    /// bytes where a boxed record takes 112.
+    Claim([u64; 4]),
+}
 
 const TIME_BITS: u32 = 44;
 const ATTEMPT_BITS: u32 = 32;
 
+fn fits_time(time: Millis) -> bool {
+    (0..1 << TIME_BITS).contains(&time)
+}
+
+fn to_words(bits: u128) -> [u64; 2] {
+    [bits as u64, (bits >> 64) as u64]
+}
+
+fn from_words(words: [u64; 2]) -> u128 {
+    words[0] as u128 | (words[1] as u128) << 64
+}
+
+/// `width` bits of `bits` from bit `shift` on.
+fn field(bits: u128, shift: u32, width: u32) -> u64 {
+    ((bits >> shift) & ((1u128 << width) - 1)) as u64
+}
+
 pub fn pack(record: &Record) -> Option<Packed> {
-    let fits_time = |t: Millis| (0..1 << TIME_BITS).contains(&t);
-    if record.phase != Phase::Done
-        || record.fingerprint.is_some()
+    if record.fingerprint.is_some()
         || record.result.is_some()
-        || !fits_time(record.done_at)
         || !fits_time(record.claimed_at)
         || record.attempt >= 1 << ATTEMPT_BITS
     {
         return None;
     }
-    let bits = record.done_at as u128
-        | (record.claimed_at as u128) << TIME_BITS
-        | (record.attempt as u128) << (2 * TIME_BITS);
-    Some([bits as u64, (bits >> 64) as u64])
+    match record.phase {
+        Phase::Done if fits_time(record.done_at) => {
+            let bits = record.done_at as u128
+                | (record.claimed_at as u128) << TIME_BITS
+                | (record.attempt as u128) << (2 * TIME_BITS);
+            Some(Packed::Done(to_words(bits)))
+        }
+        Phase::Processing | Phase::Released if fits_time(record.lease_end) && record.done_at == 0 => {
+            let released = record.phase == Phase::Released;
+            let bits = record.claimed_at as u128
+                | (record.lease_end as u128) << TIME_BITS
+                | (record.attempt as u128) << (2 * TIME_BITS)
+                | (released as u128) << (2 * TIME_BITS + ATTEMPT_BITS);
+            let token = to_words(u128::from_le_bytes(record.token.0));
+            let [low, high] = to_words(bits);
+            Some(Packed::Claim([token[0], token[1], low, high]))
+        }
+        _ => None,
+    }
 }
 
 pub fn unpack(packed: Packed) -> Record {
-    let bits = packed[0] as u128 | (packed[1] as u128) << 64;
-    let field = |shift: u32, width: u32| ((bits >> shift) & ((1u128 << width) - 1)) as u64;
-    Record {
-        done_at: field(0, TIME_BITS) as Millis,
-        claimed_at: field(TIME_BITS, TIME_BITS) as Millis,
-        attempt: field(2 * TIME_BITS, ATTEMPT_BITS),
-        ..Record::done_without_claim(0, None)
+    match packed {
+        Packed::Done(words) => {
+            let bits = from_words(words);
+            Record {
+                done_at: field(bits, 0, TIME_BITS) as Millis,
+                claimed_at: field(bits, TIME_BITS, TIME_BITS) as Millis,
+                attempt: field(bits, 2 * TIME_BITS, ATTEMPT_BITS),
+                ..Record::done_without_claim(0, None)
+            }
+        }
+        Packed::Claim([token_low, token_high, low, high]) => {
+            let bits = from_words([low, high]);
+            let released = field(bits, 2 * TIME_BITS + ATTEMPT_BITS, 1) == 1;
+            Record {
+                phase: if released { Phase::Released } else { Phase::Processing },
+                attempt: field(bits, 2 * TIME_BITS, ATTEMPT_BITS),
+                claimed_at: field(bits, 0, TIME_BITS) as Millis,
+                lease_end: field(bits, TIME_BITS, TIME_BITS) as Millis,
+                done_at: 0,
+                token: Token(from_words([token_low, token_high]).to_le_bytes()),
+                fingerprint: None,
+                result: None,
+            }
+        }
     }
 }

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use proptest::prelude::*;
 
-use super::codec::{self, DecodeError};
+use super::codec::{self, DecodeError, Packed};
 use super::*;
 
 const HISTORY: Millis = 3_600_000;
@@ -249,27 +249,44 @@ fn sample_records() -> Vec<Record> {
 
 #[test]
 fn encoding_round_trips_every_kind_of_record() {
+    // A fresh claim's replicated effect (8 bytes of expiry, then the
+    // record) fits the 44 bytes Redis stores in one allocation.
+    let mut fresh_claim = Vec::new();
+    codec::encode(&sample_records()[0], &mut fresh_claim);
+    assert!(8 + fresh_claim.len() <= 44, "{} bytes", fresh_claim.len());
     for record in sample_records() {
         let mut bytes = Vec::new();
         codec::encode(&record, &mut bytes);
-        assert_eq!(bytes.len(), codec::encoded_len(&record));
+        assert!(bytes.len() <= codec::max_encoded_len(&record));
         assert_eq!(codec::decode(&bytes), Ok(record));
     }
 }
 
 #[test]
-fn packing_keeps_plain_done_records_in_16_bytes_and_round_trips() {
+fn packing_keeps_plain_records_in_16_or_32_bytes_and_round_trips() {
     let records = sample_records();
-    let packable: Vec<_> = records.iter().filter(|r| codec::pack(r).is_some()).collect();
-    assert_eq!(packable.len(), 2, "the two done records without result or fingerprint");
-    for record in packable {
-        assert_eq!(&codec::unpack(codec::pack(record).unwrap()), record);
+    let packed: Vec<_> = records.iter().map(codec::pack).collect();
+    // Only the done record with a result and a fingerprint stays boxed.
+    assert!(matches!(packed[0], Some(Packed::Claim(_))), "processing");
+    assert!(matches!(packed[1], Some(Packed::Claim(_))), "released");
+    assert_eq!(packed[2], None, "done with result and fingerprint");
+    assert!(matches!(packed[3], Some(Packed::Done(_))), "done");
+    assert!(matches!(packed[4], Some(Packed::Done(_))), "done without claim");
+    for (record, packed) in records.iter().zip(packed) {
+        if let Some(packed) = packed {
+            assert_eq!(&codec::unpack(packed), record);
+        }
     }
-    assert_eq!(size_of::<codec::Packed>(), 16);
+    let with_fingerprint = Record { fingerprint: Some(7), ..records[0].clone() };
+    assert_eq!(codec::pack(&with_fingerprint), None);
     let far_future = Record { done_at: 1 << 44, ..Record::done_without_claim(0, None) };
     assert_eq!(codec::pack(&far_future), None);
+    let long_lease = Record { lease_end: 1 << 44, ..records[0].clone() };
+    assert_eq!(codec::pack(&long_lease), None);
     let many_attempts = Record { attempt: 1 << 32, ..Record::done_without_claim(T0, None) };
     assert_eq!(codec::pack(&many_attempts), None);
+    let edges = Record { attempt: u32::MAX as u64, claimed_at: (1 << 44) - 1, lease_end: (1 << 44) - 1, ..records[1].clone() };
+    assert_eq!(codec::unpack(codec::pack(&edges).unwrap()), edges);
 }
 
 #[test]
@@ -285,10 +302,26 @@ fn decoding_refuses_corrupt_payloads() {
     let mut newer = bytes.clone();
     newer[0] = codec::FORMAT_VERSION + 1;
     assert!(codec::decode(&newer).is_err());
-    let mut huge_result = bytes.clone();
-    let len_at = bytes.len() - 9 - 4;
-    huge_result[len_at..len_at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    // The result's length (a one-byte varint before its 9 bytes) made huge.
+    let len_at = bytes.len() - 9 - 1;
+    let huge_result = [&bytes[..len_at], &[0xff, 0xff, 0xff, 0xff, 0x0f], &bytes[len_at + 1..]].concat();
     assert_eq!(codec::decode(&huge_result), Err(DecodeError("truncated")));
+    // An overlong varint (1 as two bytes) would decode to bytes that do not
+    // encode back: refused.
+    let attempt_at = 3;
+    let overlong = [&bytes[..attempt_at], &[bytes[attempt_at] | 0x80, 0x00], &bytes[attempt_at + 1..]].concat();
+    assert_eq!(codec::decode(&overlong), Err(DecodeError("bad varint")));
+    // A ten-byte varint whose last byte holds more than the 64th bit (found
+    // by the fuzzer: decoded, its bits dropped, it encoded differently).
+    let too_wide = [2, 0, 0, 252, 255, 255, 255, 183, 255, 248, 255, 254, 2, 0, 0, 0];
+    assert_eq!(codec::decode(&too_wide), Err(DecodeError("bad varint")));
+    let widest = [&[2, 0, 0][..], &[0xff; 9], &[1, 1, 0, 0]].concat();
+    assert_eq!(codec::decode(&widest).map(|r| r.attempt), Ok(u64::MAX));
+    let mut zero_token = Vec::new();
+    codec::encode(&sample_records()[0], &mut zero_token);
+    let token_at = zero_token.len() - 16;
+    zero_token[token_at..].fill(0);
+    assert_eq!(codec::decode(&zero_token), Err(DecodeError("empty token marked present")));
 }
 
 proptest! {
