@@ -1,5 +1,5 @@
-//! Memory: MEMORY USAGE is real, and a done record costs no more than the
-//! `SET key <token> NX PX` it replaces.
+//! Memory: MEMORY USAGE is real, a done record costs no more than the
+//! `SET key <token> NX PX` it replaces, and a claimed one little more.
 mod common;
 
 use common::*;
@@ -64,7 +64,8 @@ fn growth_per_key(s: &Server, load: impl Fn(&mut redis::Pipeline, usize)) -> f64
         }
         let replies: Vec<Value> = pipe.query(&mut con).expect("pipeline");
         for r in &replies {
-            assert!(matches!(r, Value::Int(1) | Value::Okay), "unexpected reply {r:?}");
+            let claimed = matches!(r, Value::Array(reply) if reply.first() == Some(&Value::SimpleString("NEW".into())));
+            assert!(claimed || matches!(r, Value::Int(1) | Value::Okay), "unexpected reply {r:?}");
         }
     }
     let n: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
@@ -100,5 +101,29 @@ fn done_records_cost_no_more_than_set_nx_px() {
     assert!(
         per_record <= per_set + 2.0,
         "a done record costs {per_record:.1} B/key, SET NX PX {per_set:.1} B/key (tolerance 2)"
+    );
+}
+
+#[test]
+fn claimed_records_cost_at_most_sixteen_bytes_more_than_set_nx_px() {
+    // A claim holds more than SET's token: lease end, claim time and
+    // fencing number beside a 16-byte token, packed in 32 bytes, plus
+    // Redis's 16-byte wrapper around any module value.
+    let records = Server::start();
+    let strings = Server::start();
+    let per_claim = growth_per_key(&records, |p, i| {
+        p.cmd("IDEM.CLAIM").arg(key(i)).arg(3_600);
+    });
+    let per_set = growth_per_key(&strings, |p, i| {
+        let token = format!("{:016x}", (i as u64).wrapping_mul(0x2545_f491_4f6c_dd1d));
+        p.cmd("SET").arg(key(i)).arg(token).arg("NX").arg("PX").arg(86_400_000);
+    });
+    eprintln!("bytes per key: IDEM.CLAIM record {per_claim:.1}, SET NX PX {per_set:.1}");
+    let server: String = redis::cmd("INFO").arg("server").query(&mut records.conn()).unwrap();
+    let valkey = server.contains("valkey_version:") || server.contains("server_name:valkey");
+    let allowance = if valkey { 56.0 } else { 16.0 + 2.0 };
+    assert!(
+        per_claim <= per_set + allowance,
+        "a claimed record costs {per_claim:.1} B/key, SET NX PX {per_set:.1} B/key (allowed +{allowance})"
     );
 }
