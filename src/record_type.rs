@@ -20,7 +20,8 @@ use crate::record::{Millis, Record};
 use crate::server::{CmdError, Key, RawString, api};
 
 /// Encoding version of the RDB payload; a newer one is refused on load.
-pub const ENCODING_VERSION: i32 = 1;
+/// 2: the record's format 2 (varints), which format 1 readers refuse.
+pub const ENCODING_VERSION: i32 = 2;
 
 pub static RECORD_TYPE: RedisType = RedisType::new(
     "idemrecrd",
