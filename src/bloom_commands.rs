@@ -279,10 +279,13 @@ pub fn apply(ctx: Ctx, args: &Args) -> CmdResult {
 
 /// The time and creation parameters of an `IDEM.BF.APPLY` header.
 pub fn parse_apply_header(header: &[u8]) -> Result<(Millis, &[u8]), CmdError> {
-    match header.split_first_chunk::<8>() {
-        Some((time, create)) if Millis::from_le_bytes(*time) >= 0 => Ok((Millis::from_le_bytes(*time), create)),
-        _ => Err(CmdError::Static(c"ERR invalid IDEM.BF.APPLY header")),
+    let invalid = || CmdError::Static(c"ERR invalid IDEM.BF.APPLY header");
+    let (time, create) = header.split_first_chunk::<8>().ok_or_else(invalid)?;
+    let now = Millis::from_le_bytes(*time);
+    if now < 0 {
+        return Err(invalid());
     }
+    Ok((now, create))
 }
 
 /// IDEM.BF.LOAD key blob: a whole filter, as the AOF rewrite writes it.

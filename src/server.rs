@@ -128,11 +128,13 @@ impl Ctx {
     /// case, avoids the `v` format, which grows Redis's argument vector
     /// with a realloc.
     pub fn replicate_key_blob_items(self, command: &'static CStr, key: RawString, blob: &[u8], items: &[RawString]) {
+        if items.is_empty() {
+            return self.replicate_key_blob(command, key, blob);
+        }
         let (blob_ptr, blob_len) = (blob.as_ptr() as *const c_char, blob.len());
         let replicate = api!(RedisModule_Replicate);
         unsafe {
             match items {
-                [] => replicate(self.0, command.as_ptr(), c"sb".as_ptr(), key, blob_ptr, blob_len),
                 [item] => replicate(self.0, command.as_ptr(), c"sbs".as_ptr(), key, blob_ptr, blob_len, *item),
                 _ => replicate(
                     self.0,

@@ -114,13 +114,6 @@ impl<'a> Reader<'a> {
     pub fn u64(&mut self) -> Result<u64, DecodeError> {
         Ok(u64::from_le_bytes(self.array()?))
     }
-    pub fn time(&mut self) -> Result<Millis, DecodeError> {
-        let time = i64::from_le_bytes(self.array()?);
-        if time < 0 {
-            return Err(DecodeError("negative time"));
-        }
-        Ok(time)
-    }
     /// A minimal LEB128 varint: overlong or overflowing ones are refused,
     /// so what decodes encodes back to the same bytes.
     pub fn varint(&mut self) -> Result<u64, DecodeError> {
