@@ -64,7 +64,6 @@ fn wait_replica(con: &mut redis::Connection, what: &str) {
 fn claims_and_filters_across_shards() {
     let started = Instant::now();
     let cluster = Cluster::start();
-    eprintln!("cluster up in {:?}", started.elapsed());
     let topo = cluster.topology();
     let primaries = topo.primaries();
     let mut cc = cluster.cluster_conn();
@@ -305,7 +304,6 @@ fn error_stats(cluster: &Cluster) -> BTreeMap<String, i64> {
 fn resharding_under_load_keeps_records_and_grants_each_claim_once() {
     let started = Instant::now();
     let cluster = Cluster::start();
-    eprintln!("cluster up in {:?}", started.elapsed());
     let topo = cluster.topology();
     let primaries = topo.primaries();
     let (src, dst) = (primaries[0].clone(), primaries[1].clone());
@@ -575,7 +573,6 @@ fn wait_primary(cluster: &Cluster, port: u16, what: &str) {
 fn failover_under_load_keeps_acknowledged_tokens() {
     let started = Instant::now();
     let mut cluster = Cluster::start();
-    eprintln!("cluster up in {:?}", started.elapsed());
     let topo = cluster.topology();
     let primaries: Vec<NodeInfo> = topo.primaries().into_iter().cloned().collect();
     let replicas: Vec<u16> = primaries.iter().map(|p| topo.replicas_of(&p.id)[0].port).collect();

@@ -74,6 +74,19 @@ fn growth_per_key(s: &Server, load: impl Fn(&mut redis::Pipeline, usize)) -> f64
     (after - before) as f64 / N as f64
 }
 
+/// Bytes per key of `SET key <16-byte token> NX PX`, the baseline.
+fn set_nx_px_per_key(s: &Server) -> f64 {
+    growth_per_key(s, |p, i| {
+        let token = format!("{:016x}", (i as u64).wrapping_mul(0x2545_f491_4f6c_dd1d));
+        p.cmd("SET").arg(key(i)).arg(token).arg("NX").arg("PX").arg(86_400_000);
+    })
+}
+
+fn is_valkey(s: &Server) -> bool {
+    let server: String = redis::cmd("INFO").arg("server").query(&mut s.conn()).unwrap();
+    server.contains("valkey_version:") || server.contains("server_name:valkey")
+}
+
 #[test]
 fn done_records_cost_no_more_than_set_nx_px() {
     assert_eq!(key(123).len(), 36);
@@ -82,16 +95,12 @@ fn done_records_cost_no_more_than_set_nx_px() {
     let per_record = growth_per_key(&records, |p, i| {
         p.cmd("IDEM.ONCE").arg(key(i)).arg(86_400);
     });
-    let per_set = growth_per_key(&strings, |p, i| {
-        let token = format!("{:016x}", (i as u64).wrapping_mul(0x2545_f491_4f6c_dd1d));
-        p.cmd("SET").arg(key(i)).arg(token).arg("NX").arg("PX").arg(86_400_000);
-    });
+    let per_set = set_nx_px_per_key(&strings);
     eprintln!("bytes per key: IDEM.ONCE record {per_record:.1}, SET NX PX {per_set:.1}");
     // The target is Redis's (7.0, jemalloc). Valkey 8+ embeds a string
     // key's name and value in one object, which no module type can use:
     // there a done record costs its two small allocations more than SET.
-    let server: String = redis::cmd("INFO").arg("server").query(&mut records.conn()).unwrap();
-    if server.contains("valkey_version:") || server.contains("server_name:valkey") {
+    if is_valkey(&records) {
         assert!(
             per_record <= per_set + 40.0,
             "on Valkey a done record costs {per_record:.1} B/key, SET NX PX {per_set:.1} B/key"
@@ -114,14 +123,9 @@ fn claimed_records_cost_at_most_sixteen_bytes_more_than_set_nx_px() {
     let per_claim = growth_per_key(&records, |p, i| {
         p.cmd("IDEM.CLAIM").arg(key(i)).arg(3_600);
     });
-    let per_set = growth_per_key(&strings, |p, i| {
-        let token = format!("{:016x}", (i as u64).wrapping_mul(0x2545_f491_4f6c_dd1d));
-        p.cmd("SET").arg(key(i)).arg(token).arg("NX").arg("PX").arg(86_400_000);
-    });
+    let per_set = set_nx_px_per_key(&strings);
     eprintln!("bytes per key: IDEM.CLAIM record {per_claim:.1}, SET NX PX {per_set:.1}");
-    let server: String = redis::cmd("INFO").arg("server").query(&mut records.conn()).unwrap();
-    let valkey = server.contains("valkey_version:") || server.contains("server_name:valkey");
-    let allowance = if valkey { 56.0 } else { 16.0 + 2.0 };
+    let allowance = if is_valkey(&records) { 56.0 } else { 16.0 + 2.0 };
     assert!(
         per_claim <= per_set + allowance,
         "a claimed record costs {per_claim:.1} B/key, SET NX PX {per_set:.1} B/key (allowed +{allowance})"

@@ -309,6 +309,7 @@ impl Cluster {
     /// Starts 6 nodes, creates the cluster with `redis-cli --cluster create
     /// ... --cluster-replicas 1`, and waits until it is stable.
     pub fn start() -> Cluster {
+        let started = Instant::now();
         let nodes: Vec<Server> = (0..6).map(|_| start_cluster_member()).collect();
         let cluster = Cluster { nodes };
         let mut args = vec!["--cluster".to_string(), "create".to_string()];
@@ -321,6 +322,7 @@ impl Cluster {
         for p in topo.primaries() {
             assert_eq!(topo.replicas_of(&p.id).len(), 1, "one replica of {}: {topo:?}", p.port);
         }
+        eprintln!("cluster up in {:?}", started.elapsed());
         cluster
     }
 
