@@ -260,9 +260,12 @@ impl SubFilter {
 }
 
 impl Shard {
-    /// Whether the shard is in a window of `span` seconds at `now`.
+    /// Whether the shard is in a window of `span` seconds at `now`. Its
+    /// end is the key's expiry, and Redis keeps a key through the very
+    /// millisecond of its expiry (`now > expire_at` expires it): so does
+    /// the shard, or a key Redis still holds would have no live shard.
     fn live_at(&self, span: Seconds, now: Millis) -> bool {
-        now < self.start.saturating_add(span).saturating_mul(1000)
+        now <= self.start.saturating_add(span).saturating_mul(1000)
     }
 
     fn contains(&self, item: ItemHash) -> bool {

@@ -15,7 +15,7 @@ use redis_module::raw;
 use crate::bloom_commands::{Target, add_and_propagate};
 use crate::bloom_type;
 use crate::record::Millis;
-use crate::server::{Ctx, KeyMode, RawCtx, RawString, api};
+use crate::server::{Ctx, KeyMode, RawCtx, RawString, api, create_string};
 
 /// Time between two steps of the walk.
 const INTERVAL_MS: i64 = 100;
@@ -104,7 +104,7 @@ fn step(ctx: RawCtx) {
 }
 
 fn drop_old_shards(ctx: Ctx, name: &[u8], now: Millis) {
-    let name = unsafe { api!(RedisModule_CreateString)(ctx.0, name.as_ptr().cast(), name.len()) };
+    let name = create_string(ctx.0, name);
     {
         let key = ctx.open_key(name, KeyMode::Write);
         if let Ok(Some(filter)) = bloom_type::open(&key) {

@@ -3,14 +3,13 @@
 //! accounting and freeing. A key's value is a boxed [`ShardedBloom`].
 
 use std::ffi::{c_int, c_void};
-use std::os::raw::c_char;
 use std::ptr;
 
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use crate::bloom::{ShardedBloom, codec};
-use crate::server::{CmdError, Key, RawString, api};
+use crate::server::{CmdError, Key, RawString, allocation_size, api, c_bytes};
 
 /// Encoding version of the RDB payload; a newer one is refused on load.
 pub const ENCODING_VERSION: i32 = 1;
@@ -117,9 +116,8 @@ unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) 
 /// `value` is a live value of this type; `key` is its key name.
 unsafe extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: RawString, value: *mut c_void) {
     let blob = encode(unsafe { filter_ref(value) });
-    unsafe {
-        api!(RedisModule_EmitAOF)(aof, c"IDEM.BF.LOAD".as_ptr(), c"sb".as_ptr(), key, blob.as_ptr() as *const c_char, blob.len())
-    };
+    let (ptr, len) = c_bytes(&blob);
+    unsafe { api!(RedisModule_EmitAOF)(aof, c"IDEM.BF.LOAD".as_ptr(), c"sb".as_ptr(), key, ptr, len) };
 }
 
 /// Size of Redis's `moduleValue` wrapper around our pointer.
@@ -128,17 +126,12 @@ const MODULE_VALUE_SIZE: usize = 16;
 /// # Safety
 /// `value` is a live value of this type, allocated by Redis's allocator.
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
-    let malloc_size = |ptr: *const u8| unsafe { api!(RedisModule_MallocSize)(ptr as *mut c_void) };
     let filter = unsafe { filter_ref(value) };
-    let mut total = MODULE_VALUE_SIZE + malloc_size(value.cast());
-    if filter.shards.capacity() > 0 {
-        total += malloc_size(filter.shards.as_ptr().cast());
-    }
+    let mut total = MODULE_VALUE_SIZE + allocation_size(value as *const ShardedBloom, 1);
+    total += allocation_size(filter.shards.as_ptr(), filter.shards.capacity());
     for shard in &filter.shards {
-        if shard.filters.capacity() > 0 {
-            total += malloc_size(shard.filters.as_ptr().cast());
-        }
-        total += shard.filters.iter().map(|sub| malloc_size(sub.bits.as_ptr().cast())).sum::<usize>();
+        total += allocation_size(shard.filters.as_ptr(), shard.filters.capacity());
+        total += shard.filters.iter().map(|sub| allocation_size(sub.bits.as_ptr(), sub.bits.words())).sum::<usize>();
     }
     total
 }
@@ -147,8 +140,9 @@ unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
 /// `md` is a valid digest context; `value` a live value of this type.
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     let bytes = encode(unsafe { filter_ref(value) });
+    let (ptr, len) = c_bytes(&bytes);
     unsafe {
-        api!(RedisModule_DigestAddStringBuffer)(md, bytes.as_ptr() as *const c_char, bytes.len());
+        api!(RedisModule_DigestAddStringBuffer)(md, ptr, len);
         api!(RedisModule_DigestEndSequence)(md);
     }
 }

@@ -9,7 +9,6 @@
 
 use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
-use std::os::raw::c_char;
 use std::ptr;
 
 use redis_module::native_types::RedisType;
@@ -17,7 +16,7 @@ use redis_module::raw;
 
 use crate::record::codec::{self, Packed};
 use crate::record::{Millis, Record};
-use crate::server::{CmdError, Key, RawString, api};
+use crate::server::{CmdError, Key, RawString, allocation_size, api, c_bytes};
 
 /// Encoding version of the RDB payload; a newer one is refused on load.
 /// 2: the record's format 2 (varints), which format 1 readers refuse.
@@ -259,16 +258,8 @@ unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) 
 /// `value` is a live value of this type; `key` is its key name.
 unsafe extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: RawString, value: *mut c_void) {
     let blob = effect_blob(&unsafe { to_record(value) }, None);
-    unsafe {
-        api!(RedisModule_EmitAOF)(
-            aof,
-            c"IDEM.APPLY".as_ptr(),
-            c"sb".as_ptr(),
-            key,
-            blob.as_ptr() as *const c_char,
-            blob.len(),
-        )
-    };
+    let (ptr, len) = c_bytes(&blob);
+    unsafe { api!(RedisModule_EmitAOF)(aof, c"IDEM.APPLY".as_ptr(), c"sb".as_ptr(), key, ptr, len) };
 }
 
 /// Size of Redis's `moduleValue` wrapper around our pointer.
@@ -277,11 +268,11 @@ const MODULE_VALUE_SIZE: usize = 16;
 /// # Safety
 /// `value` is a live value of this type, allocated by Redis's allocator.
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
-    let malloc_size = |ptr: *const c_void| unsafe { api!(RedisModule_MallocSize)(ptr as *mut c_void) };
-    let own = MODULE_VALUE_SIZE + malloc_size(untagged(value) as *const c_void);
+    let own = MODULE_VALUE_SIZE + allocation_size(untagged(value) as *const u8, 1);
     match unsafe { value_ref(value as *mut c_void) } {
         Value::Packed(_) => own,
-        Value::Full(record) => own + record.result.as_ref().map_or(0, |r| malloc_size(r.as_ptr().cast())),
+        // An empty RESULT is an empty boxed slice: no allocation behind it.
+        Value::Full(record) => own + record.result.as_ref().map_or(0, |r| allocation_size(r.as_ptr(), r.len())),
     }
 }
 
@@ -290,8 +281,9 @@ unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     let mut bytes = Vec::new();
     codec::encode(&unsafe { to_record(value) }, &mut bytes);
+    let (ptr, len) = c_bytes(&bytes);
     unsafe {
-        api!(RedisModule_DigestAddStringBuffer)(md, bytes.as_ptr() as *const c_char, bytes.len());
+        api!(RedisModule_DigestAddStringBuffer)(md, ptr, len);
         api!(RedisModule_DigestEndSequence)(md);
     }
 }

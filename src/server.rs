@@ -89,7 +89,8 @@ impl Ctx {
         unsafe { api!(RedisModule_ReplyWithSimpleString)(self.0, text.as_ptr()) };
     }
     pub fn reply_bulk(self, bytes: &[u8]) {
-        unsafe { api!(RedisModule_ReplyWithStringBuffer)(self.0, bytes.as_ptr().cast(), bytes.len()) };
+        let (ptr, len) = c_bytes(bytes);
+        unsafe { api!(RedisModule_ReplyWithStringBuffer)(self.0, ptr, len) };
     }
     pub fn reply_optional_bulk(self, bytes: Option<&[u8]>) {
         match bytes {
@@ -112,16 +113,8 @@ impl Ctx {
     /// Propagates `command key blob` to replicas and the AOF: one compact
     /// command per write, which is what RM_Replicate charges least for.
     pub fn replicate_key_blob(self, command: &'static CStr, key: RawString, blob: &[u8]) {
-        unsafe {
-            api!(RedisModule_Replicate)(
-                self.0,
-                command.as_ptr(),
-                c"sb".as_ptr(),
-                key,
-                blob.as_ptr() as *const c_char,
-                blob.len(),
-            )
-        };
+        let (blob_ptr, blob_len) = c_bytes(blob);
+        unsafe { api!(RedisModule_Replicate)(self.0, command.as_ptr(), c"sb".as_ptr(), key, blob_ptr, blob_len) };
     }
 
     /// Propagates `command key blob item...`. One or no item, the common
@@ -131,7 +124,7 @@ impl Ctx {
         if items.is_empty() {
             return self.replicate_key_blob(command, key, blob);
         }
-        let (blob_ptr, blob_len) = (blob.as_ptr() as *const c_char, blob.len());
+        let (blob_ptr, blob_len) = c_bytes(blob);
         let replicate = api!(RedisModule_Replicate);
         unsafe {
             match items {
@@ -188,6 +181,34 @@ impl ArgList for Args<'_> {
     fn bytes(&self, index: usize) -> &[u8] {
         string_bytes(self.0[index])
     }
+}
+
+/// A byte slice as the C API takes it. An empty Rust slice points at an
+/// address that was never allocated (its alignment): harmless to Rust, but
+/// C code may hand it to the allocator or to memcpy. Empty slices point at
+/// a real static byte instead.
+pub fn c_bytes(bytes: &[u8]) -> (*const c_char, usize) {
+    static EMPTY: [u8; 1] = [0];
+    let bytes = if bytes.is_empty() { &EMPTY[..0] } else { bytes };
+    (bytes.as_ptr().cast(), bytes.len())
+}
+
+/// Bytes Redis's allocator really holds for an allocation of `len`
+/// elements starting at `ptr`. A Rust value with nothing in it (an empty
+/// boxed slice, a `Vec` without capacity) holds no allocation at all, and
+/// its dangling pointer must never reach the allocator: 0 for those.
+pub fn allocation_size<T>(ptr: *const T, len: usize) -> usize {
+    if len == 0 || size_of::<T>() == 0 {
+        return 0;
+    }
+    unsafe { api!(RedisModule_MallocSize)(ptr as *mut c_void) }
+}
+
+/// A Redis string with a copy of `bytes`, to be freed with
+/// `RedisModule_FreeString`.
+pub fn create_string(ctx: RawCtx, bytes: &[u8]) -> RawString {
+    let (ptr, len) = c_bytes(bytes);
+    unsafe { api!(RedisModule_CreateString)(ctx, ptr, len) }
 }
 
 /// The bytes of a Redis string; valid while the string is.

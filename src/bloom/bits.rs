@@ -43,6 +43,11 @@ impl Bits {
         self.hashes
     }
 
+    /// Number of 64-bit words, for memory accounting.
+    pub fn words(&self) -> usize {
+        self.words.len()
+    }
+
     /// Start of the allocation, for memory accounting.
     pub fn as_ptr(&self) -> *const u64 {
         self.words.as_ptr()
