@@ -35,6 +35,11 @@ pub const MAX_SUB_FILTERS: usize = 32;
 /// Largest filter, all shards together: big enough for a billion items a
 /// day at 1%, small enough to save and replicate as one Redis string.
 pub const MAX_BYTES: u64 = 512 * 1024 * 1024 - 64 * 1024;
+/// Smallest error rate: one false positive in a billion queries. Below it
+/// a filter costs over 43 bits per item per shard for a difference no
+/// one can measure, and rates like 1e-300 overflow the sizing.
+pub const MIN_ERROR_RATE: f64 = 1e-9;
+
 /// Largest period: a century.
 pub const MAX_PERIOD: Seconds = 100 * 365 * DAY;
 /// A new shard's capacity is the previous shard's item count times this
@@ -79,8 +84,8 @@ pub enum BloomError {
 
 impl Params {
     pub fn check(&self) -> Result<(), BloomError> {
-        if !(self.error_rate > 0.0 && self.error_rate < 1.0) {
-            return Err(BloomError::Invalid("error_rate must be between 0 and 1"));
+        if !(self.error_rate >= MIN_ERROR_RATE && self.error_rate < 1.0) {
+            return Err(BloomError::Invalid("error_rate must be at least 1e-9 and less than 1"));
         }
         if self.capacity < 1 {
             return Err(BloomError::Invalid("capacity must be at least 1"));

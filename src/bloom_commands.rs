@@ -15,6 +15,7 @@ use crate::args::{ArgList, parse_options, require};
 use crate::bloom::{BloomError, DAY, HOUR, ItemHash, Params, ShardedBloom, codec};
 use crate::bloom_type;
 use crate::config;
+use crate::limits;
 use crate::metrics::{Metric, count};
 use crate::record::Millis;
 use crate::record::codec::Reader;
@@ -53,15 +54,31 @@ impl Target<'_> {
     }
 }
 
+/// A filter write checked and ready: nothing has changed yet.
+pub struct Prepared<'k> {
+    target: Target<'k>,
+    /// Bytes of bit arrays the write will allocate.
+    allocate: u64,
+}
+
+impl Prepared<'_> {
+    /// Whether the write needs memory: a new filter, shard or sub-filter.
+    pub fn allocates(&self) -> bool {
+        self.allocate > 0
+    }
+}
+
 /// The filter at `key`, ready for `count` more items at `now`: the key's
 /// own or, for a missing key, a new one from `create`. Checks type and room
 /// and changes nothing, so a refused write leaves the key as it was.
-pub fn prepare<'k>(
+/// Replicated writes (`IDEM.BF.APPLY`) take this path alone: a replica does
+/// what its primary did.
+fn prepare_target<'k>(
     key: &'k Key,
     count: usize,
     now: Millis,
     create: impl FnOnce() -> Result<ShardedBloom, CmdError>,
-) -> Result<Target<'k>, CmdError> {
+) -> Result<Prepared<'k>, CmdError> {
     let target = match bloom_type::open(key)? {
         Some(filter) => Target::Existing(filter),
         None => Target::Create(create()?),
@@ -71,7 +88,55 @@ pub fn prepare<'k>(
         Target::Create(filter) => filter,
     };
     filter.check_room(count as u64, now).map_err(bloom_error)?;
-    Ok(target)
+    let allocate = match &target {
+        Target::Create(filter) => filter.bytes(),
+        // TODO(bloom-core-limits): the room plan's allocation.
+        Target::Existing(_) => 0,
+    };
+    Ok(Prepared { target, allocate })
+}
+
+/// At least the size of a filter's encoding (as `DUMP` writes it): its bit
+/// arrays, and less than 64 bytes per shard, per sub-filter and for the
+/// parameters and the framing.
+fn encoded_size_bound(filter: &ShardedBloom) -> u64 {
+    filter.bytes() + 64 * (filter.shards.len() + filter.sub_filter_count() + 2) as u64
+}
+
+/// A write of no items to an existing filter, which drops the shards that
+/// left the window (the background sweeper's).
+pub fn prepare_drop(key: &Key, now: Millis) -> Result<Prepared<'_>, CmdError> {
+    prepare_target(key, 0, now, || Err(CmdError::Static(c"ERR no such filter")))
+}
+
+/// [`prepare_target`] for a client's write, which must also leave the
+/// filter small enough to move (`proto-max-bulk-len`) and used memory
+/// within `maxmemory`.
+pub fn prepare<'k>(
+    ctx: Ctx,
+    key: &'k Key,
+    count: usize,
+    now: Millis,
+    create: impl FnOnce() -> Result<ShardedBloom, CmdError>,
+) -> Result<Prepared<'k>, CmdError> {
+    let prepared = prepare_target(key, count, now, create)?;
+    if prepared.allocates() {
+        let (filter, existing) = match &prepared.target {
+            Target::Existing(filter) => (&**filter, prepared.allocate),
+            Target::Create(filter) => (filter, 0),
+        };
+        // TODO(bloom-core-limits): check_room takes the limit.
+        let bytes = filter.bytes() + existing;
+        let limit = config::bf_max_bytes();
+        if bytes > limit {
+            return Err(CmdError::new(format!(
+                "ERR the filter would grow to {bytes} bytes, over idem.bf-max-bytes ({limit})"
+            )));
+        }
+        limits::check_value_size(ctx, encoded_size_bound(filter) + existing, "this write")?;
+        limits::check_memory_for(ctx, prepared.allocate)?;
+    }
+    Ok(prepared)
 }
 
 /// A filter for a missing key, from the `idem.bf-*` configs.
@@ -81,7 +146,10 @@ pub fn from_configs(now: Millis) -> Result<ShardedBloom, CmdError> {
 
 /// Adds `items` at `now` and stores the result; `on_item` hears, in order,
 /// whether each item was new to the window. `true` when anything changed.
-fn add_at(key: &Key, mut target: Target, now: Millis, items: &[RawString], mut on_item: impl FnMut(bool)) -> bool {
+/// A filter left with no shard in its window is deleted: a filter key
+/// never outlives its window, whatever TTL a user gave it.
+fn add_at(key: &Key, prepared: Prepared, now: Millis, items: &[RawString], mut on_item: impl FnMut(bool)) -> bool {
+    let mut target = prepared.target;
     let filter = target.filter();
     let items_before = filter.items();
     let mut changed = filter.drop_expired(now);
@@ -97,6 +165,10 @@ fn add_at(key: &Key, mut target: Target, now: Millis, items: &[RawString], mut o
             bloom_type::store(key, filter);
             true
         }
+        Target::Existing(filter) if filter.shards.is_empty() => {
+            key.delete();
+            true
+        }
         Target::Existing(filter) => {
             if changed {
                 key.set_expire_at(filter.expire_at());
@@ -107,9 +179,9 @@ fn add_at(key: &Key, mut target: Target, now: Millis, items: &[RawString], mut o
 }
 
 /// Adds `items` to the filter prepared for them and propagates the effect.
-pub fn add_and_propagate(ctx: Ctx, key: &Key, target: Target, now: Millis, items: &[RawString], on_item: impl FnMut(bool)) {
-    let created = target.create_header(now);
-    if add_at(key, target, now, items, on_item) {
+pub fn add_and_propagate(ctx: Ctx, key: &Key, prepared: Prepared, now: Millis, items: &[RawString], on_item: impl FnMut(bool)) {
+    let created = prepared.target.create_header(now);
+    if add_at(key, prepared, now, items, on_item) {
         let time = now.to_le_bytes();
         let header = created.as_deref().unwrap_or(&time);
         ctx.replicate_key_blob_items(c"IDEM.BF.APPLY", key.name(), header, items);
@@ -158,8 +230,8 @@ pub fn reserve(ctx: Ctx, args: &Args) -> CmdResult {
     if !key.is_empty() {
         return Err(CmdError::Static(c"ERR key already exists"));
     }
-    let filter = ShardedBloom::new(params, rand::random(), now).map_err(bloom_error)?;
-    add_and_propagate(ctx, &key, Target::Create(filter), now, &[], |_| {});
+    let prepared = prepare(ctx, &key, 0, now, || ShardedBloom::new(params, rand::random(), now).map_err(bloom_error))?;
+    add_and_propagate(ctx, &key, prepared, now, &[], |_| {});
     ctx.reply_simple(c"OK");
     Ok(())
 }
@@ -168,11 +240,11 @@ fn add_items(ctx: Ctx, args: &Args, as_array: bool) -> CmdResult {
     let now = ctx.now();
     let items = args.raw_from(2);
     let key = ctx.open_key(args.raw(1), KeyMode::Write);
-    let target = prepare(&key, items.len(), now, || from_configs(now))?;
+    let prepared = prepare(ctx, &key, items.len(), now, || from_configs(now))?;
     if as_array {
         ctx.reply_array(items.len());
     }
-    add_and_propagate(ctx, &key, target, now, items, |new| {
+    add_and_propagate(ctx, &key, prepared, now, items, |new| {
         count(if new { Metric::BfAddNew } else { Metric::BfAddSeen });
         ctx.reply_int(new as i64);
     });
@@ -258,18 +330,20 @@ pub fn info(ctx: Ctx, args: &Args) -> CmdResult {
 }
 
 /// IDEM.BF.APPLY key header item...: a write as the primary made it (see
-/// the module comment). Validated like user input: anyone may send it.
+/// the module comment). Only from the primary or the AOF; validated all the
+/// same, since an AOF file can be damaged.
 pub fn apply(ctx: Ctx, args: &Args) -> CmdResult {
+    ctx.require_primary_or_aof()?;
     let (now, create) = parse_apply_header(args.bytes(2))?;
     let items = args.raw_from(3);
     let key = ctx.open_key(args.raw(1), KeyMode::Write);
-    let target = prepare(&key, items.len(), now, || {
+    let prepared = prepare_target(&key, items.len(), now, || {
         let mut input = Reader(create);
         let (params, seed) = codec::decode_params(&mut input)
             .map_err(|_| CmdError::Static(c"ERR IDEM.BF.APPLY on a missing filter needs valid parameters"))?;
         ShardedBloom::new(params, seed, now).map_err(bloom_error)
     })?;
-    add_at(&key, target, now, items, |_| {});
+    add_at(&key, prepared, now, items, |_| {});
     // On a primary this reaches replicas and the AOF; on a replica, its
     // own AOF.
     ctx.replicate_verbatim();
@@ -289,7 +363,9 @@ pub fn parse_apply_header(header: &[u8]) -> Result<(Millis, &[u8]), CmdError> {
 }
 
 /// IDEM.BF.LOAD key blob: a whole filter, as the AOF rewrite writes it.
+/// Only from the primary or the AOF.
 pub fn load(ctx: Ctx, args: &Args) -> CmdResult {
+    ctx.require_primary_or_aof()?;
     let filter = codec::decode(args.bytes(2)).map_err(|e| CmdError::new(format!("ERR invalid IDEM.BF.LOAD payload: {}", e.0)))?;
     let key = ctx.open_key(args.raw(1), KeyMode::Write);
     bloom_type::open(&key)?;

@@ -12,7 +12,7 @@ use std::ptr;
 
 use redis_module::raw;
 
-use crate::bloom_commands::{Target, add_and_propagate};
+use crate::bloom_commands::{add_and_propagate, prepare_drop};
 use crate::bloom_type;
 use crate::record::Millis;
 use crate::server::{Ctx, KeyMode, RawCtx, RawString, api, create_string};
@@ -107,8 +107,8 @@ fn drop_old_shards(ctx: Ctx, name: &[u8], now: Millis) {
     let name = create_string(ctx.0, name);
     {
         let key = ctx.open_key(name, KeyMode::Write);
-        if let Ok(Some(filter)) = bloom_type::open(&key) {
-            add_and_propagate(ctx, &key, Target::Existing(filter), now, &[], |_| {});
+        if let Ok(prepared) = prepare_drop(&key, now) {
+            add_and_propagate(ctx, &key, prepared, now, &[], |_| {});
         }
     }
     unsafe { api!(RedisModule_FreeString)(ctx.0, name) };

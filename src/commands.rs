@@ -9,6 +9,7 @@
 use std::ffi::CStr;
 
 use crate::config;
+use crate::limits;
 use crate::metrics::{Metric, count};
 use crate::record::{self, ClaimArgs, ClaimReply, DoneReply, Millis, Token, Write};
 use crate::record_type::{self, Slot};
@@ -178,27 +179,35 @@ pub fn parse_done<A: ArgList + ?Sized>(args: &A, now: Millis, max_result: usize)
     Ok(done)
 }
 
+/// IDEM.DONE's reply when it completed the record: `1`, plus these bits
+/// for what could not be stored (docs/commands.md).
+const DONE_RESULT_DROPPED: i64 = 2;
+const DONE_BLOOM_DROPPED: i64 = 4;
+
 /// IDEM.DONE key token [RESULT value] [RETAIN seconds] [BLOOM filterkey]
+///
+/// Completed work must never come back as a redo: once the token is known
+/// to hold the claim, the record is completed whatever else fails. The
+/// RESULT (under a full memory) and the filter add (a full filter, a
+/// filter key of another type, a full memory) are best effort: dropped,
+/// counted, logged and told in the reply, never an error.
 pub fn done(ctx: Ctx, args: &Args) -> CmdResult {
     let now = ctx.now();
     let DoneArgs { token, result, retain, bloom } = parse_done(args, now, config::max_result())?;
+    if let Some(result) = result {
+        limits::check_value_size(ctx, result.len() as u64 + limits::RECORD_OVERHEAD, "RESULT")?;
+    }
     let key = ctx.open_key(args.raw(1), KeyMode::Write);
     let mut slot = Slot::open(&key)?;
-    // The filter is checked (type, room) before the record changes.
-    let filter_key = bloom.map(|index| ctx.open_key(args.raw(index), KeyMode::Write));
-    let filter = match &filter_key {
-        Some(filter_key) => Some(bloom_commands::prepare(filter_key, 1, now, || bloom_commands::from_configs(now))?),
-        None => None,
-    };
-    let (reply, write) = record::done(slot.record(), token, result, retain, now);
+    let memory_full = ctx.memory_full();
+    let kept_result = if memory_full { None } else { result };
+    let (reply, write) = record::done(slot.record(), token, kept_result, retain, now);
     match reply {
-        DoneReply::Completed => {
-            count(Metric::DoneCompleted);
-            ctx.reply_int(1);
-        }
+        DoneReply::Completed => count(Metric::DoneCompleted),
         DoneReply::AlreadyDone => {
             count(Metric::DoneAlready);
             ctx.reply_int(0);
+            return Ok(());
         }
         DoneReply::Stale => {
             count(Metric::DoneStale);
@@ -206,11 +215,36 @@ pub fn done(ctx: Ctx, args: &Args) -> CmdResult {
         }
     }
     commit(ctx, slot, write, c"idem.done");
-    if let (DoneReply::Completed, Some(filter_key), Some(filter)) = (reply, &filter_key, filter) {
-        bloom_commands::add_and_propagate(ctx, filter_key, filter, now, &[args.raw(1)], |new| {
-            count(if new { Metric::BfAddNew } else { Metric::BfAddSeen });
-        });
+    let mut completed = 1;
+    if result.is_some() && kept_result.is_none() {
+        count(Metric::DoneResultDropped);
+        limits::log_drop(ctx, "dropped the RESULT of a completed IDEM.DONE: used memory is over maxmemory");
+        completed |= DONE_RESULT_DROPPED;
     }
+    if let Some(filter_index) = bloom {
+        if let Err(why) = add_completed_to_filter(ctx, args, filter_index, now, memory_full) {
+            count(Metric::DoneBloomDropped);
+            limits::log_drop(ctx, &format!("dropped the BLOOM add of a completed IDEM.DONE: {}", why.message()));
+            completed |= DONE_BLOOM_DROPPED;
+        }
+    }
+    ctx.reply_int(completed);
+    Ok(())
+}
+
+/// Adds a completed record's key name to its `BLOOM` filter: `Err` says
+/// why the add was dropped, with nothing changed in the filter.
+fn add_completed_to_filter(ctx: Ctx, args: &Args, filter_index: usize, now: Millis, memory_full: bool) -> CmdResult {
+    let filter_key = ctx.open_key(args.raw(filter_index), KeyMode::Write);
+    let item = [args.raw(1)];
+    let prepared = bloom_commands::prepare(ctx, &filter_key, item.len(), now, || bloom_commands::from_configs(now))?;
+    // Under a full memory only an add that allocates nothing goes ahead.
+    if memory_full && prepared.allocates() {
+        return Err(CmdError::Static(c"OOM the filter needs memory and used memory is over maxmemory"));
+    }
+    bloom_commands::add_and_propagate(ctx, &filter_key, prepared, now, &item, |new| {
+        count(if new { Metric::BfAddNew } else { Metric::BfAddSeen });
+    });
     Ok(())
 }
 
@@ -296,9 +330,11 @@ pub fn get(ctx: Ctx, args: &Args) -> CmdResult {
 }
 
 /// IDEM.APPLY key blob: stores a record exactly as the primary wrote it.
-/// Replicas and AOF replay receive every write as this command; a user may
-/// send it too, like RESTORE REPLACE, so the blob is fully validated.
+/// Replicas and AOF replay receive every write as this command; clients may
+/// not send it. The blob is still fully validated: an AOF file can be
+/// damaged.
 pub fn apply(ctx: Ctx, args: &Args) -> CmdResult {
+    ctx.require_primary_or_aof()?;
     let (record, expire_at) = record_type::decode_effect(args.bytes(2))?;
     let key = ctx.open_key(args.raw(1), KeyMode::Write);
     Slot::open(&key)?;

@@ -13,8 +13,12 @@ use crate::record::{Lifetimes, Millis};
 /// Longest `retain`/`history`: 100 years. Time arguments are checked
 /// against it, so `now + argument + history` can never overflow.
 pub const MAX_SECONDS: i64 = 100 * 365 * 24 * 3600;
-/// Largest `max-result`: 512 MB, Redis's own string limit.
-pub const MAX_RESULT_LIMIT: i64 = 512 * 1024 * 1024;
+/// Largest `max-result`: Redis's string limit (512 MB, the default
+/// `proto-max-bulk-len`) less what a record adds to its result, so that a
+/// record with the largest RESULT can still be DUMPed, RESTOREd and
+/// MIGRATEd. (A lower `proto-max-bulk-len` is checked when DONE stores a
+/// large RESULT.)
+pub const MAX_RESULT_LIMIT: i64 = 512 * 1024 * 1024 - crate::limits::RECORD_OVERHEAD as i64;
 
 pub const DEFAULT_RETAIN: i64 = 86_400;
 pub const DEFAULT_HISTORY: i64 = 3_600;
@@ -44,6 +48,20 @@ pub const DEFAULT_BF_WINDOW: i64 = 7;
 /// Largest default capacity of a filter made by an ADD on a missing key.
 pub const MAX_BF_CAPACITY: i64 = 1 << 40;
 
+/// Default `bf-max-bytes`: a quarter of Redis's default string limit, so
+/// that any filter can be DUMPed and MIGRATEd in a resharding without
+/// raising `proto-max-bulk-len`, and freeing or copying one stays quick.
+pub const DEFAULT_BF_MAX_BYTES: i64 = 128 * 1024 * 1024;
+/// Smallest `bf-max-bytes`: one page of bits.
+pub const MIN_BF_MAX_BYTES: i64 = 4096;
+
+/// Largest filter, in bytes of bit arrays over all its live shards.
+pub static BF_MAX_BYTES: AtomicI64 = AtomicI64::new(DEFAULT_BF_MAX_BYTES);
+
+pub fn bf_max_bytes() -> u64 {
+    BF_MAX_BYTES.load(Ordering::Relaxed) as u64
+}
+
 /// Capacity of the first shard of a filter that `ADD` creates.
 pub static BF_CAPACITY: AtomicI64 = AtomicI64::new(DEFAULT_BF_CAPACITY);
 /// Window, in shards, of a filter that `ADD` creates.
@@ -71,11 +89,16 @@ impl ConfigurationValue<RedisString> for ErrorRate {
             .try_as_str()
             .ok()
             .and_then(|text| text.trim().parse().ok())
-            .filter(|rate: &f64| *rate > 0.0 && *rate < 1.0)
-            .ok_or(RedisError::Str("idem.bf-error-rate must be a number between 0 and 1 (exclusive)"))?;
+            .filter(|rate: &f64| valid_error_rate(*rate))
+            .ok_or(RedisError::Str("idem.bf-error-rate must be a number from 1e-9 to 1 (exclusive)"))?;
         self.0.store(rate.to_bits(), Ordering::Relaxed);
         Ok(())
     }
+}
+
+/// The range `IDEM.BF.RESERVE` accepts, for the config too.
+fn valid_error_rate(rate: f64) -> bool {
+    (crate::bloom::MIN_ERROR_RATE..1.0).contains(&rate)
 }
 
 /// Parameters of a filter made by an `ADD` (or `DONE ... BLOOM`) on a
@@ -91,12 +114,13 @@ pub fn default_filter() -> Params {
 }
 
 /// The numeric configs and their ranges, as registered in `lib.rs`.
-const NUMERIC: [(&str, i64, i64); 5] = [
+const NUMERIC: [(&str, i64, i64); 6] = [
     ("retain", 1, MAX_SECONDS),
     ("history", 1, MAX_SECONDS),
     ("max-result", 0, MAX_RESULT_LIMIT),
     ("bf-capacity", 1, MAX_BF_CAPACITY),
     ("bf-window", 1, crate::bloom::MAX_WINDOW as i64),
+    ("bf-max-bytes", MIN_BF_MAX_BYTES, crate::bloom::MAX_BYTES as i64),
 ];
 
 /// `loadmodule` arguments are name/value pairs of the configs. The crate
@@ -112,8 +136,8 @@ pub fn check_module_args(args: &[RedisString]) -> Result<(), String> {
         let value = pair[1].to_string_lossy();
         if name == "bf-error-rate" {
             match value.trim().parse::<f64>() {
-                Ok(rate) if rate > 0.0 && rate < 1.0 => continue,
-                _ => return Err(format!("bf-error-rate must be a number between 0 and 1, not '{value}'")),
+                Ok(rate) if valid_error_rate(rate) => continue,
+                _ => return Err(format!("bf-error-rate must be a number from 1e-9 to 1 (exclusive), not '{value}'")),
             }
         }
         let Some(&(_, min, max)) = NUMERIC.iter().find(|(known, _, _)| *known == name) else {

@@ -12,6 +12,7 @@ pub mod bloom_type;
 pub mod command_table;
 pub mod commands;
 pub mod config;
+pub mod limits;
 pub mod metrics;
 pub mod record;
 pub mod record_type;
@@ -112,6 +113,7 @@ redis_module! {
             ["max-result", &config::MAX_RESULT, config::DEFAULT_MAX_RESULT, 0, config::MAX_RESULT_LIMIT, ConfigurationFlags::DEFAULT, None],
             ["bf-capacity", &config::BF_CAPACITY, config::DEFAULT_BF_CAPACITY, 1, config::MAX_BF_CAPACITY, ConfigurationFlags::DEFAULT, None],
             ["bf-window", &config::BF_WINDOW, config::DEFAULT_BF_WINDOW, 1, bloom::MAX_WINDOW as i64, ConfigurationFlags::DEFAULT, None],
+            ["bf-max-bytes", &config::BF_MAX_BYTES, config::DEFAULT_BF_MAX_BYTES, config::MIN_BF_MAX_BYTES, bloom::MAX_BYTES as i64, ConfigurationFlags::DEFAULT, None],
         ],
         string: [
             ["bf-error-rate", &config::BF_ERROR_RATE, "0.01", ConfigurationFlags::DEFAULT, None],

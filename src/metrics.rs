@@ -23,6 +23,8 @@ metrics! {
     DoneCompleted => "done_completed",
     DoneAlready => "done_already",
     DoneStale => "done_stale",
+    DoneResultDropped => "done_result_dropped",
+    DoneBloomDropped => "done_bloom_dropped",
     ReleaseOk => "release_ok",
     ReleaseMiss => "release_miss",
     ExtendOk => "extend_ok",

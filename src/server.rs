@@ -72,6 +72,13 @@ impl Ctx {
         unsafe { api!(RedisModule_Milliseconds)() }
     }
 
+    /// Used memory is over `maxmemory` (never on a replica that ignores
+    /// it, nor without a `maxmemory`).
+    pub fn memory_full(self) -> bool {
+        let flags = unsafe { api!(RedisModule_GetContextFlags)(self.0) } as u32;
+        flags & raw::REDISMODULE_CTX_FLAGS_OOM != 0
+    }
+
     pub fn reply_array(self, len: usize) {
         unsafe { api!(RedisModule_ReplyWithArray)(self.0, len as _) };
     }
@@ -153,6 +160,20 @@ impl Ctx {
         unsafe {
             api!(RedisModule_NotifyKeyspaceEvent)(self.0, raw::REDISMODULE_NOTIFY_MODULE, event.as_ptr(), key)
         };
+    }
+
+    /// Refuses the internal commands to clients: they store records and
+    /// filters exactly as sent, so only the primary's replication link and
+    /// AOF loading (which replay what this module itself propagated) may
+    /// run them.
+    pub fn require_primary_or_aof(self) -> CmdResult {
+        let flags = unsafe { api!(RedisModule_GetContextFlags)(self.0) } as u32;
+        if flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0 {
+            return Ok(());
+        }
+        Err(CmdError::Static(
+            c"ERR internal command: only the primary's replication link and AOF loading may run it",
+        ))
     }
 
     pub fn log_warning(self, message: &str) {
@@ -269,6 +290,11 @@ impl Key {
         old
     }
 
+    /// Deletes the key (opened for writing) and its value.
+    pub fn delete(&self) {
+        unsafe { api!(RedisModule_DeleteKey)(self.raw) };
+    }
+
     /// Absolute expiry in Unix ms, or `None` for a key without one.
     pub fn expire_at(&self) -> Option<Millis> {
         let at = unsafe { api!(RedisModule_GetAbsExpire)(self.raw) };
@@ -300,8 +326,9 @@ impl Drop for Key {
 }
 
 pub type Handler = fn(Ctx, &Args) -> CmdResult;
-/// Key positions of a `getkeys-api` command's call.
-pub type KeyFinder = fn(&Args) -> Vec<usize>;
+/// Key positions of a `getkeys-api` command's call, each with its key-spec
+/// flags (`REDISMODULE_CMD_KEY_*`), which ACL checks read.
+pub type KeyFinder = fn(&Args) -> Vec<(usize, u32)>;
 
 /// Runs a command handler: replies its error, and turns a panic into an
 /// error reply instead of taking the server down. For a `getkeys-api`
@@ -310,8 +337,15 @@ pub fn dispatch(ctx: RawCtx, argv: *mut RawString, argc: c_int, handler: Handler
     let args = Args(unsafe { std::slice::from_raw_parts(argv, argc.max(0) as usize) });
     if let Some(keys) = keys {
         if unsafe { api!(RedisModule_IsKeysPositionRequest)(ctx) } != 0 {
-            for position in keys(&args) {
-                unsafe { api!(RedisModule_KeyAtPos)(ctx, position as c_int) };
+            // SAFETY: reading a function pointer Redis filled in at load.
+            let with_flags = unsafe { raw::RedisModule_KeyAtPosWithFlags };
+            for (position, flags) in keys(&args) {
+                match with_flags {
+                    // SAFETY: a key-position request's context, a position
+                    // within argv.
+                    Some(key_at) => unsafe { key_at(ctx, position as c_int, flags as c_int) },
+                    None => unsafe { api!(RedisModule_KeyAtPos)(ctx, position as c_int) },
+                }
             }
             return raw::REDISMODULE_OK as c_int;
         }

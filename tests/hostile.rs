@@ -101,10 +101,12 @@ fn thousands_of_corrupt_payloads_are_refused_or_load_as_usable_values() {
 }
 
 #[test]
-fn a_full_maxmemory_refuses_writes_and_leaves_every_key_as_it_was() {
+fn a_full_maxmemory_refuses_writes_but_never_a_completion() {
     let mut server = Server::with_args(&[], &["--maxmemory-policy", "noeviction"]);
     let mut con = server.conn();
     let processing = claim_new(&mut con, "processing", 600);
+    let finishing = claim_new(&mut con, "finishing", 600);
+    let finishing_too = claim_new(&mut con, "finishing-too", 600);
     let _: i64 = redis::cmd("IDEM.BF.ADD").arg("filter").arg("old").query(&mut con).unwrap();
     let before_record = snapshot(&mut con, "processing");
     let before_filter = digest(&mut con, "filter");
@@ -129,7 +131,6 @@ fn a_full_maxmemory_refuses_writes_and_leaves_every_key_as_it_was() {
     };
     oom(&mut con, &["IDEM.CLAIM", "new", "60"]);
     oom(&mut con, &["IDEM.ONCE", "new", "60"]);
-    oom(&mut con, &["IDEM.DONE", "processing", &processing, "RESULT", "r"]);
     oom(&mut con, &["IDEM.BF.ADD", "filter", "new"]);
     oom(&mut con, &["IDEM.BF.MADD", "filter", "a", "b"]);
     oom(&mut con, &["IDEM.BF.RESERVE", "other", "0.01", "1000"]);
@@ -139,6 +140,22 @@ fn a_full_maxmemory_refuses_writes_and_leaves_every_key_as_it_was() {
     // nothing else may.
     assert_same_record(&before_record, &snapshot(&mut con, "processing"), 60_000, "after OOM refusals");
     assert_eq!(digest(&mut con, "filter"), before_filter);
+
+    // Finished work is still marked done: the RESULT is dropped (reply
+    // 1 + 2); the filter add needs no memory, so it is made.
+    assert_eq!(done(&mut con, "finishing", &finishing, ("RESULT", "r", "BLOOM", "filter")), Ok(3));
+    let fields = get_fields(&mut con, "finishing");
+    assert_eq!(f_str(&fields, "state"), "done");
+    assert_eq!(f_bytes(&fields, "result"), None);
+    let seen: i64 = redis::cmd("IDEM.BF.EXISTS").arg("filter").arg("finishing").query(&mut con).unwrap();
+    assert_eq!(seen, 1);
+    // A filter to create needs memory: its add is dropped (1 + 4).
+    assert_eq!(done(&mut con, "finishing-too", &finishing_too, ("BLOOM", "new-filter")), Ok(5));
+    assert_eq!(f_str(&get_fields(&mut con, "finishing-too"), "state"), "done");
+    assert!(!exists(&mut con, "new-filter"));
+    let counters = idem_counters(&mut con);
+    assert_eq!((counters["done_result_dropped"], counters["done_bloom_dropped"]), (1, 1));
+    assert!(server.log().contains("dropped the RESULT of a completed IDEM.DONE"), "{}", server.log_tail(20));
 
     // Reads, and writes that free memory, still work.
     let seen: i64 = redis::cmd("IDEM.BF.EXISTS").arg("filter").arg("old").query(&mut con).unwrap();

@@ -476,7 +476,7 @@ class Worker:
                 return
             except LOST:
                 # Unknown whether it went through: DONE again with the same
-                # token is safe (1 = completed now, 0 = already done).
+                # token is safe (odd = completed now, 0 = already done).
                 time.sleep(min(0.1 * (tries + 1), 1.0))
         else:
             raise RuntimeError(f"IDEM.DONE {claim.key}: Redis unreachable")

@@ -1,0 +1,99 @@
+//! Limits that keep every key movable and the server's memory honest:
+//! a value must fit `proto-max-bulk-len`, or `DUMP`, `RESTORE`, `MIGRATE`
+//! and a resharding stop on it; a large allocation must not take used
+//! memory past `maxmemory`; and what `IDEM.DONE` had to drop is logged.
+//!
+//! The server is asked for its settings only on the rare large writes, so
+//! the hot paths pay nothing.
+
+use std::cell::Cell;
+
+use redis_module::{Context, RedisValue};
+
+use crate::record::Millis;
+use crate::server::{CmdError, CmdResult, Ctx};
+
+/// Smallest `proto-max-bulk-len` Redis accepts (1mb). A value below it
+/// always fits, so nothing needs to be asked.
+const MIN_PROTO_MAX_BULK_LEN: u64 = 1024 * 1024;
+
+/// What a record's `DUMP` payload and replicated effect add to its RESULT:
+/// the encoded fields (under 100 bytes), the RDB framing and checksum, and
+/// `IDEM.APPLY`'s expiry; rounded up generously.
+pub const RECORD_OVERHEAD: u64 = 1024;
+
+/// Allocations below this go ahead without asking for the used memory:
+/// `deny-oom` already refuses writes once memory is full, and this is the
+/// most one write can overshoot by.
+const SMALL_ALLOCATION: u64 = 1024 * 1024;
+
+fn config_number(ctx: Ctx, name: &str) -> Option<u64> {
+    let reply = Context::new(ctx.0).call("CONFIG", &["GET", name]).ok()?;
+    let RedisValue::Array(pair) = reply else { return None };
+    let text = match pair.get(1)? {
+        RedisValue::SimpleString(text) | RedisValue::BulkString(text) => text.clone(),
+        RedisValue::BulkRedisString(text) => text.to_string_lossy(),
+        RedisValue::StringBuffer(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        _ => return None,
+    };
+    text.parse().ok()
+}
+
+/// Refuses a value of `bytes` (as `DUMP` would serialize it) that
+/// `proto-max-bulk-len` would not let `RESTORE` or `MIGRATE` carry.
+pub fn check_value_size(ctx: Ctx, bytes: u64, what: &str) -> CmdResult {
+    if bytes <= MIN_PROTO_MAX_BULK_LEN {
+        return Ok(());
+    }
+    match config_number(ctx, "proto-max-bulk-len") {
+        Some(limit) if bytes > limit => Err(CmdError::new(format!(
+            "ERR {what} would make the key {bytes} bytes, over proto-max-bulk-len ({limit}): \
+             it could not be DUMPed, RESTOREd or MIGRATEd"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses to allocate `bytes` when that would take used memory past
+/// `maxmemory`.
+pub fn check_memory_for(ctx: Ctx, bytes: u64) -> CmdResult {
+    if bytes < SMALL_ALLOCATION {
+        return Ok(());
+    }
+    let info = Context::new(ctx.0).server_info("memory");
+    let field = |name: &str| info.field(name).and_then(|value| value.to_string_lossy().parse::<u64>().ok());
+    match (field("used_memory"), field("maxmemory")) {
+        (Some(used), Some(max)) if max > 0 && used.saturating_add(bytes) > max => Err(CmdError::new(format!(
+            "OOM the filter needs {bytes} more bytes, which would take used memory ({used}) past maxmemory ({max})"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Least time between two warnings about dropped data.
+const LOG_INTERVAL_MS: Millis = 10_000;
+
+thread_local! {
+    /// Commands run on Redis's main thread: plain cells. The time of the
+    /// last warning, and how many were held back since.
+    static LAST_LOG: Cell<Millis> = const { Cell::new(Millis::MIN) };
+    static HELD_BACK: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Logs a warning about something `IDEM.DONE` dropped, at most once every
+/// ten seconds (a full memory can make every DONE drop something), saying
+/// how many were held back; `INFO idem` counts them all.
+pub fn log_drop(ctx: Ctx, message: &str) {
+    let now = ctx.now();
+    if now.saturating_sub(LAST_LOG.get()) < LOG_INTERVAL_MS {
+        HELD_BACK.set(HELD_BACK.get() + 1);
+        return;
+    }
+    LAST_LOG.set(now);
+    let held_back = HELD_BACK.replace(0);
+    let more = match held_back {
+        0 => String::new(),
+        n => format!(" ({n} more such drops since the last warning)"),
+    };
+    ctx.log_warning(&format!("redis-idem: {message}{more}"));
+}
