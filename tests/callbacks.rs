@@ -29,6 +29,9 @@ const TOL_MS: i64 = 2000;
 /// largest RESULT.
 const MAX_RESULT: usize = 65_536;
 
+/// `idem.bf-max-bytes` while the filters are made (the default).
+const MAX_FILTER_BYTES: i64 = 128 * 1024 * 1024;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Record,
@@ -261,6 +264,7 @@ fn sleep_past_next_second(con: &mut redis::Connection, offset_ms: i64) {
 /// Filters of every shape. Takes ~3 s: one of them gets shards of four
 /// successive seconds.
 fn make_filters(con: &mut redis::Connection) -> Vec<Case> {
+    config_set(con, "idem.bf-max-bytes", &MAX_FILTER_BYTES.to_string());
     let mut cases = Vec::new();
 
     reserve(con, "bf:empty", "0.01", 100, &[]);
@@ -300,6 +304,22 @@ fn make_filters(con: &mut redis::Connection) -> Vec<Case> {
     madd(con, "bf:shard-1", &added);
     cases.push(Case::filter("bf:shard-1", added));
 
+    // Keys whose expiry the user changed: none at all (PERSIST, or a RESTORE
+    // with TTL 0), and a later one. Redis keeps a key's expiry as it is
+    // through every way of persisting it; so must the module.
+    let added = items("persisted:", 0..50);
+    reserve(con, "bf:persisted", "0.01", 100, &[]);
+    madd(con, "bf:persisted", &added);
+    let n: i64 = redis::cmd("PERSIST").arg("bf:persisted").query(con).unwrap();
+    assert_eq!(n, 1);
+    cases.push(Case::filter("bf:persisted", added));
+    let added = items("expire-changed:", 0..50);
+    reserve(con, "bf:expire-changed", "0.01", 100, &[]);
+    madd(con, "bf:expire-changed", &added);
+    let n: i64 = redis::cmd("EXPIRE").arg("bf:expire-changed").arg(30 * 86_400).query(con).unwrap();
+    assert_eq!(n, 1);
+    cases.push(Case::filter("bf:expire-changed", added));
+
     // Made by an ADD on a missing key, from the bf-* configs.
     let added = items("cfg:", 0..100);
     madd(con, "bf:from-configs", &added);
@@ -326,7 +346,9 @@ fn make_filters(con: &mut redis::Connection) -> Vec<Case> {
     assert!(shards.iter().any(|s| s.1 >= 3), "bf:stacked should have stacked sub-filters: {shards:?}");
     for case in &cases {
         assert!(mexists(con, &case.key, &case.added).iter().all(|&x| x == 1), "{}: an added item is missing", case.key);
-        assert!(pexpiretime(con, &case.key) > 0, "{}: a filter always has an expiry", case.key);
+        if case.key != "bf:persisted" {
+            assert!(pexpiretime(con, &case.key) > 0, "{}: a filter made by commands has an expiry", case.key);
+        }
     }
     cases
 }
@@ -886,8 +908,8 @@ impl Matrix {
     /// of the matrix on the values as loaded.
     fn assert_all_intact_after_load(&mut self, what: &str) {
         self.server.assert_alive();
-        assert_eq!(digest(&mut self.con), self.dataset, "{what}: DEBUG DIGEST of the dataset changed");
         self.assert_all_intact(what);
+        assert_eq!(digest(&mut self.con), self.dataset, "{what}: DEBUG DIGEST of the dataset changed");
         self.run_in_memory_matrix(what);
     }
 
@@ -958,46 +980,78 @@ fn every_filter_shape_through_every_in_memory_command() {
     eprintln!("filters x in-memory commands: {:?}", started.elapsed());
 }
 
-#[test]
-fn every_value_through_debug_reload_and_aof_rewrites() {
-    let started = Instant::now();
-    // AOF on, base written as commands (the aof_rewrite callbacks). The
-    // server starts with idem.max-result 1024: values made under a larger
-    // limit (make_records raises it to 64 KiB) must load under a smaller.
-    let server = Server::with_args(&["max-result", "1024"], &["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
+/// Every record and filter on a server with the AOF on (`aof_args`), made
+/// and looked at: ~3 s. The server starts with idem.max-result 1024 and
+/// idem.bf-max-bytes 65536: values made under larger limits (make_records
+/// and make_filters raise them) must still load under the smaller ones.
+fn matrix_with_aof(aof_args: &[&str]) -> Matrix {
+    let mut args = vec!["--appendonly", "yes"];
+    args.extend(aof_args);
+    let server = Server::with_args(&["max-result", "1024", "bf-max-bytes", "65536"], &args);
     let mut con = server.conn();
     let mut cases = make_records(&mut con);
     cases.extend(make_filters(&mut con)); // ~3 s: the leases lapse meanwhile
     wait_until_leases_lapsed(&mut con);
     check_record_states(&mut con, &cases);
-    let mut m = Matrix::new(server, con, cases);
+    Matrix::new(server, con, cases)
+}
+
+/// Restarted, the server is back at its own (smaller) limits, and every
+/// value loaded whatever its size.
+fn assert_loaded_under_smaller_limits(m: &mut Matrix) {
+    assert_eq!(config_get(&mut m.con, "idem.max-result"), "1024");
+    assert_eq!(config_get(&mut m.con, "idem.bf-max-bytes"), "65536");
+    check_record_states(&mut m.con, &m.cases);
+    let over = m.cases.iter().filter(|c| c.result_len() > 1024).count();
+    assert!(over >= 1, "a record with a RESULT over the smaller idem.max-result");
+    let over = m
+        .originals
+        .iter()
+        .filter_map(|o| o.info.as_ref())
+        .filter(|info| as_int(&info_field(info, "bytes")) > 65_536)
+        .count();
+    assert!(over >= 1, "a filter over the smaller idem.bf-max-bytes");
+}
+
+#[test]
+fn every_value_through_debug_reload_and_an_aof_rewrite_with_rdb_preamble() {
+    let started = Instant::now();
+    let mut m = matrix_with_aof(&[]);
+    assert_eq!(config_get(&mut m.con, "aof-use-rdb-preamble"), "yes");
 
     let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut m.con).expect("DEBUG RELOAD");
     m.assert_same_server("DEBUG RELOAD");
     m.assert_all_intact_after_load("DEBUG RELOAD");
 
-    // The rewrite runs aof_rewrite for every value; the restart replays it.
-    m.server.bgrewriteaof(&mut m.con);
-    m.assert_same_server("BGREWRITEAOF (aof-use-rdb-preamble no)");
-    assert_eq!(m.aof_base_kind(), "aof", "aof-use-rdb-preamble no: the base should be a command file");
-    m.restart_from_aof();
-    m.assert_all_intact_after_load("BGREWRITEAOF (aof-use-rdb-preamble no) + restart");
-    assert_eq!(config_get(&mut m.con, "idem.max-result"), "1024");
-    check_record_states(&mut m.con, &m.cases);
-
-    // The default: an RDB preamble (rdb_save / rdb_load).
-    config_set(&mut m.con, "aof-use-rdb-preamble", "yes");
+    // The default rewrite: an RDB preamble (rdb_save; rdb_load at restart).
     m.server.bgrewriteaof(&mut m.con);
     m.assert_same_server("BGREWRITEAOF (aof-use-rdb-preamble yes)");
     assert_eq!(m.aof_base_kind(), "rdb", "aof-use-rdb-preamble yes: the base should be an RDB");
     m.restart_from_aof();
     m.assert_all_intact_after_load("BGREWRITEAOF (aof-use-rdb-preamble yes) + restart");
+    assert_loaded_under_smaller_limits(&mut m);
+    m.flushall_async();
+    eprintln!("DEBUG RELOAD, AOF rewrite with RDB preamble: {:?}", started.elapsed());
+}
+
+#[test]
+fn every_value_through_an_aof_rewrite_without_rdb_preamble() {
+    let started = Instant::now();
+    let mut m = matrix_with_aof(&["--aof-use-rdb-preamble", "no"]);
+
+    // The base is written as commands (the aof_rewrite callbacks: IDEM.APPLY,
+    // IDEM.BF.LOAD, then Redis's PEXPIREAT); the restart replays them.
+    m.server.bgrewriteaof(&mut m.con);
+    m.assert_same_server("BGREWRITEAOF (aof-use-rdb-preamble no)");
+    assert_eq!(m.aof_base_kind(), "aof", "aof-use-rdb-preamble no: the base should be a command file");
+    m.restart_from_aof();
+    m.assert_all_intact_after_load("BGREWRITEAOF (aof-use-rdb-preamble no) + restart");
+    assert_loaded_under_smaller_limits(&mut m);
 
     // And a DEBUG RELOAD of what the AOF loaded.
     let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut m.con).expect("DEBUG RELOAD");
-    m.assert_same_server("DEBUG RELOAD after the AOF restarts");
-    m.assert_all_intact_after_load("DEBUG RELOAD after the AOF restarts");
-    check_record_states(&mut m.con, &m.cases);
+    m.assert_same_server("DEBUG RELOAD after the AOF restart");
+    m.assert_all_intact_after_load("DEBUG RELOAD after the AOF restart");
     m.flushall_async();
-    eprintln!("persistence round trips: {:?}", started.elapsed());
+    eprintln!("AOF rewrite without RDB preamble: {:?}", started.elapsed());
 }
