@@ -369,7 +369,9 @@ pub fn load(ctx: Ctx, args: &Args) -> CmdResult {
     let filter = codec::decode(args.bytes(2)).map_err(|e| CmdError::new(format!("ERR invalid IDEM.BF.LOAD payload: {}", e.0)))?;
     let key = ctx.open_key(args.raw(1), KeyMode::Write);
     bloom_type::open(&key)?;
-    bloom_type::store(&key, filter);
+    // The rewrite writes the key's own expiry after this command, and none
+    // for a key without one: the filter's window is not this key's TTL.
+    bloom_type::store_without_expiry(&key, filter);
     ctx.replicate_verbatim();
     ctx.reply_simple(c"OK");
     Ok(())

@@ -65,8 +65,14 @@ pub fn value_of<'a>(key: *mut raw::RedisModuleKey) -> Option<&'a ShardedBloom> {
 /// window.
 pub fn store(key: &Key, filter: ShardedBloom) {
     let expire_at = filter.expire_at();
-    key.set_module_value(module_type(), Box::into_raw(Box::new(filter)).cast());
+    store_without_expiry(key, filter);
     key.set_expire_at(expire_at);
+}
+
+/// Makes `key` hold `filter` with no expiry (the AOF rewrite's
+/// `IDEM.BF.LOAD` is followed by the key's own `PEXPIREAT`, if it has one).
+pub fn store_without_expiry(key: &Key, filter: ShardedBloom) {
+    key.set_module_value(module_type(), Box::into_raw(Box::new(filter)).cast());
 }
 
 fn encode(filter: &ShardedBloom) -> Vec<u8> {
