@@ -13,7 +13,6 @@ import os
 import shutil
 import socket
 import statistics
-import struct
 import subprocess
 import tempfile
 import time
@@ -48,12 +47,17 @@ class Server:
     def __init__(self, extra=(), redisbloom=True, warm=True):
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="idem-bench-")
-        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-                "--save", "", "--appendonly", "no", "--loadmodule", str(MODULE)]
+        self.args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+                     "--save", "", "--appendonly", "no", "--loadmodule", str(MODULE)]
         if redisbloom:
-            args += ["--loadmodule", str(redisbloom_path())]
-        args += list(extra)
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.args += ["--loadmodule", str(redisbloom_path())]
+        self.args += list(extra)
+        self.start()
+        if warm:
+            self.warm_up(redisbloom)
+
+    def start(self):
+        self.process = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.client = redis.Redis(port=self.port)
         for _ in range(200):
             try:
@@ -63,8 +67,22 @@ class Server:
                 time.sleep(0.05)
         else:
             raise SystemExit("redis-server did not start")
-        if warm:
-            self.warm_up(redisbloom)
+
+    def replay_from_aof(self, commands):
+        """Runs `commands` (tuples) as the server runs its AOF at start, by
+        appending them to the AOF and restarting: how the benchmarks apply
+        the module's internal commands (IDEM.BF.APPLY at a chosen primary
+        time), which answer clients with an error. Needs --appendonly yes."""
+        try:
+            self.client.execute_command("SHUTDOWN", "NOSAVE")
+        except redis.ConnectionError:
+            pass
+        self.process.wait()
+        incr = next(Path(self.dir, "appendonlydir").glob("*.incr.aof"))
+        with open(incr, "ab") as aof:
+            for command in [("SELECT", 0), *commands]:
+                aof.write(resp(command))
+        self.start()
 
     def warm_up(self, redisbloom):
         """The first write of a server, and each module's first write, make
@@ -75,8 +93,6 @@ class Server:
         c.set("warm", "up")
         c.execute_command("IDEM.BF.RESERVE", "warm:f", 0.01, 1_000_000, "WINDOW", 1)
         c.execute_command("IDEM.BF.MADD", "warm:f", *batch)
-        now = int(c.execute_command("TIME")[0]) * 1000
-        c.execute_command("IDEM.BF.APPLY", "warm:f", struct.pack("<q", now), *batch)
         c.execute_command("IDEM.ONCE", "warm:o", 10)
         if redisbloom:
             c.execute_command("BF.RESERVE", "warm:b", 0.01, 1_000_000)
@@ -104,6 +120,15 @@ class Server:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def resp(command):
+    """A command as RESP, as the AOF holds it."""
+    parts = [str(part).encode() if not isinstance(part, bytes) else part for part in command]
+    out = b"*%d\r\n" % len(parts)
+    for part in parts:
+        out += b"$%d\r\n%s\r\n" % (len(part), part)
+    return out
 
 
 def redis_benchmark(server, command, requests, clients=50, pipeline=16, keyspace=100_000_000):
