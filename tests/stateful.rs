@@ -34,14 +34,14 @@ use common::*;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-const HISTORY_S: i64 = 3;
-const RETAIN_S: i64 = 4;
+const HISTORY_S: i64 = 2;
+const RETAIN_S: i64 = 3;
 const BF_WINDOW: i64 = 2;
 const BF_CAPACITY: i64 = 1000;
 const DUMP_SLOTS: usize = 4;
 /// Pause between steps, so that a run spans many leases with a few
 /// thousand commands.
-const PACE: Duration = Duration::from_millis(3);
+const PACE: Duration = Duration::from_millis(5);
 /// More possible worlds than this is a test failure (the model could not
 /// tell what happened).
 const MAX_WORLDS: usize = 4096;
@@ -189,7 +189,7 @@ impl Run {
     }
 
     fn note(&mut self, line: String) {
-        if self.log.len() == 80 {
+        if self.log.len() == 600 {
             self.log.pop_front();
         }
         self.log.push_back(line);
@@ -272,7 +272,10 @@ impl Run {
             let mut token = None;
             for st in &states {
                 for t in st.tmin..=t1 {
-                    for (exp, mut w2) in self.outcomes(&st.w, db, cmd, t) {
+                    for (mut exp, mut w2) in self.outcomes(&st.w, db, cmd, t) {
+                        if let Exp::Get(g) = &mut exp {
+                            g.pttl_slack = (t1 - t, t - t0);
+                        }
                         let mut m2 = Matched::default();
                         if matches(&exp, reply, &mut m2).is_err() {
                             continue;
@@ -327,10 +330,10 @@ impl Run {
 
     /// Every (expected reply, world after) of `cmd` at `t` from `w`.
     fn outcomes(&self, w: &World, db: usize, cmd: &Cmd, t: i64) -> Vec<(Exp, World)> {
-        let wt = w.at(t);
-        let mut vs = variants(&wt, db, &cmd.keys());
+        let shows = cmd.shows_expiry();
+        let mut vs: Vec<World> = w.at(t).iter().flat_map(|wt| variants(wt, db, &cmd.keys(), shows)).collect();
         if let Cmd::Move { key } = cmd {
-            vs = vs.iter().flat_map(|v| variants(v, 1, &[key.as_str()])).collect();
+            vs = vs.iter().flat_map(|v| variants(v, 1, &[key.as_str()], shows)).collect();
         }
         vs.iter().flat_map(|v| apply(v, db, cmd, t, &self.cfg)).collect()
     }
@@ -355,7 +358,8 @@ impl Run {
         let name = cmd.to_string().split(' ').next().unwrap().to_string();
         let kind = match reply {
             Value::ServerError(_) => error_text(reply).unwrap().split(' ').next().unwrap().to_string(),
-            Value::Int(i) => i.to_string(),
+            Value::Int(i) if i.abs() <= 10 => i.to_string(),
+            Value::Int(_) => "n".into(),
             Value::Nil => "nil".into(),
             Value::Array(items) if matches!(cmd, Cmd::Claim { .. }) => {
                 items.first().map(|s| format!("{}", short(s))).unwrap_or_default()
@@ -384,6 +388,12 @@ impl Run {
                     }
                 }
                 if !keys.is_empty() {
+                    if std::env::var_os("IDEM_STATEFUL_DEBUG").is_some() {
+                        for k in &keys {
+                            let descs: Vec<String> = self.worlds.iter().map(|w| w.describe(db, k)).collect();
+                            eprintln!("probe db{db} {k} after {:?}: {descs:#?}", self.log.back());
+                        }
+                    }
                     let cmds = probe_cmds(&keys);
                     self.step(db, &cmds);
                 }
@@ -434,7 +444,7 @@ impl Run {
             _ => None,
         };
         let roll = self.rng.below(100);
-        if roll < 65 {
+        if roll < 55 {
             if let Some(t) = latest {
                 return t;
             }
@@ -466,55 +476,63 @@ impl Run {
     fn choose(&mut self) -> (usize, Vec<Cmd>) {
         let roll = self.rng.below(1000);
         let cmd = match roll {
-            0..=219 => {
+            0..=229 => {
                 let key = self.rec_key();
                 Cmd::Claim {
                     key,
                     lease: self.rng.range(1, 2),
                     payload: self.rng.chance(40).then(|| self.rng.pick(&PAYLOADS).to_vec()),
-                    maxtries: self.rng.chance(25).then(|| self.rng.range(1, 3)),
-                    bloom: self.rng.chance(35).then(|| self.filt_key()),
+                    maxtries: self.rng.chance(30).then(|| self.rng.range(1, 3)),
+                    bloom: self.rng.chance(40).then(|| self.filt_key()),
                 }
             }
-            220..=369 => {
+            230..=339 => {
                 let key = self.rec_key();
                 let token = self.token_for(&key);
                 Cmd::Done {
                     key,
                     token,
                     result: self.rng.chance(50).then(|| self.result()),
-                    retain: self.rng.chance(40).then(|| self.rng.range(1, 4)),
-                    bloom: self.rng.chance(35).then(|| self.filt_key()),
+                    retain: self.rng.chance(40).then(|| self.rng.range(1, 3)),
+                    bloom: self.rng.chance(40).then(|| self.filt_key()),
                 }
             }
-            370..=419 => {
+            340..=389 => {
                 let key = self.rec_key();
                 let token = self.token_for(&key);
                 Cmd::Release { key, token }
             }
-            420..=469 => {
+            390..=439 => {
                 let key = self.rec_key();
                 let token = self.token_for(&key);
                 Cmd::Extend { key, token, lease: self.rng.range(1, 2) }
             }
-            470..=539 => Cmd::Get { key: self.rec_key() },
-            540..=569 => Cmd::Once { key: self.rec_key(), retain: self.rng.range(1, 3) },
-            570..=594 => Cmd::BfReserve {
-                key: self.filt_key(),
-                rate: self.rng.pick(&[0.01, 0.001]),
-                capacity: self.rng.pick(&[2, 10, 100]),
-                window: self.rng.chance(85).then(|| self.rng.range(1, 3)),
-                shard: self.rng.chance(90).then(|| self.rng.range(1, 2)),
-                expansion: self.rng.chance(50).then(|| self.rng.pick(&[1, 2, 4])),
-            },
-            595..=654 => Cmd::BfAdd { key: self.filt_key(), item: self.item() },
-            655..=679 => Cmd::BfMadd { key: self.filt_key(), items: self.items() },
-            680..=719 => Cmd::BfExists { key: self.filt_key(), item: self.item() },
-            720..=739 => Cmd::BfMexists { key: self.filt_key(), items: self.items() },
-            740..=769 => Cmd::BfInfo { key: self.filt_key() },
-            770..=784 => Cmd::Del { key: self.any_key() },
-            785..=794 => Cmd::Unlink { key: self.any_key() },
-            795..=819 => {
+            440..=519 => Cmd::Get { key: self.rec_key() },
+            520..=549 => Cmd::Once { key: self.rec_key(), retain: self.rng.range(1, 3) },
+            550..=584 => {
+                let key = self.filt_key();
+                let reserve = Cmd::BfReserve {
+                    key: key.clone(),
+                    rate: self.rng.pick(&[0.01, 0.001]),
+                    capacity: self.rng.pick(&[2, 10, 100]),
+                    window: self.rng.chance(85).then(|| self.rng.range(1, 3)),
+                    shard: self.rng.chance(90).then(|| self.rng.range(1, 2)),
+                    expansion: self.rng.chance(50).then(|| self.rng.pick(&[1, 2, 4])),
+                };
+                // Often in place of what the key holds.
+                if self.rng.chance(60) {
+                    return (0, vec![Cmd::Del { key }, reserve]);
+                }
+                reserve
+            }
+            585..=644 => Cmd::BfAdd { key: self.filt_key(), item: self.item() },
+            645..=669 => Cmd::BfMadd { key: self.filt_key(), items: self.items() },
+            670..=709 => Cmd::BfExists { key: self.filt_key(), item: self.item() },
+            710..=729 => Cmd::BfMexists { key: self.filt_key(), items: self.items() },
+            730..=759 => Cmd::BfInfo { key: self.filt_key() },
+            760..=779 => Cmd::Del { key: self.cleanup_key() },
+            780..=789 => Cmd::Unlink { key: self.cleanup_key() },
+            790..=814 => {
                 let key = self.any_key();
                 match self.rng.below(4) {
                     0 => Cmd::Exists { key },
@@ -523,18 +541,18 @@ impl Run {
                     _ => Cmd::Pexpiretime { key },
                 }
             }
-            820..=844 => Cmd::Pexpire { key: self.any_key(), ms: self.rng.range(200, 4000) },
-            845..=859 => Cmd::Persist { key: self.any_key() },
-            860..=879 => {
+            815..=839 => Cmd::Pexpire { key: self.any_key(), ms: self.rng.range(200, 4000) },
+            840..=854 => Cmd::Persist { key: self.any_key() },
+            855..=874 => {
                 let (src, dst) = self.two_keys();
                 Cmd::Copy { src, dst, replace: self.rng.chance(50) }
             }
-            880..=894 => {
+            875..=889 => {
                 let (src, dst) = self.two_keys();
                 Cmd::Rename { src, dst }
             }
-            895..=914 => Cmd::Dump { key: self.any_key(), slot: self.rng.below(DUMP_SLOTS as u64) as usize },
-            915..=939 => {
+            890..=909 => Cmd::Dump { key: self.any_key(), slot: self.rng.below(DUMP_SLOTS as u64) as usize },
+            910..=934 => {
                 let slot = self.rng.below(DUMP_SLOTS as u64) as usize;
                 if self.payloads[slot].is_none() {
                     Cmd::Dump { key: self.any_key(), slot }
@@ -545,14 +563,13 @@ impl Run {
                         1 => (self.rng.range(300, 5000), false),
                         _ => (now + self.rng.range(-2000, 5000), true),
                     };
-                    let (ttl, absttl) = if absttl && ttl <= 0 { (0, false) } else { (ttl, absttl) };
                     Cmd::Restore { key: self.any_key(), slot, ttl, replace: self.rng.chance(60), absttl }
                 }
             }
-            940..=959 => Cmd::Move { key: self.any_key() },
-            960..=964 => Cmd::Swapdb,
-            965..=967 => Cmd::DebugReload,
-            968..=974 => Cmd::SetStr { key: self.any_key() },
+            935..=954 => Cmd::Move { key: self.any_key() },
+            955..=959 => Cmd::Swapdb,
+            960..=962 => Cmd::DebugReload,
+            963..=969 => Cmd::SetStr { key: self.any_key(), px: self.rng.range(300, 3000) },
             _ => {
                 // A look at database 1, where MOVE and SWAPDB put keys.
                 let key = self.any_key();
@@ -568,11 +585,33 @@ impl Run {
         (0, vec![cmd])
     }
 
+    /// For DEL and UNLINK: often a key that holds what its name does not
+    /// say (a filter or a string in a record key...), so that the key space
+    /// keeps its kinds.
+    fn cleanup_key(&mut self) -> String {
+        if self.rng.chance(50) {
+            let misplaced: Vec<String> = self.world().dbs[0]
+                .iter()
+                .filter(|(k, e)| match e.val {
+                    Val::Rec(_) => !k.starts_with('r'),
+                    Val::Filt(_) => !k.starts_with('f'),
+                    Val::Str(_) => true,
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            if !misplaced.is_empty() {
+                let i = self.rng.below(misplaced.len() as u64) as usize;
+                return misplaced[i].clone();
+            }
+        }
+        self.any_key()
+    }
+
     fn two_keys(&mut self) -> (String, String) {
         let src = self.any_key();
         loop {
             // Mostly within a kind (records with records), sometimes across.
-            let dst = if self.rng.chance(75) {
+            let dst = if self.rng.chance(90) {
                 if RECS.contains(&src.as_str()) { self.rng.pick(&RECS) } else { self.rng.pick(&FILTS) }.to_string()
             } else {
                 self.any_key()
@@ -600,7 +639,7 @@ impl Run {
                 .collect();
             let mut cmds = Vec::new();
             for k in keys {
-                cmds.push(Cmd::SetStr { key: k.clone() });
+                cmds.push(Cmd::SetStr { key: k.clone(), px: 10_000 });
                 cmds.push(Cmd::Del { key: k });
             }
             if !cmds.is_empty() {

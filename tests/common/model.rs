@@ -16,9 +16,10 @@
 //! - a filter that has no live shard left but whose key has not expired (the
 //!   user set its TTL) is deleted by the module "on access and in the
 //!   background": until that is seen it may or may not exist;
-//! - a filter whose TTL the user set (EXPIRE, PERSIST, RESTORE) gets the
-//!   module's own expiry (newest shard end) back when the module drops a
-//!   shard or writes to it; a write that opens a new shard always sets it;
+//! - a filter whose TTL the user set (EXPIRE, PERSIST, RESTORE) may get the
+//!   module's own expiry (newest shard end) back at any time (when the
+//!   module drops a shard, writes to it, or its background walk passes); a
+//!   write that opens a new shard always sets it;
 //! - `IDEM.DONE ... BLOOM f` where `f` holds another type: `WRONGTYPE` with
 //!   nothing changed, or the record completed and the add dropped (`5`);
 //! - `IDEM.BF.ADD` on such a dead filter: a new filter from the configs, or
@@ -220,12 +221,36 @@ impl World {
         self.dbs[db].get(key)
     }
 
-    /// The world as it is at `t`: expired keys gone, shards that left the
-    /// window dropped.
-    pub fn at(&self, t: i64) -> World {
-        let mut w = self.clone();
-        w.purge(t);
-        w
+    /// The world as it may be at `t`: expired keys gone, shards that left
+    /// the window dropped. A filter whose user-set expiry has come may have
+    /// got the module's own expiry back before it (see `variants`): then it
+    /// lives on.
+    pub fn at(&self, t: i64) -> Vec<World> {
+        let mut out = vec![self.clone()];
+        for db in 0..2 {
+            for (k, e) in &self.dbs[db] {
+                if let Val::Filt(f) = &e.val
+                    && f.user_expiry
+                    && !e.alive(t)
+                {
+                    let mut more = Vec::new();
+                    for w in &out {
+                        let mut reset = w.clone();
+                        let e = reset.dbs[db].get_mut(k).unwrap();
+                        let Val::Filt(f) = &mut e.val else { unreachable!() };
+                        e.expire = f.newest_end();
+                        f.user_expiry = false;
+                        more.push(reset);
+                    }
+                    out.extend(more);
+                }
+            }
+        }
+        for w in out.iter_mut() {
+            w.purge(t);
+        }
+        out.dedup();
+        out
     }
 
     fn purge(&mut self, t: i64) {
@@ -269,8 +294,10 @@ impl World {
 
 /// The variants of `w` (already at `t`) the module may have made of `keys`
 /// on its own: a dead filter deleted, a user-set filter expiry put back to
-/// the newest shard's end.
-pub fn variants(w: &World, db: usize, keys: &[&str]) -> Vec<World> {
+/// the newest shard's end. The latter may happen at any time, so it is only
+/// forked where a command shows the expiry (`shows_expiry`); until then the
+/// world keeps it open (COPY, RENAME and MOVE carry it along).
+pub fn variants(w: &World, db: usize, keys: &[&str], shows_expiry: bool) -> Vec<World> {
     let mut out = vec![w.clone()];
     for key in keys {
         let mut more = Vec::new();
@@ -280,7 +307,7 @@ pub fn variants(w: &World, db: usize, keys: &[&str]) -> Vec<World> {
                 let mut gone = v.clone();
                 gone.dbs[db].remove(*key);
                 more.push(gone);
-            } else if f.user_expiry && f.ever_dropped {
+            } else if f.user_expiry && shows_expiry {
                 let mut reset = v.clone();
                 let e = reset.dbs[db].get_mut(*key).unwrap();
                 let Val::Filt(f) = &mut e.val else { unreachable!() };
@@ -330,7 +357,8 @@ pub enum Cmd {
     Move { key: String },
     Swapdb,
     DebugReload,
-    SetStr { key: String },
+    /// SET key plain PX ms: a key of another type, for a while.
+    SetStr { key: String, px: i64 },
 }
 
 impl Cmd {
@@ -368,7 +396,7 @@ impl Cmd {
             | Dump { key, .. }
             | Restore { key, .. }
             | Move { key }
-            | SetStr { key } => vec![key],
+            | SetStr { key, .. } => vec![key],
         }
     }
 
@@ -557,13 +585,21 @@ impl Cmd {
                 s("DEBUG");
                 s("RELOAD");
             }
-            SetStr { key } => {
+            SetStr { key, px } => {
                 s("SET");
                 s(key);
                 s("plain");
+                s("PX");
+                s(&px.to_string());
             }
         }
         a
+    }
+
+    /// Whether the reply depends on the key's expiry (beyond the key's
+    /// existence).
+    pub fn shows_expiry(&self) -> bool {
+        matches!(self, Cmd::Pttl { .. } | Cmd::Pexpiretime { .. } | Cmd::Persist { .. })
     }
 
     /// Read-only commands never change the world (but for what the module
@@ -630,6 +666,10 @@ pub struct GetExp {
     pub done_at: i64,
     pub result: Option<Vec<u8>>,
     pub fingerprint: Option<String>,
+    /// The key's TTL and the module's clock are two readings of the clock,
+    /// each anywhere in the step's bracket: `pttl` may be off by up to
+    /// (below, above) ms from its value at the module's time.
+    pub pttl_slack: (i64, i64),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -853,8 +893,11 @@ pub fn matches(exp: &Exp, v: &Value, m: &mut Matched) -> Result<(), String> {
                 done_at: int_of(&f[5])?,
                 result: bytes_of(&f[6])?,
                 fingerprint: bytes_of(&f[7])?.map(|b| String::from_utf8_lossy(&b).into_owned()),
+                pttl_slack: g.pttl_slack,
             };
-            (got == **g).then_some(()).ok_or_else(|| format!("IDEM.GET {got:?}, expected {g:?}"))
+            let pttl_ok = if g.pttl < 0 { got.pttl == g.pttl } else { (g.pttl - g.pttl_slack.0..=g.pttl + g.pttl_slack.1).contains(&got.pttl) };
+            let same = GetExp { pttl: g.pttl, ..got.clone() };
+            (same == **g && pttl_ok).then_some(()).ok_or_else(|| format!("IDEM.GET {got:?}, expected {g:?}"))
         }
         Exp::Info(i) => {
             let f = fields(v, &["error_rate", "capacity", "window", "shard", "expansion", "items", "bytes", "shards"])?;
@@ -1163,6 +1206,7 @@ fn apply_documented(w: &World, db: usize, cmd: &Cmd, t: i64, cfg: &Cfg) -> Vec<(
                     done_at: if r.phase == Phase::Done { r.done_at } else { 0 },
                     result: if r.phase == Phase::Done { r.result.clone() } else { None },
                     fingerprint: r.fingerprint.clone(),
+                    pttl_slack: (0, 0),
                 })))
             }
         },
@@ -1364,9 +1408,9 @@ fn apply_documented(w: &World, db: usize, cmd: &Cmd, t: i64, cfg: &Cfg) -> Vec<(
             vec![(Exp::Okay, w2)]
         }
         DebugReload => same(Exp::Okay),
-        SetStr { key } => {
+        SetStr { key, px } => {
             let mut w2 = w.clone();
-            w2.dbs[db].insert(key.clone(), Entry { val: Val::Str(b"plain".to_vec()), expire: None });
+            w2.dbs[db].insert(key.clone(), Entry { val: Val::Str(b"plain".to_vec()), expire: Some(t + px) });
             vec![(Exp::Okay, w2)]
         }
     }
