@@ -46,6 +46,12 @@ const PACE: Duration = Duration::from_millis(5);
 /// tell what happened).
 const MAX_WORLDS: usize = 4096;
 
+/// Indexes of `Run::cons`.
+const PRIMARY0: usize = 0;
+const PRIMARY1: usize = 1;
+const REPLICA0: usize = 2;
+const REPLICA1: usize = 3;
+
 const RECS: [&str; 12] = ["r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11"];
 const FILTS: [&str; 3] = ["f0", "f1", "f2"];
 const ITEMS: [&str; 4] = ["i0", "i1", "i2", "i3"];
@@ -119,13 +125,16 @@ struct Run {
     rng: Rng,
     primary: Server,
     replica: Server,
-    /// Connections to db 0 (RESP2) and db 1 (RESP3).
-    cons: [redis::Connection; 2],
+    /// Connections: the primary's db 0 (RESP2) and db 1 (RESP3), the
+    /// replica's db 0 (RESP3) and db 1 (RESP2); see `PRIMARY0` etc.
+    cons: Vec<redis::Connection>,
     worlds: Vec<World>,
     payloads: Vec<Option<Vec<u8>>>,
     tokens_seen: HashSet<String>,
     tokens_by_key: HashMap<String, Vec<String>>,
     log: VecDeque<String>,
+    /// The last steps that named each key (and every SWAPDB, DEBUG RELOAD).
+    key_log: HashMap<String, VecDeque<String>>,
     started: Instant,
     steps: u64,
     fp: u64,
@@ -133,6 +142,8 @@ struct Run {
     probes: u64,
     max_worlds: usize,
     widest: i64,
+    /// Digest comparisons with the replica that passed.
+    digests: u64,
     /// Replies by command and kind: what the run covered.
     seen: BTreeMap<String, u64>,
 }
@@ -154,10 +165,19 @@ impl Run {
         let primary = Server::with_args(&args, &[]);
         let replica = Server::with_args(&args, &[]);
         replica.replicaof(&primary);
-        let con0 = primary.conn();
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}/1?protocol=resp3", primary.port)).unwrap();
-        let con1 = client.get_connection().expect("connect to db 1");
-        con1.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let connect = |port: u16, db: usize, resp3: bool| {
+            let proto = if resp3 { "?protocol=resp3" } else { "" };
+            let client = redis::Client::open(format!("redis://127.0.0.1:{port}/{db}{proto}")).unwrap();
+            let con = client.get_connection().unwrap_or_else(|e| panic!("connect to {port} db {db}: {e}"));
+            con.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+            con
+        };
+        let cons = vec![
+            connect(primary.port, 0, false),
+            connect(primary.port, 1, true),
+            connect(replica.port, 0, true),
+            connect(replica.port, 1, false),
+        ];
         Run {
             seed,
             server: std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into()),
@@ -171,12 +191,13 @@ impl Run {
             rng: Rng(seed),
             primary,
             replica,
-            cons: [con0, con1],
+            cons,
             worlds: vec![World::new(DUMP_SLOTS)],
             payloads: vec![None; DUMP_SLOTS],
             tokens_seen: HashSet::new(),
             tokens_by_key: HashMap::new(),
             log: VecDeque::new(),
+            key_log: HashMap::new(),
             started: Instant::now(),
             steps: 0,
             fp: 0,
@@ -184,20 +205,40 @@ impl Run {
             probes: 0,
             max_worlds: 1,
             widest: 0,
+            digests: 0,
             seen: BTreeMap::new(),
         }
     }
 
-    fn note(&mut self, line: String) {
-        if self.log.len() == 600 {
+    fn note(&mut self, line: String, keys: &[&str]) {
+        if self.log.len() == 150 {
             self.log.pop_front();
+        }
+        let all = all_keys();
+        let keys = if keys.is_empty() { &all[..] } else { keys };
+        for k in keys {
+            let h = self.key_log.entry(k.to_string()).or_default();
+            if h.len() == 40 {
+                h.pop_front();
+            }
+            h.push_back(line.clone());
         }
         self.log.push_back(line);
     }
 
+    /// The history of `key` (in any database), for failure reports.
+    fn history(&self, key: &str) -> String {
+        let mut out = format!("--- the last steps that named {key}, or every key:\n");
+        for line in self.key_log.get(key).into_iter().flatten() {
+            out.push_str(line);
+            out.push('\n');
+        }
+        out
+    }
+
     fn fail(&mut self, msg: &str) -> ! {
         let mut out = format!(
-            "\n=== stateful test failed: seed {} on {} at step {} ({:.1} s) ===\n{msg}\n--- the last steps (step, s, db, [TIME before, TIME after], command -> reply):\n",
+            "\n=== stateful test failed: seed {} on {} at step {} ({:.1} s) ===\n{msg}\n--- the last steps (step, s, server, db, [TIME before, TIME after], command -> reply):\n",
             self.seed,
             self.server,
             self.steps,
@@ -223,9 +264,12 @@ impl Run {
         panic!("{out}");
     }
 
-    /// Runs `cmds` on database `db` as one pipeline between two TIMEs and
-    /// checks every reply against the model.
-    fn step(&mut self, db: usize, cmds: &[Cmd]) -> Vec<Value> {
+    /// Runs `cmds` on connection `conn` (`PRIMARY0`...; the database is
+    /// `conn % 2`) as one pipeline between two TIMEs and checks every reply
+    /// against the model.
+    fn step(&mut self, conn: usize, cmds: &[Cmd]) -> Vec<Value> {
+        let db = conn % 2;
+        assert!(conn < REPLICA0 || cmds.iter().all(Cmd::is_read), "writes go to the primary");
         let mut pipe = redis::pipe();
         pipe.cmd("TIME");
         for c in cmds {
@@ -241,7 +285,7 @@ impl Run {
         }
         pipe.cmd("TIME");
         let packed = pipe.get_packed_pipeline();
-        let mut replies = match redis::ConnectionLike::req_packed_commands(&mut self.cons[db], &packed, 0, cmds.len() + 2) {
+        let mut replies = match redis::ConnectionLike::req_packed_commands(&mut self.cons[conn], &packed, 0, cmds.len() + 2) {
             Ok(r) => r,
             Err(e) => {
                 let alive = match (self.primary.exited(), self.replica.exited()) {
@@ -256,9 +300,19 @@ impl Run {
         let t0 = time_ms(&replies.remove(0));
         self.widest = self.widest.max(t1 - t0);
         let secs = self.started.elapsed().as_secs_f64();
-        for (c, r) in cmds.iter().zip(&replies) {
-            let line = format!("#{} {secs:.3}s db{db} [{t0}, {t1}] {c} -> {}", self.steps, short(r));
-            self.note(line);
+        let on = if conn < REPLICA0 { "primary" } else { "replica" };
+        if cmds.len() > 12 {
+            // A sweep: one line (a failing read is explained in full).
+            self.note(format!("#{} {secs:.3}s {on} db{db} [{t0}, {t1}] ({} reads of every key)", self.steps, cmds.len()), &[]);
+        } else {
+            for (c, r) in cmds.iter().zip(&replies) {
+                let line = format!("#{} {secs:.3}s {on} db{db} [{t0}, {t1}] {c} -> {}", self.steps, short(r));
+                let keys = match c {
+                    Cmd::Swapdb | Cmd::DebugReload => vec![],
+                    other => other.keys(),
+                };
+                self.note(line, &keys);
+            }
         }
         self.check(db, cmds, &replies, t0, t1);
         self.steps += 1;
@@ -351,6 +405,9 @@ impl Run {
                 msg.push_str(&format!("    model db{db} {k}: {}\n", st.w.describe(db, k)));
             }
         }
+        for k in cmd.keys() {
+            msg.push_str(&self.history(k));
+        }
         msg
     }
 
@@ -362,7 +419,7 @@ impl Run {
             Value::Int(_) => "n".into(),
             Value::Nil => "nil".into(),
             Value::Array(items) if matches!(cmd, Cmd::Claim { .. }) => {
-                items.first().map(|s| format!("{}", short(s))).unwrap_or_default()
+                items.first().map(short).unwrap_or_default()
             }
             Value::Array(_) | Value::Map(_) => "array".into(),
             _ => "ok".into(),
@@ -395,18 +452,30 @@ impl Run {
                         }
                     }
                     let cmds = probe_cmds(&keys);
-                    self.step(db, &cmds);
+                    self.step(PRIMARY0 + db, &cmds);
                 }
             }
         }
     }
 
-    /// Reads every key of both databases and checks it against the model.
+    /// Reads every key of both databases on the primary, checks the
+    /// replica's dataset digest, then reads every key on the replica (reads
+    /// work on replicas), all checked against the model.
     fn sweep(&mut self) {
         let keys: Vec<String> = all_keys().iter().map(|k| k.to_string()).collect();
-        for db in 0..2 {
-            let cmds = probe_cmds(&keys);
-            self.step(db, &cmds);
+        let mut cmds = probe_cmds(&keys);
+        let items: Vec<String> = RECS.iter().chain(ITEMS.iter()).map(|s| s.to_string()).collect();
+        for k in &keys {
+            cmds.push(Cmd::BfMexists { key: k.clone(), items: items.clone() });
+        }
+        for conn in [PRIMARY0, PRIMARY1] {
+            self.step(conn, &cmds);
+            self.disambiguate();
+        }
+        self.check_replica();
+        for conn in [REPLICA0, REPLICA1] {
+            self.step(conn, &cmds);
+            self.disambiguate();
         }
     }
 
@@ -444,16 +513,16 @@ impl Run {
             _ => None,
         };
         let roll = self.rng.below(100);
-        if roll < 55 {
-            if let Some(t) = latest {
-                return t;
-            }
+        if roll < 55
+            && let Some(t) = latest
+        {
+            return t;
         }
-        if roll < 85 {
-            if let Some(old) = self.tokens_by_key.get(key).filter(|v| !v.is_empty()) {
-                let i = self.rng.below(old.len() as u64) as usize;
-                return old[i].clone();
-            }
+        if roll < 85
+            && let Some(old) = self.tokens_by_key.get(key).filter(|v| !v.is_empty())
+        {
+            let i = self.rng.below(old.len() as u64) as usize;
+            return old[i].clone();
         }
         if roll < 93 && !self.tokens_seen.is_empty() {
             let other = self.rng.pick(&RECS);
@@ -521,7 +590,7 @@ impl Run {
                 };
                 // Often in place of what the key holds.
                 if self.rng.chance(60) {
-                    return (0, vec![Cmd::Del { key }, reserve]);
+                    return (PRIMARY0, vec![Cmd::Del { key }, reserve]);
                 }
                 reserve
             }
@@ -541,7 +610,14 @@ impl Run {
                     _ => Cmd::Pexpiretime { key },
                 }
             }
-            815..=839 => Cmd::Pexpire { key: self.any_key(), ms: self.rng.range(200, 4000) },
+            815..=839 => {
+                let key = self.any_key();
+                if self.rng.chance(25) {
+                    Cmd::Expire { key, secs: self.rng.range(1, 4) }
+                } else {
+                    Cmd::Pexpire { key, ms: self.rng.range(200, 4000) }
+                }
+            }
             840..=854 => Cmd::Persist { key: self.any_key() },
             855..=874 => {
                 let (src, dst) = self.two_keys();
@@ -579,10 +655,10 @@ impl Run {
                     2 => Cmd::Pexpiretime { key },
                     _ => Cmd::Type { key },
                 };
-                return (1, vec![cmd]);
+                return (PRIMARY1, vec![cmd]);
             }
         };
-        (0, vec![cmd])
+        (PRIMARY0, vec![cmd])
     }
 
     /// For DEL and UNLINK: often a key that holds what its name does not
@@ -628,13 +704,16 @@ impl Run {
     }
 
     /// A replica keeps keys that DEBUG RELOAD dropped as expired on the
-    /// primary (Redis propagates no DEL for them). A SET and a DEL of each
-    /// key the model holds absent clears them, checked like any step.
+    /// primary (the server propagates no DEL for them). A SET and a DEL of
+    /// each key the model holds absent clears them, checked like any step.
     fn clear_stale_replica_keys(&mut self) {
+        // Absent now, after the reload: the keys it may have dropped.
+        let now = server_ms(&mut self.cons[PRIMARY0]);
+        let worlds: Vec<World> = self.worlds.iter().flat_map(|w| w.at(now)).collect();
         for db in 0..2 {
             let keys: Vec<String> = all_keys()
                 .iter()
-                .filter(|k| self.worlds.iter().all(|w| w.get(db, k).is_none()))
+                .filter(|k| worlds.iter().all(|w| w.get(db, k).is_none()))
                 .map(|k| k.to_string())
                 .collect();
             let mut cmds = Vec::new();
@@ -643,7 +722,7 @@ impl Run {
                 cmds.push(Cmd::Del { key: k });
             }
             if !cmds.is_empty() {
-                self.step(db, &cmds);
+                self.step(PRIMARY0 + db, &cmds);
             }
         }
     }
@@ -653,15 +732,14 @@ impl Run {
         let deadline = Instant::now() + Duration::from_secs_f64(seconds);
         let mut last_sweep = Instant::now();
         while Instant::now() < deadline {
-            let (db, cmds) = self.choose();
-            self.step(db, &cmds);
+            let (conn, cmds) = self.choose();
+            self.step(conn, &cmds);
             if cmds == [Cmd::DebugReload] {
                 self.clear_stale_replica_keys();
             }
             self.disambiguate();
             if last_sweep.elapsed() > Duration::from_secs(3) {
                 self.sweep();
-                self.disambiguate();
                 last_sweep = Instant::now();
             }
             std::thread::sleep(PACE);
@@ -669,15 +747,15 @@ impl Run {
         self.sweep();
         self.primary.assert_alive();
         self.replica.assert_alive();
-        self.check_replica();
         let allowed = 5 + self.neg / 25;
         eprintln!(
-            "stateful: seed {} on {}: {} steps in {:.1} s, {} probes, at most {} worlds, widest bracket {} ms, false positives {} of {} negative Bloom answers",
+            "stateful: seed {} on {}: {} steps in {:.1} s, {} probes, {} replica digests equal, at most {} worlds, widest bracket {} ms, false positives {} of {} negative Bloom answers",
             self.seed,
             self.server,
             self.steps,
             self.started.elapsed().as_secs_f64(),
             self.probes,
+            self.digests,
             self.max_worlds,
             self.widest,
             self.fp,
@@ -694,20 +772,53 @@ impl Run {
     /// expire and shards drop on the primary all the time: compare only a
     /// primary digest that did not change around the replica's.
     fn check_replica(&mut self) {
-        let mut rcon = self.replica.conn();
         let mut last = String::new();
         for _ in 0..50 {
-            let p1 = digest(&mut self.cons[0]);
-            let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut self.cons[0]).expect("WAIT");
-            let r = digest(&mut rcon);
-            let p2 = digest(&mut self.cons[0]);
+            let p1 = digest(&mut self.cons[PRIMARY0]);
+            let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut self.cons[PRIMARY0]).expect("WAIT");
+            let r = digest(&mut self.cons[REPLICA0]);
+            let p2 = digest(&mut self.cons[PRIMARY0]);
             if acked == 1 && p1 == p2 && p1 == r {
+                self.digests += 1;
                 return;
             }
             last = format!("primary {p1} then {p2}, replica {r}, WAIT acked by {acked}");
             std::thread::sleep(Duration::from_millis(100));
         }
-        self.fail(&format!("the replica's DEBUG DIGEST never matched the primary's: {last}"));
+        let diff = self.diff_keys();
+        self.fail(&format!("the replica's DEBUG DIGEST never matched the primary's: {last}\nkeys that differ:\n{diff}"));
+    }
+
+    /// Every key whose digest, expiry or type differs between the primary
+    /// and the replica, with both sides and the key's history.
+    fn diff_keys(&mut self) -> String {
+        let mut out = String::new();
+        for db in 0..2 {
+            for k in all_keys() {
+                let mut sides = Vec::new();
+                for conn in [PRIMARY0 + db, REPLICA0 + db] {
+                    let mut pipe = redis::pipe();
+                    pipe.cmd("DEBUG").arg("DIGEST-VALUE").arg(k);
+                    pipe.cmd("PEXPIRETIME").arg(k);
+                    pipe.cmd("TYPE").arg(k);
+                    pipe.cmd("DEBUG").arg("OBJECT").arg(k);
+                    let packed = pipe.get_packed_pipeline();
+                    let r = redis::ConnectionLike::req_packed_commands(&mut self.cons[conn], &packed, 0, 4)
+                        .map(|v| v.iter().map(short).collect::<Vec<_>>())
+                        .unwrap_or_else(|e| vec![format!("error {e}")]);
+                    sides.push(r);
+                }
+                if sides[0][..sides[0].len().min(3)] != sides[1][..sides[1].len().min(3)] {
+                    out.push_str(&format!(
+                        "  db{db} {k} (digest-value, pexpiretime, type, debug object):\n    primary: {}\n    replica: {}\n{}",
+                        sides[0].join(" | "),
+                        sides[1].join(" | "),
+                        self.history(k)
+                    ));
+                }
+            }
+        }
+        out
     }
 }
 

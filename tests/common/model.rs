@@ -274,10 +274,10 @@ impl World {
     pub fn patch_token(&mut self, token: &str) {
         for db in self.dbs.iter_mut() {
             for e in db.values_mut() {
-                if let Val::Rec(r) = &mut e.val {
-                    if r.token.as_deref() == Some(PENDING) {
-                        r.token = Some(token.to_string());
-                    }
+                if let Val::Rec(r) = &mut e.val
+                    && r.token.as_deref() == Some(PENDING)
+                {
+                    r.token = Some(token.to_string());
                 }
             }
         }
@@ -347,6 +347,7 @@ pub enum Cmd {
     Pttl { key: String },
     Pexpiretime { key: String },
     Pexpire { key: String, ms: i64 },
+    Expire { key: String, secs: i64 },
     Persist { key: String },
     Copy { src: String, dst: String, replace: bool },
     Rename { src: String, dst: String },
@@ -392,6 +393,7 @@ impl Cmd {
             | Pttl { key }
             | Pexpiretime { key }
             | Pexpire { key, .. }
+            | Expire { key, .. }
             | Persist { key }
             | Dump { key, .. }
             | Restore { key, .. }
@@ -536,6 +538,11 @@ impl Cmd {
                 s("PEXPIRE");
                 s(key);
                 s(&ms.to_string());
+            }
+            Expire { key, secs } => {
+                s("EXPIRE");
+                s(key);
+                s(&secs.to_string());
             }
             Persist { key } => {
                 s("PERSIST");
@@ -1305,9 +1312,14 @@ fn apply_documented(w: &World, db: usize, cmd: &Cmd, t: i64, cfg: &Cfg) -> Vec<(
             None => -2,
             Some(e) => e.expire.unwrap_or(-1),
         })),
-        Pexpire { key, ms } => match w.get(db, key) {
+        Pexpire { key, .. } | Expire { key, .. } => match w.get(db, key) {
             None => same(Exp::Int(0)),
             Some(_) => {
+                let ms = match cmd {
+                    Expire { secs, .. } => secs * 1000,
+                    Pexpire { ms, .. } => *ms,
+                    _ => unreachable!(),
+                };
                 let mut w2 = w.clone();
                 let e = w2.dbs[db].get_mut(key).unwrap();
                 e.expire = Some(t + ms);
