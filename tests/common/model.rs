@@ -20,8 +20,11 @@
 //!   module's own expiry (newest shard end) back at any time (when the
 //!   module drops a shard, writes to it, or its background walk passes); a
 //!   write that opens a new shard always sets it;
-//! - `IDEM.DONE ... BLOOM f` where `f` holds another type: `WRONGTYPE` with
-//!   nothing changed, or the record completed and the add dropped (`5`);
+//! - `IDEM.DONE ... BLOOM f` where `f` holds another type and the record is
+//!   already done or the token stale: `0`/`STALE` or `WRONGTYPE` (when it
+//!   completes the record the docs say `5`: completed, the add dropped);
+//! - `IDEM.CLAIM ... BLOOM f` where `f` holds another type and a record
+//!   exists: the record's answer or `WRONGTYPE`;
 //! - `IDEM.BF.ADD` on such a dead filter: a new filter from the configs, or
 //!   the old parameters with a fresh shard.
 //!
@@ -1165,9 +1168,9 @@ fn apply_documented(w: &World, db: usize, cmd: &Cmd, t: i64, cfg: &Cfg) -> Vec<(
                 None => vec![(Exp::Int(1), base)],
                 Some(b) => match filter_add(&base, db, b, std::slice::from_ref(key), t, cfg) {
                     Some(worlds) => worlds.into_iter().map(|(_, w2)| (Exp::Int(1), w2)).collect(),
-                    // The filter key holds another type: refused, or the
-                    // record completed and the add dropped (+4).
-                    None => vec![(wrongtype(), w.clone()), (Exp::Int(5), base)],
+                    // The filter key holds another type: the record is
+                    // completed all the same, the add dropped (+4).
+                    None => vec![(Exp::Int(5), base)],
                 },
             }
         }
