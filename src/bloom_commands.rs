@@ -73,15 +73,22 @@ impl Prepared<'_> {
 /// and changes nothing, so a refused write leaves the key as it was.
 /// Replicated writes (`IDEM.BF.APPLY`) take this path alone: a replica does
 /// what its primary did.
+///
+/// A filter with no shard left in its window is gone for every command,
+/// even while its key lingers (a user's TTL can outlast the window): a write
+/// that `renew`s (one adding items, `RESERVE`, and their replicated effect)
+/// replaces it with a new one, as on a missing key; a drop of old shards
+/// (`renew` false) empties it, and the key is deleted.
 fn prepare_target<'k>(
     key: &'k Key,
     count: usize,
     now: Millis,
+    renew: bool,
     create: impl FnOnce() -> Result<ShardedBloom, CmdError>,
 ) -> Result<Prepared<'k>, CmdError> {
     let target = match bloom_type::open(key)? {
-        Some(filter) => Target::Existing(filter),
-        None => Target::Create(create()?),
+        Some(filter) if !renew || is_alive(filter, now) => Target::Existing(filter),
+        _ => Target::Create(create()?),
     };
     let filter = match &target {
         Target::Existing(filter) => &**filter,
@@ -96,6 +103,11 @@ fn prepare_target<'k>(
     Ok(Prepared { target, allocate })
 }
 
+/// Whether any shard of `filter` is still in its window at `now`.
+fn is_alive(filter: &ShardedBloom, now: Millis) -> bool {
+    filter.shards.iter().any(|shard| filter.is_live(shard, now))
+}
+
 /// At least the size of a filter's encoding (as `DUMP` writes it): its bit
 /// arrays, and less than 64 bytes per shard, per sub-filter and for the
 /// parameters and the framing.
@@ -106,7 +118,7 @@ fn encoded_size_bound(filter: &ShardedBloom) -> u64 {
 /// A write of no items to an existing filter, which drops the shards that
 /// left the window (the background sweeper's).
 pub fn prepare_drop(key: &Key, now: Millis) -> Result<Prepared<'_>, CmdError> {
-    prepare_target(key, 0, now, || Err(CmdError::Static(c"ERR no such filter")))
+    prepare_target(key, 0, now, false, || Err(CmdError::Static(c"ERR no such filter")))
 }
 
 /// [`prepare_target`] for a client's write, which must also leave the
@@ -119,7 +131,7 @@ pub fn prepare<'k>(
     now: Millis,
     create: impl FnOnce() -> Result<ShardedBloom, CmdError>,
 ) -> Result<Prepared<'k>, CmdError> {
-    let prepared = prepare_target(key, count, now, create)?;
+    let prepared = prepare_target(key, count, now, true, create)?;
     if prepared.allocates() {
         let (filter, existing) = match &prepared.target {
             Target::Existing(filter) => (&**filter, prepared.allocate),
@@ -227,7 +239,8 @@ pub fn reserve(ctx: Ctx, args: &Args) -> CmdResult {
     let now = ctx.now();
     let params = parse_reserve(args, config::default_filter().window)?;
     let key = ctx.open_key(args.raw(1), KeyMode::Write);
-    if !key.is_empty() {
+    let dead_filter = matches!(bloom_type::open(&key), Ok(Some(filter)) if !is_alive(filter, now));
+    if !key.is_empty() && !dead_filter {
         return Err(CmdError::Static(c"ERR key already exists"));
     }
     let prepared = prepare(ctx, &key, 0, now, || ShardedBloom::new(params, rand::random(), now).map_err(bloom_error))?;
@@ -292,9 +305,13 @@ pub fn mexists(ctx: Ctx, args: &Args) -> CmdResult {
 pub fn info(ctx: Ctx, args: &Args) -> CmdResult {
     let now = ctx.now();
     let key = ctx.open_key(args.raw(1), KeyMode::Read);
-    let Some(filter) = bloom_type::open(&key)? else {
-        ctx.reply_null();
-        return Ok(());
+    let filter = match bloom_type::open(&key)? {
+        Some(filter) if is_alive(filter, now) => filter,
+        // Missing, or with no shard left in its window: gone.
+        _ => {
+            ctx.reply_null();
+            return Ok(());
+        }
     };
     let live: Vec<_> = filter.shards.iter().filter(|shard| filter.is_live(shard, now)).collect();
     let params = &filter.params;
@@ -337,7 +354,9 @@ pub fn apply(ctx: Ctx, args: &Args) -> CmdResult {
     let (now, create) = parse_apply_header(args.bytes(2))?;
     let items = args.raw_from(3);
     let key = ctx.open_key(args.raw(1), KeyMode::Write);
-    let prepared = prepare_target(&key, items.len(), now, || {
+    // The primary sends creation parameters exactly when it made a new
+    // filter: the key was missing or its filter gone.
+    let prepared = prepare_target(&key, items.len(), now, !create.is_empty(), || {
         let mut input = Reader(create);
         let (params, seed) = codec::decode_params(&mut input)
             .map_err(|_| CmdError::Static(c"ERR IDEM.BF.APPLY on a missing filter needs valid parameters"))?;
