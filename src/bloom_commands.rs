@@ -12,7 +12,7 @@
 //! RM_Replicate turns a number argument into a string object of its own.
 
 use crate::args::{ArgList, parse_options, require};
-use crate::bloom::{BloomError, DAY, HOUR, ItemHash, Params, ShardedBloom, codec};
+use crate::bloom::{BloomError, DAY, HOUR, ItemHash, MAX_BYTES, Params, ShardedBloom, codec};
 use crate::bloom_type;
 use crate::config;
 use crate::metrics::{Metric, count};
@@ -23,7 +23,9 @@ use crate::server::{Args, CmdError, CmdResult, Ctx, Key, KeyMode, RawString, str
 fn bloom_error(error: BloomError) -> CmdError {
     match error {
         BloomError::Invalid(message) => CmdError::new(format!("ERR {message}")),
-        BloomError::TooLarge => CmdError::Static(c"ERR filter too large: lower its capacity or raise its error rate"),
+        BloomError::SizeLimit { .. } | BloomError::StackFull | BloomError::TooManySubFilters => {
+            CmdError::Static(c"ERR filter too large: lower its capacity or raise its error rate")
+        }
     }
 }
 
@@ -48,7 +50,7 @@ impl Target<'_> {
     fn create_header(&self, now: Millis) -> Option<Vec<u8>> {
         let Target::Create(filter) = self else { return None };
         let mut header = now.to_le_bytes().to_vec();
-        codec::encode_params(&filter.params, &filter.seed, &mut header);
+        codec::encode_params(&filter.params, filter.scheme, &filter.seed, &mut header);
         Some(header)
     }
 }
@@ -70,13 +72,13 @@ pub fn prepare<'k>(
         Target::Existing(filter) => &**filter,
         Target::Create(filter) => filter,
     };
-    filter.check_room(count as u64, now).map_err(bloom_error)?;
+    filter.check_room(count as u64, now, MAX_BYTES).map_err(bloom_error)?;
     Ok(target)
 }
 
 /// A filter for a missing key, from the `idem.bf-*` configs.
 pub fn from_configs(now: Millis) -> Result<ShardedBloom, CmdError> {
-    ShardedBloom::new(config::default_filter(), rand::random(), now).map_err(bloom_error)
+    ShardedBloom::new(config::default_filter(), rand::random(), now, MAX_BYTES).map_err(bloom_error)
 }
 
 /// Adds `items` at `now` and stores the result; `on_item` hears, in order,
@@ -158,7 +160,7 @@ pub fn reserve(ctx: Ctx, args: &Args) -> CmdResult {
     if !key.is_empty() {
         return Err(CmdError::Static(c"ERR key already exists"));
     }
-    let filter = ShardedBloom::new(params, rand::random(), now).map_err(bloom_error)?;
+    let filter = ShardedBloom::new(params, rand::random(), now, MAX_BYTES).map_err(bloom_error)?;
     add_and_propagate(ctx, &key, Target::Create(filter), now, &[], |_| {});
     ctx.reply_simple(c"OK");
     Ok(())
@@ -265,9 +267,9 @@ pub fn apply(ctx: Ctx, args: &Args) -> CmdResult {
     let key = ctx.open_key(args.raw(1), KeyMode::Write);
     let target = prepare(&key, items.len(), now, || {
         let mut input = Reader(create);
-        let (params, seed) = codec::decode_params(&mut input)
+        let (params, scheme, seed) = codec::decode_params(&mut input)
             .map_err(|_| CmdError::Static(c"ERR IDEM.BF.APPLY on a missing filter needs valid parameters"))?;
-        ShardedBloom::new(params, seed, now).map_err(bloom_error)
+        ShardedBloom::with_scheme(params, scheme, seed, now, MAX_BYTES).map_err(bloom_error)
     })?;
     add_at(&key, target, now, items, |_| {});
     // On a primary this reaches replicas and the AOF; on a replica, its

@@ -18,6 +18,10 @@ const SEED: [u8; 32] = {
     seed
 };
 
+fn new_filter(params: Params, seed: [u8; 32], now: Millis) -> Result<ShardedBloom, BloomError> {
+    ShardedBloom::new(params, seed, now, MAX_BYTES)
+}
+
 fn params(error_rate: f64, capacity: u64, window: u32, period: Seconds) -> Params {
     Params { error_rate, capacity, window, period, expansion: 2 }
 }
@@ -54,6 +58,10 @@ fn allocation_classes_are_jemallocs() {
     assert_eq!(allocation_class(129), 160);
     assert_eq!(allocation_class(131073), 163840);
     assert_eq!(allocation_class_below(163839), 131072);
+    for size in 8..16 {
+        assert_eq!(allocation_class_below(size), 8);
+    }
+    assert_eq!(format_1_class_below(12), 9, "format 1's sizing, kept");
     assert_eq!(allocation_class_below(163840), 163840);
 }
 
@@ -73,16 +81,19 @@ fn parameters_out_of_range_are_refused() {
         assert!(matches!(bad.check(), Err(BloomError::Invalid(_))), "{bad:?}");
     }
     let huge = params(0.01, u64::MAX / 2, 1, DAY);
-    assert_eq!(ShardedBloom::new(huge, SEED, T0).err(), Some(BloomError::TooLarge));
-    let tiny_rate = params(1e-300, 1 << 40, 1, DAY);
-    assert_eq!(ShardedBloom::new(tiny_rate, SEED, T0).err(), Some(BloomError::TooLarge));
+    assert!(matches!(new_filter(huge, SEED, T0).err(), Some(BloomError::SizeLimit { needed, limit: MAX_BYTES }) if needed > MAX_BYTES));
+    for rate in [1e-300, 5e-324, 1e-15, 1e-10] {
+        let tiny_rate = params(rate, 1, 1, DAY);
+        assert_eq!(new_filter(tiny_rate, SEED, T0).err(), Some(BloomError::Invalid("error_rate must be at least 1e-9")));
+    }
+    assert!(new_filter(params(MIN_ERROR_RATE, 1, 1, DAY), SEED, T0).is_ok());
 }
 
 #[test]
 fn every_sub_filter_fills_its_allocation_class_and_stays_in_budget() {
     for capacity in [1, 10, 1_000, 12_345, 100_000, 1_000_000] {
         for window in [1, 7] {
-            let filter = ShardedBloom::new(params(0.01, capacity, window, DAY), SEED, T0).unwrap();
+            let filter = new_filter(params(0.01, capacity, window, DAY), SEED, T0).unwrap();
             let sub = &filter.shards[0].filters[0];
             assert_eq!(allocation_class(sub.bytes()), sub.bytes(), "capacity {capacity}");
             assert!(sub.error <= 0.9 * 0.01 / window as f64, "capacity {capacity}: {}", sub.error);
@@ -93,7 +104,7 @@ fn every_sub_filter_fills_its_allocation_class_and_stays_in_budget() {
 #[test]
 fn one_shard_at_capacity_costs_at_most_11_bits_per_item_for_round_capacities() {
     for capacity in [100_000, 1_000_000] {
-        let filter = ShardedBloom::new(params(0.01, capacity, 1, DAY), SEED, T0).unwrap();
+        let filter = new_filter(params(0.01, capacity, 1, DAY), SEED, T0).unwrap();
         let bits = filter.bytes() as f64 * 8.0 / capacity as f64;
         assert!(bits <= 11.0, "capacity {capacity}: {bits:.2} bits per item");
     }
@@ -101,7 +112,7 @@ fn one_shard_at_capacity_costs_at_most_11_bits_per_item_for_round_capacities() {
 
 #[test]
 fn false_positive_rate_holds_at_capacity_and_at_ten_times_capacity() {
-    let mut filter = ShardedBloom::new(params(0.01, 10_000, 1, DAY), SEED, T0).unwrap();
+    let mut filter = new_filter(params(0.01, 10_000, 1, DAY), SEED, T0).unwrap();
     add_all(&mut filter, "a", 0..10_000, T0);
     let at_capacity = false_positives(&filter, 100_000, T0);
     assert!(at_capacity <= 0.01 + slack(0.01, 100_000), "{at_capacity}");
@@ -113,7 +124,7 @@ fn false_positive_rate_holds_at_capacity_and_at_ten_times_capacity() {
 
 #[test]
 fn no_false_negatives_across_growth() {
-    let mut filter = ShardedBloom::new(params(0.001, 1_000, 1, DAY), SEED, T0).unwrap();
+    let mut filter = new_filter(params(0.001, 1_000, 1, DAY), SEED, T0).unwrap();
     let new = add_all(&mut filter, "x", 0..50_000, T0);
     assert!(new > 49_000, "few false positives among new items: {new}");
     assert!((0..50_000).all(|n| filter.contains(filter.hash(&item("x", n)), T0)));
@@ -122,7 +133,7 @@ fn no_false_negatives_across_growth() {
 
 #[test]
 fn whole_window_rate_holds_over_seven_full_daily_shards() {
-    let mut filter = ShardedBloom::new(params(0.01, 5_000, 7, DAY), SEED, T0).unwrap();
+    let mut filter = new_filter(params(0.01, 5_000, 7, DAY), SEED, T0).unwrap();
     for day in 0..7 {
         add_all(&mut filter, &format!("day{day}"), 0..5_000, T0 + day * DAY * 1000);
     }
@@ -135,7 +146,7 @@ fn whole_window_rate_holds_over_seven_full_daily_shards() {
 #[test]
 fn shards_rotate_and_items_are_forgotten_when_their_shard_leaves_the_window() {
     let period = 10;
-    let mut filter = ShardedBloom::new(params(0.01, 100, 3, period), SEED, T0).unwrap();
+    let mut filter = new_filter(params(0.01, 100, 3, period), SEED, T0).unwrap();
     let old = filter.hash(b"old");
     assert!(filter.add(old, T0).unwrap());
     assert_eq!(filter.expire_at(), Some(T0 + 30_000));
@@ -156,7 +167,7 @@ fn shards_rotate_and_items_are_forgotten_when_their_shard_leaves_the_window() {
 
 #[test]
 fn a_repeat_add_keeps_an_item_for_a_full_window_from_its_latest_add() {
-    let mut filter = ShardedBloom::new(params(0.01, 100, 2, 10), SEED, T0).unwrap();
+    let mut filter = new_filter(params(0.01, 100, 2, 10), SEED, T0).unwrap();
     let hash = filter.hash(b"item");
     assert!(filter.add(hash, T0).unwrap());
     assert!(!filter.add(hash, T0 + 15_000).unwrap(), "seen in the previous shard");
@@ -172,7 +183,7 @@ fn a_repeat_add_keeps_an_item_for_a_full_window_from_its_latest_add() {
 #[test]
 fn new_shards_adapt_to_the_previous_shards_volume() {
     // Created far too small: the first shard stacks, the later ones don't.
-    let mut filter = ShardedBloom::new(params(0.01, 10, 4, 10), SEED, T0).unwrap();
+    let mut filter = new_filter(params(0.01, 10, 4, 10), SEED, T0).unwrap();
     for shard in 0..4 {
         add_all(&mut filter, &format!("s{shard}"), 0..2_000 + shard as u64 * 50, T0 + shard * 10_000);
     }
@@ -185,7 +196,7 @@ fn new_shards_adapt_to_the_previous_shards_volume() {
 
 #[test]
 fn a_clock_that_steps_back_writes_into_the_newest_shard() {
-    let mut filter = ShardedBloom::new(params(0.01, 100, 3, 10), SEED, T0 + 20_000).unwrap();
+    let mut filter = new_filter(params(0.01, 100, 3, 10), SEED, T0 + 20_000).unwrap();
     let hash = filter.hash(b"late");
     assert!(filter.add(hash, T0).unwrap());
     assert_eq!(filter.shards.len(), 1);
@@ -194,23 +205,23 @@ fn a_clock_that_steps_back_writes_into_the_newest_shard() {
 
 #[test]
 fn check_room_refuses_growth_past_the_limits_before_anything_changes() {
-    let mut filter = ShardedBloom::new(Params { expansion: 1, ..params(0.01, 1, 1, DAY) }, SEED, T0).unwrap();
-    assert_eq!(filter.check_room(MAX_SUB_FILTERS as u64, T0), Ok(()));
-    assert_eq!(filter.check_room(MAX_SUB_FILTERS as u64 + 1, T0), Err(BloomError::TooLarge));
+    let mut filter = new_filter(Params { expansion: 1, ..params(0.01, 1, 1, DAY) }, SEED, T0).unwrap();
+    assert!(filter.check_room(MAX_SUB_FILTERS as u64, T0, MAX_BYTES).is_ok());
+    assert_eq!(filter.check_room(MAX_SUB_FILTERS as u64 + 1, T0, MAX_BYTES), Err(BloomError::StackFull));
     let mut n = 0;
     while filter.items() < MAX_SUB_FILTERS as u64 {
         filter.add(filter.hash(&item("f", n)), T0).unwrap();
         n += 1;
     }
-    assert_eq!(filter.check_room(1, T0), Err(BloomError::TooLarge));
-    let big = ShardedBloom::new(params(0.01, 100_000_000, 1, DAY), SEED, T0).unwrap();
-    assert_eq!(big.check_room(10_000_000_000, T0), Err(BloomError::TooLarge));
+    assert_eq!(filter.check_room(1, T0, MAX_BYTES), Err(BloomError::StackFull));
+    let big = new_filter(params(0.01, 100_000_000, 1, DAY), SEED, T0).unwrap();
+    assert!(matches!(big.check_room(10_000_000_000, T0, MAX_BYTES), Err(BloomError::SizeLimit { limit: MAX_BYTES, .. })));
 }
 
 #[test]
 fn same_seed_and_operations_give_the_same_bits() {
     let build = || {
-        let mut filter = ShardedBloom::new(params(0.01, 50, 3, 10), SEED, T0).unwrap();
+        let mut filter = new_filter(params(0.01, 50, 3, 10), SEED, T0).unwrap();
         add_all(&mut filter, "d", 0..300, T0);
         add_all(&mut filter, "e", 0..30, T0 + 12_000);
         let mut bytes = Vec::new();
@@ -222,7 +233,7 @@ fn same_seed_and_operations_give_the_same_bits() {
 
 #[test]
 fn encoding_round_trips_and_refuses_corruption() {
-    let mut filter = ShardedBloom::new(params(0.01, 20, 3, 10), SEED, T0).unwrap();
+    let mut filter = new_filter(params(0.01, 20, 3, 10), SEED, T0).unwrap();
     add_all(&mut filter, "c", 0..100, T0);
     add_all(&mut filter, "c", 100..120, T0 + 10_000);
     let mut bytes = Vec::new();
@@ -245,7 +256,7 @@ proptest! {
 
     #[test]
     fn decoding_mutated_payloads_never_panics(index in 0usize..2000, byte in any::<u8>()) {
-        let mut filter = ShardedBloom::new(params(0.01, 20, 3, 10), SEED, T0).unwrap();
+        let mut filter = new_filter(params(0.01, 20, 3, 10), SEED, T0).unwrap();
         add_all(&mut filter, "m", 0..30, T0);
         let mut bytes = Vec::new();
         codec::encode(&filter, &mut bytes);
@@ -269,7 +280,7 @@ fn tiny_reservations_keep_the_rate_for_any_seed() {
     // Small arrays are where double hashing degenerates; each seed draws
     // other degenerate items.
     for _ in 0..10 {
-        let mut filter = ShardedBloom::new(params(0.01, 1, 1, DAY), rand::random(), T0).unwrap();
+        let mut filter = new_filter(params(0.01, 1, 1, DAY), rand::random(), T0).unwrap();
         add_all(&mut filter, "t", 0..5_000, T0);
         let rate = false_positives(&filter, 20_000, T0);
         assert!(rate <= 0.01 + slack(0.01, 20_000), "{rate}");
@@ -285,7 +296,7 @@ fn the_headroom_follows_growth_between_the_two_newest_shards() {
     // counts as steady; a doubling earns the most.
     let cases = [(1_000, 1_000, 1.03), (1_000, 1_100, 1.13), (1_000, 500, 1.03), (500, 1_000, 1.25)];
     for (before, newest, headroom) in cases {
-        let mut filter = ShardedBloom::new(params(0.01, 10, 3, 10), SEED, T0).unwrap();
+        let mut filter = new_filter(params(0.01, 10, 3, 10), SEED, T0).unwrap();
         add_all(&mut filter, "b", 0..before, T0);
         add_all(&mut filter, "n", 0..newest, T0 + 10_000);
         add_all(&mut filter, "c", 0..1, T0 + 20_000);
@@ -298,7 +309,7 @@ fn the_headroom_follows_growth_between_the_two_newest_shards() {
 #[test]
 fn sizing_counts_only_live_shards_so_check_room_foresees_add() {
     // `check_room` runs before `drop_expired`, `add` after it.
-    let mut filter = ShardedBloom::new(params(0.01, 10, 3, DAY), SEED, T0).unwrap();
+    let mut filter = new_filter(params(0.01, 10, 3, DAY), SEED, T0).unwrap();
     add_all(&mut filter, "a", 0..100, T0);
     add_all(&mut filter, "b", 0..300, T0 + DAY * 1000);
     for (day, expected) in [(3, (filter.shards[1].items as f64 * HEADROOM).ceil() as u64), (5, 10)] {
@@ -323,7 +334,7 @@ fn ideal_bits(error_rate: f64, window: u32) -> f64 {
 /// distinct items each: the window's bits per item and its measured
 /// false-positive rate.
 fn steady_week(volume: u64, queries: u64) -> (f64, f64) {
-    let mut filter = ShardedBloom::new(params(0.01, volume, 7, DAY), SEED, T0).unwrap();
+    let mut filter = new_filter(params(0.01, volume, 7, DAY), SEED, T0).unwrap();
     for day in 0..7 {
         add_all(&mut filter, &format!("day{day}"), 0..volume, T0 + day * DAY * 1000);
     }
@@ -366,7 +377,7 @@ fn shard_sizes(filter: &ShardedBloom) -> Vec<(u64, u64, Vec<u64>)> {
 
 #[test]
 fn traffic_growing_20_percent_a_day_keeps_the_rate_and_stops_stacking() {
-    let mut filter = ShardedBloom::new(params(0.01, 100_000, 7, DAY), SEED, T0).unwrap();
+    let mut filter = new_filter(params(0.01, 100_000, 7, DAY), SEED, T0).unwrap();
     let mut volume = 100_000.0f64;
     for day in 0..10 {
         let now = T0 + day * DAY * 1000;
@@ -384,7 +395,7 @@ fn traffic_growing_20_percent_a_day_keeps_the_rate_and_stops_stacking() {
 
 #[test]
 fn a_drop_then_a_recovery_keeps_the_rate() {
-    let mut filter = ShardedBloom::new(params(0.01, 1_000_000, 7, DAY), SEED, T0).unwrap();
+    let mut filter = new_filter(params(0.01, 1_000_000, 7, DAY), SEED, T0).unwrap();
     for (day, volume) in [1_000_000, 1_000_000, 300_000, 1_000_000, 1_000_000].into_iter().enumerate() {
         let now = T0 + day as Millis * DAY * 1000;
         add_all(&mut filter, &format!("day{day}"), 0..volume, now);
@@ -395,4 +406,342 @@ fn a_drop_then_a_recovery_keeps_the_rate() {
     // the day after it, sized at the most headroom growth earns, did not.
     let heights: Vec<usize> = filter.shards.iter().map(|s| s.filters.len()).collect();
     assert_eq!(heights, [1, 1, 1, 3, 1], "{:?}", shard_sizes(&filter));
+}
+
+// ---------------------------------------------------------------------
+// Format 1: filters saved by earlier versions keep loading, probing and
+// growing exactly as they did.
+
+/// Payloads the format 1 code (commit 9e41fa1) encoded, and the xxh3 of
+/// each: two 10 s shards, the first stacked; capacity 1 with EXPANSION 1,
+/// whose collapse floor doubles each sub-filter; three daily shards sized
+/// from the previous one's count.
+const FORMAT_1_PAYLOADS: [(&[&str], u64); 3] = [
+    (&[
+    "019a9999999999b93f0400000000000000030000000a00000000000000020000000b30557a9fc4e90e33587da2c7ec11",
+    "365b80a5caef14395e83a8cdf2173c6186020000008061496b0000000014000000000000000300000004000000000000",
+    "000400000000000000ef84e7beafb1853f0c0000000800000075ddf7c3485dd2d4080000000000000008000000000000",
+    "009c0f6539fee0793f0b000000100000005b53838e389ce36c694d2a7ce2e3de0e100000000000000008000000000000",
+    "00381fca72fcc16b3f0b0000002000000043402c1001113018108c2144fc158101343448c0087002146411142a784b90",
+    "118a61496b000000000a000000000000000100000016000000000000000a00000000000000743d8a08114a7b3f080000",
+    "0020000000c9120400548ab0c3b004044a0180232802000f2418080c0bb144283400618102",
+    ], 0x7ebb3f4f09d60a0a),
+    (&[
+    "017b14ae47e17a843f0100000000000000010000008051010000000000010000000b30557a9fc4e90e33587da2c7ec11",
+    "365b80a5caef14395e83a8cdf2173c6186010000008061496b0000000006000000000000000600000001000000000000",
+    "000100000000000000000000000000683f1400000020000000000a00080030002000c000000100010004000400100020",
+    "00600080008001000201000000000000000100000000000000000000000000603f140000003000000000000001020408",
+    "000000008000010408000000000000010204080000000000000102041000000000800002040800000001000000000000",
+    "000100000000000000000000000000583f14000000400000000000000400000000020000008000020000400001000010",
+    "400000000820000000040800000001040000800002000000800000000040000000002000000000080001000000000000",
+    "000100000000000000000000000000503f14000000600000000800000000000002000000080000010000000400000000",
+    "000001000000040040000000000100000000008000000000020020000000800000000000002000000080000010000000",
+    "400000000000001000000000000008000000100000000000000100000000000000010000000000000000000000000048",
+    "3f1400000080000000000000000000000000000008000008000004000004000004000000000000000000000000000000",
+    "000000200000200000100000100000100000000000000000000000000000000000008000008000004000004000004000",
+    "000000000000000000000000000000000000020000020000020000010000010000000000000000000001000000000000",
+    "000100000000000000000000000000403f14000000c00000000000000004000000000008000000000000000000000004",
+    "000000000008000000000000000000000000000000000004000000000008000000000000000000000004000000000008",
+    "000000000000000000000000000000000004000000000008000000000000000000000004000000000008000000000000",
+    "000000000000000000000004000000000008000000000000000000000004000000000008000000000008000000000000",
+    "00000000000400000000000800000000000000000000000400",
+    ], 0x2f4ee357b81c5e98),
+    (&[
+    "019a9999999999c93f0300000000000000020000008051010000000000030000000b30557a9fc4e90e33587da2c7ec11",
+    "365b80a5caef14395e83a8cdf2173c6186030000008061496b0000000007000000000000000200000003000000000000",
+    "00030000000000000042f4d1428e12883f0f000000080000008d9dab46c5767376090000000000000004000000000000",
+    "003e65a14768cfa63f05000000080000003a10d0302818102000b34a6b00000000050000000000000001000000080000",
+    "0000000000050000000000000058f4d9b9280ca13f06000000080000000231d488920587e380044c6b00000000020000",
+    "000000000001000000060000000000000002000000000000003405ff3d411e923f070000000800000009c80884048401",
+    "48",
+    ], 0xca1ae192442e80bf),
+];
+
+/// The filters behind [`FORMAT_1_PAYLOADS`], built by today's code.
+fn format_1_builds() -> [ShardedBloom; 3] {
+    let cases: [(Params, Vec<(Millis, &str, u64)>); 3] = [
+        (Params { error_rate: 0.1, capacity: 4, window: 3, period: 10, expansion: 2 }, vec![(T0, "x", 20), (T0 + 10_000, "y", 10)]),
+        (Params { error_rate: 0.01, capacity: 1, window: 1, period: DAY, expansion: 1 }, vec![(T0, "e", 6)]),
+        (
+            Params { error_rate: 0.2, capacity: 3, window: 2, period: DAY, expansion: 3 },
+            vec![(T0, "a", 7), (T0 + DAY * 1000, "b", 5), (T0 + 2 * DAY * 1000, "c", 2)],
+        ),
+    ];
+    cases.map(|(params, adds)| {
+        let mut filter = ShardedBloom::with_scheme(params, Scheme::DoubleHashing, SEED, T0, MAX_BYTES).unwrap();
+        for (now, prefix, n) in adds {
+            filter.drop_expired(now);
+            for i in 0..n {
+                let hash = filter.hash(format!("{prefix}:{i:012}").as_bytes());
+                filter.check_room(1, now, MAX_BYTES).unwrap();
+                filter.add(hash, now).unwrap();
+            }
+        }
+        filter
+    })
+}
+
+fn unhex(lines: &[&str]) -> Vec<u8> {
+    let hex: String = lines.concat();
+    (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
+}
+
+fn encoded(filter: &ShardedBloom) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    codec::encode(filter, &mut bytes);
+    bytes
+}
+
+#[test]
+fn format_1_payloads_still_load_and_format_1_filters_build_the_same_bytes() {
+    for ((lines, hash), built) in FORMAT_1_PAYLOADS.iter().zip(format_1_builds()) {
+        let payload = unhex(lines);
+        assert_eq!(xxhash_rust::xxh3::xxh3_64(&payload), *hash);
+        for decode in [codec::decode, codec::decode_stored] {
+            let decoded = decode(&payload).unwrap();
+            assert_eq!(decoded.scheme, Scheme::DoubleHashing);
+            assert_eq!(encoded(&decoded), payload, "round trip");
+        }
+        // Same sizes, same probes, same bits: what the old code built.
+        assert_eq!(encoded(&built), payload);
+    }
+}
+
+#[test]
+fn format_1_filters_keep_their_probes_and_sizing_as_they_grow() {
+    let [_, mut old, _] = format_1_builds();
+    // A new shard sized from the last one's count, and its stack: what
+    // the format 1 code (9e41fa1) made of the same adds.
+    for (now, prefix, n) in [(T0 + DAY * 1000, "more", 20), (T0 + DAY * 1000 + 1, "more2", 5)] {
+        old.drop_expired(now);
+        for i in 0..n {
+            let hash = old.hash(format!("{prefix}:{i:012}").as_bytes());
+            old.check_room(1, now, MAX_BYTES).unwrap();
+            old.add(hash, now).unwrap();
+        }
+    }
+    let payload = encoded(&old);
+    assert_eq!(xxhash_rust::xxh3::xxh3_64(&payload), 0x1617f5cc3647a372);
+    assert!(old.shards.iter().flat_map(|s| &s.filters).all(|f| f.bits.scheme() == Scheme::DoubleHashing));
+    assert_eq!(codec::decode(&payload).unwrap().scheme, Scheme::DoubleHashing);
+    assert_eq!(payload[0], codec::FORMAT_DOUBLE_HASHING);
+    // The same settings made new probe the other way, in format 2.
+    let new = new_filter(old.params, SEED, T0).unwrap();
+    assert_eq!(new.scheme, Scheme::Mixed);
+    assert_eq!(encoded(&new)[0], codec::FORMAT_MIXED);
+}
+
+/// The probes of format 1 as 9e41fa1 wrote them, for comparison.
+fn format_1_probes(item: ItemHash, words: usize, hashes: u32) -> Vec<(usize, u64)> {
+    let bits = words as u128 * 64;
+    let mut a = item.0 as u64;
+    let mut b = (item.0 >> 64) as u64;
+    (0..hashes as u64)
+        .map(move |i| {
+            let position = ((a as u128 * bits) >> 64) as u64;
+            a = a.wrapping_add(b);
+            b = b.wrapping_add(i);
+            ((position >> 6) as usize, 1u64 << (position & 63))
+        })
+        .collect()
+}
+
+#[test]
+fn double_hashing_sets_the_bits_format_1_set() {
+    for (n, item) in hashes(5, 2_000).into_iter().enumerate() {
+        let words = [1, 2, 3, 17, 1000, 123_457][n % 6];
+        let hashes_count = 1 + (n as u32 % MAX_HASHES);
+        let mut bits = Bits::new(words as u64 * 8, hashes_count, Scheme::DoubleHashing);
+        bits.set(item);
+        let mut expected = vec![0u64; words];
+        for (word, mask) in format_1_probes(item, words, hashes_count) {
+            expected[word] |= mask;
+        }
+        let mut written = Vec::new();
+        bits.write_bytes(&mut written);
+        let expected: Vec<u8> = expected.iter().flat_map(|w| w.to_le_bytes()).collect();
+        assert_eq!(written, expected);
+        assert!(bits.check(item));
+    }
+}
+
+// ---------------------------------------------------------------------
+// Probe schemes, sizes and costs.
+
+/// Pseudo-random item hashes, repeatable.
+fn hashes(seed: u64, n: usize) -> Vec<ItemHash> {
+    let mut state = seed;
+    let mut next = move || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    (0..n).map(|_| ItemHash(((next() as u128) << 64) | next() as u128)).collect()
+}
+
+/// Median of `runs` timings of `f`.
+fn median_time(runs: usize, mut f: impl FnMut()) -> std::time::Duration {
+    let mut times: Vec<_> = (0..runs)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            f();
+            start.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[runs / 2]
+}
+
+/// Nanoseconds per probe of each scheme on an array of `bytes` bytes:
+/// every query is an inserted item, so each makes all its probes (7, as
+/// at 1%). The schemes' runs alternate, against a busy machine's drift.
+fn probe_costs(bytes: u64, runs: usize) -> [f64; 2] {
+    let queries = hashes(7, 1 << 20);
+    let arrays = [Scheme::DoubleHashing, Scheme::Mixed].map(|scheme| {
+        let mut bits = Bits::new(bytes, 7, scheme);
+        queries.iter().for_each(|&q| bits.set(q));
+        bits
+    });
+    let mut times = [Vec::new(), Vec::new()];
+    for _ in 0..runs {
+        for (bits, times) in arrays.iter().zip(&mut times) {
+            times.push(median_time(1, || assert!(queries.iter().all(|&q| bits.check(q)))));
+        }
+    }
+    times.map(|mut times| {
+        times.sort();
+        times[runs / 2].as_nanos() as f64 / (queries.len() as f64 * 7.0)
+    })
+}
+
+#[test]
+#[ignore = "a benchmark: cargo test --release --lib -- --ignored bench_ --nocapture"]
+fn bench_probe_cost() {
+    for bytes in [4 << 10, 512 << 10, 8 << 20, 256 << 20] {
+        let [double, mixed] = probe_costs(bytes, 9);
+        eprintln!("{:>7} KiB array: {double:.2} ns a probe double hashing, {mixed:.2} mixed", bytes >> 10);
+    }
+}
+
+/// Measured false-positive rate of many `bytes`-byte arrays of `scheme`
+/// holding `items` items each (fresh items and queries per array), over
+/// `arrays * queries` queries.
+fn measured_rate(scheme: Scheme, bytes: u64, items: u64, arrays: u64, queries: usize) -> f64 {
+    let k = hash_count(bytes * 8, items);
+    let mut hits = 0;
+    for array in 0..arrays {
+        let mut bits = Bits::new(bytes, k, scheme);
+        hashes(array * 2 + 1, items as usize).into_iter().for_each(|item| bits.set(item));
+        hits += hashes(array * 2 + 2, queries).into_iter().filter(|&q| bits.check(q)).count();
+    }
+    hits as f64 / (arrays as f64 * queries as f64)
+}
+
+#[test]
+#[ignore = "exploration: cargo test --release --lib -- --ignored explore_ --nocapture"]
+fn explore_mixed_model_on_small_arrays() {
+    for bytes in [8u64, 16, 32, 64, 128, 512] {
+        let m = bytes * 8;
+        for fill in [0.5, 1.0, 2.0] {
+            // items for k at its optimum times `fill`
+            let items = ((m as f64 * std::f64::consts::LN_2 / 7.0 * fill).round() as u64).max(1);
+            let k = hash_count(m, items) as f64;
+            let model = false_positive_rate(m, items, Scheme::Mixed);
+            let first_order = model / (1.0 + k * (k - 1.0) / m as f64);
+            let measured = measured_rate(Scheme::Mixed, bytes, items, 2_000, 2_000);
+            let double = measured_rate(Scheme::DoubleHashing, bytes, items, 2_000, 2_000);
+            eprintln!(
+                "m {m:>5} n {items:>4} k {k:>2}: measured {measured:.5} ({:.3} x first order, {:.3} x model); double hashing {double:.5}",
+                measured / first_order,
+                measured / model
+            );
+        }
+    }
+}
+
+/// The costliest filter to query that the decoder accepts with `shards`
+/// shards of `height` sub-filters each, all of `capacity` items (period
+/// 1 s, expansion 1, the lowest error rate, so every sub-filter probes
+/// 20 times), and the 1,000 queries it was built against: each query's
+/// first 19 probes set in every sub-filter, so that a query makes all 20
+/// in each (unless another query's bits answer its 20th) and a plain
+/// `MEXISTS` of them reads every sub-filter of every shard. With
+/// `adversarial` false, the sub-filters hold random items instead.
+fn costliest_filter(shards: u32, height: usize, capacity: u64, adversarial: bool) -> (ShardedBloom, Vec<ItemHash>) {
+    let params = Params { error_rate: MIN_ERROR_RATE, capacity, window: shards - 1, period: 1, expansion: 1 };
+    let queries = hashes(99, 1_000);
+    let mut filter = ShardedBloom { params, seed: SEED, scheme: Scheme::Mixed, shards: Vec::new() };
+    for start in 0..shards as i64 {
+        let mut filters: Vec<SubFilter> = Vec::new();
+        let mut spent = 0.0;
+        for level in 0..height {
+            let share = if level == 0 { Share::Half } else { Share::Half };
+            let bytes = sub_filter_bytes(capacity, params.shard_error() - spent, share, Scheme::Mixed).unwrap();
+            let mut sub = SubFilter::new(capacity, bytes, Scheme::Mixed);
+            spent += sub.error;
+            sub.items = capacity;
+            if adversarial {
+                queries.iter().for_each(|&q| sub.bits.set_first(q, sub.bits.hashes() - 1));
+            } else {
+                hashes(start as u64 * 1000 + level as u64, capacity as usize).into_iter().for_each(|item| sub.bits.set(item));
+            }
+            filters.push(sub);
+        }
+        filter.shards.push(Shard { start, items: capacity * height as u64, filters });
+    }
+    (filter, queries)
+}
+
+/// Bytes of [`costliest_filter`]'s bit arrays, without building it.
+fn costliest_bytes(shards: u32, height: usize, capacity: u64) -> u64 {
+    let shard_error = MIN_ERROR_RATE / (shards - 1).max(1) as f64;
+    let mut spent = 0.0;
+    let mut bytes = 0;
+    for _ in 0..height {
+        let sub = sub_filter_bytes(capacity, shard_error - spent, Share::Half, Scheme::Mixed).unwrap_or(u64::MAX / 2);
+        spent += false_positive_rate(sub * 8, capacity, Scheme::Mixed);
+        bytes += sub;
+    }
+    bytes.saturating_mul(shards as u64)
+}
+
+/// The largest capacity at which [`costliest_filter`] fits `MAX_BYTES`.
+fn largest_capacity(shards: u32, height: usize) -> u64 {
+    let (mut fits, mut too_big) = (1_000u64, 1u64 << 40);
+    while too_big - fits > 1 {
+        let mid = fits + (too_big - fits) / 2;
+        if costliest_bytes(shards, height, mid) <= MAX_BYTES { fits = mid } else { too_big = mid }
+    }
+    fits
+}
+
+#[test]
+#[ignore = "a benchmark: cargo test --release --lib -- --ignored bench_ --nocapture"]
+fn bench_worst_mexists() {
+    // As many sub-filters as allowed, each as large as the bytes allow, so
+    // that every probe misses the caches: a full stack per shard, one
+    // sub-filter per shard, and between.
+    for (shards, height) in [(16, 32), (512, 1), (128, 4)] {
+        let capacity = largest_capacity(shards, height);
+        for adversarial in [true, false] {
+            let (filter, queries) = costliest_filter(shards, height, capacity, adversarial);
+            let mut bytes = Vec::new();
+            codec::encode(&filter, &mut bytes);
+            let decoded = codec::decode(&bytes).map(|_| "decodes").unwrap_or_else(|e| e.0);
+            drop(bytes);
+            let now = (shards as i64 - 1) * 1000;
+            let hits = queries.iter().filter(|&&q| filter.contains(q, now)).count();
+            let time = median_time(5, || {
+                std::hint::black_box(queries.iter().filter(|&&q| filter.contains(q, now)).count());
+            });
+            eprintln!(
+                "{shards} shards x {height} of {capacity} ({} sub-filters, {} MiB, {}): 1000 contains {time:?}, {hits} hits; {decoded}",
+                filter.sub_filter_count(),
+                filter.bytes() >> 20,
+                if adversarial { "crafted bits" } else { "random items" },
+            );
+        }
+    }
 }
