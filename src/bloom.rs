@@ -63,16 +63,20 @@ pub const PROTO_MAX_BULK_LEN: u64 = 512 * 1024 * 1024;
 /// sub-filter: at most [`codec::MAX_OVERHEAD`]) and the `DUMP` envelope,
 /// so the largest filter still `DUMP`s, `RESTORE`s and `MIGRATE`s.
 pub const MAX_BYTES: u64 = PROTO_MAX_BULK_LEN - 1024 * 1024;
-/// Smallest error rate of a new filter. The size a rate implies grows
-/// slowly (`-ln(rate) / ln(2)^2` bits an item) until the hash count
-/// reaches [`MAX_HASHES`], near a shard rate of 1e-6; past it, each decade
-/// costs more, and a shard's budget is split further by the window and by
-/// every stacked sub-filter (each takes half of what is left). At 1e-9, a
-/// 7-day window's first sub-filter costs about 54 bits an item (5.6 times
-/// a 1% filter's 9.6), a year of hourly shards' about 82, and the 32nd
-/// sub-filter of the deepest stack about 270: still in proportion. A
-/// billion to one is already far below what a prefilter in front of an
-/// exact record is worth; 1e-15 or 5e-324 can only be a mistake.
+/// Smallest error rate of a new filter, chosen from the sizes rates
+/// imply. A shard's budget is the rate over the window, and each stacked
+/// sub-filter gets part of what is left, so sub-filters aim far below the
+/// rate; past a rate of about 1e-6 they need more than [`MAX_HASHES`]
+/// probes at the optimum, and the capped count costs more bits than the
+/// optimum (`-ln(rate) / ln(2)^2`), more so the lower the rate. Measured
+/// by `sizes_at_the_rate_bound_stay_in_proportion` (first sub-filter of a
+/// 7-day window, then the 32nd of a full stack): 1e-6 costs 34 and 84
+/// bits an item, 1e-9 59 and 101 (a fifth over the optimum; a 1% filter
+/// takes 10.5), 1e-12 84 and 168, 1e-15 117 and 168 (half over the
+/// optimum), 1e-20 235 and 336, 1e-30 805 and 940. One false positive in
+/// a billion queries is far below what a prefilter in front of an exact
+/// record can use; below it each factor of 1000 costs 25 to 35 more bits
+/// an item, and 5e-324 has no size at all.
 pub const MIN_ERROR_RATE: f64 = 1e-9;
 /// Largest period: a century.
 pub const MAX_PERIOD: Seconds = 100 * 365 * DAY;
@@ -605,7 +609,8 @@ impl ShardedBloom {
     /// Whether `n` more insertions at `now` fit the limits on size
     /// (`max_bytes` of bit arrays in the live shards after the write, at
     /// most [`MAX_BYTES`]) and on sub-filters, and what they would
-    /// allocate. Allocates nothing. [`add`](Self::add) of `n` items at
+    /// allocate. The limits bound growth: a write that allocates nothing
+    /// fits, even in a filter over a limit lowered since it grew. Allocates nothing. [`add`](Self::add) of `n` items at
     /// `now` cannot fail after it, and allocates at most the plan (exactly
     /// it when all `n` are new to the current shard).
     pub fn check_room(&self, n: u64, now: Millis, max_bytes: u64) -> Result<Room, BloomError> {

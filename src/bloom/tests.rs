@@ -639,27 +639,6 @@ fn measured_rate(scheme: Scheme, bytes: u64, items: u64, arrays: u64, queries: u
     hits as f64 / (arrays as f64 * queries as f64)
 }
 
-#[test]
-#[ignore = "exploration: cargo test --release --lib -- --ignored explore_ --nocapture"]
-fn explore_mixed_model_on_small_arrays() {
-    for bytes in [8u64, 16, 32, 64, 128, 512] {
-        let m = bytes * 8;
-        for fill in [0.5, 1.0, 2.0] {
-            // items for k at its optimum times `fill`
-            let items = ((m as f64 * std::f64::consts::LN_2 / 7.0 * fill).round() as u64).max(1);
-            let k = hash_count(m, items) as f64;
-            let model = false_positive_rate(m, items, Scheme::Mixed);
-            let first_order = model / (1.0 + k * (k - 1.0) / m as f64);
-            let measured = measured_rate(Scheme::Mixed, bytes, items, 2_000, 2_000);
-            let double = measured_rate(Scheme::DoubleHashing, bytes, items, 2_000, 2_000);
-            eprintln!(
-                "m {m:>5} n {items:>4} k {k:>2}: measured {measured:.5} ({:.3} x first order, {:.3} x model); double hashing {double:.5}",
-                measured / first_order,
-                measured / model
-            );
-        }
-    }
-}
 
 /// The costliest filter to query that the decoder accepts with `shards`
 /// shards of `height` sub-filters each, all of `capacity` items (period
@@ -743,5 +722,310 @@ fn bench_worst_mexists() {
                 if adversarial { "crafted bits" } else { "random items" },
             );
         }
+    }
+}
+
+/// Bytes the first shard of a new filter of `scheme` takes.
+fn first_shard_bytes(params: Params, scheme: Scheme) -> Result<u64, BloomError> {
+    let empty = ShardedBloom { params, seed: SEED, scheme, shards: Vec::new() };
+    empty.check_room(1, T0, MAX_BYTES).map(|room| room.allocate)
+}
+
+/// Bits per item of the sub-filter `level` (0 first) of a full stack of
+/// `capacity` with EXPANSION 1, at `error_rate` over `window`.
+fn stack_bits_per_item(error_rate: f64, window: u32, capacity: u64, level: usize) -> f64 {
+    let shard_error = error_rate / window as f64;
+    let mut spent = 0.0;
+    let mut bytes = 0;
+    for _ in 0..=level {
+        bytes = sub_filter_bytes(capacity, shard_error - spent, Share::Half, Scheme::Mixed).unwrap();
+        spent += false_positive_rate(bytes * 8, capacity, Scheme::Mixed);
+    }
+    bytes as f64 * 8.0 / capacity as f64
+}
+
+
+#[test]
+fn sizes_at_the_rate_bound_stay_in_proportion() {
+    // The figures behind MIN_ERROR_RATE's comment (bits an item, first
+    // sub-filter of a 7-day window and the 32nd of a full stack).
+    let expected = [(1e-6, 34.0, 84.0), (1e-9, 59.0, 101.0), (1e-12, 84.0, 168.0), (1e-15, 117.0, 168.0)];
+    for (rate, first, deepest) in expected {
+        let got = (stack_bits_per_item(rate, 7, 1_000_000, 0), stack_bits_per_item(rate, 7, 1_000_000, 31));
+        assert!((got.0 - first).abs() < 1.0 && (got.1 - deepest).abs() < 1.0, "{rate:e}: {got:?}");
+    }
+    // At the bound, whatever the window and capacity, no sub-filter of a
+    // stack takes more than 130 bits an item (or one 16-byte class).
+    for window in [1, 7, MAX_WINDOW] {
+        for capacity in [1, 10, 1_000, 100_000] {
+            for level in [0, 1, 15, 31] {
+                let bits = stack_bits_per_item(MIN_ERROR_RATE, window, capacity, level);
+                assert!(bits <= 130.0 || bits * capacity as f64 <= 128.0, "window {window} capacity {capacity} level {level}: {bits:.1}");
+            }
+        }
+    }
+}
+
+#[test]
+fn sizes_follow_capacity_with_no_floor() {
+    // A sub-filter of format 2 costs what its capacity and target need
+    // (with the capped hash count), rounded to an allocation class, or a
+    // class of 16 bytes at most for tiny capacities.
+    for rate in [0.5, 0.1, 0.01, 1e-4, 1e-6, MIN_ERROR_RATE] {
+        for window in [1, 7, MAX_WINDOW] {
+            for capacity in [1u64, 2, 10, 100, 1_000, 100_000, 10_000_000] {
+                let params = Params { error_rate: rate, capacity, window, period: DAY, expansion: 2 };
+                let bytes = first_shard_bytes(params, Scheme::Mixed).unwrap();
+                // What the target needs at the optimum or with 20 hashes.
+                let target = rate / window as f64 * 0.5;
+                let optimum = -target.ln() / (std::f64::consts::LN_2 * std::f64::consts::LN_2);
+                let capped = -20.0 / (1.0 - target.powf(1.0 / 20.0)).ln();
+                let needed = capacity as f64 * optimum.max(capped) / 8.0;
+                let bound = allocation_class((1.3 * needed).ceil() as u64).max(16);
+                assert!(bytes <= bound, "{rate:e} window {window} capacity {capacity}: {bytes} bytes, {needed:.0} needed");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_issues_reproductions_now_take_bytes_in_proportion() {
+    // IDEM.BF.RESERVE k 5e-9 1 (WINDOW 7 by default): 448 MiB before.
+    let reserve = Params { error_rate: 5e-9, capacity: 1, window: 7, period: DAY, expansion: 2 };
+    assert_eq!(first_shard_bytes(reserve, Scheme::DoubleHashing), Ok(469_762_048));
+    assert_eq!(first_shard_bytes(reserve, Scheme::Mixed), Ok(8));
+    // Capacity 1, EXPANSION 1, 32 items at 1% over 7 days: 19 MB before.
+    let tiny = Params { error_rate: 0.01, capacity: 1, window: 7, period: DAY, expansion: 1 };
+    let sizes = [Scheme::DoubleHashing, Scheme::Mixed].map(|scheme| {
+        let mut filter = ShardedBloom::with_scheme(tiny, scheme, SEED, T0, MAX_BYTES).unwrap();
+        let mut n = 0;
+        while filter.items() < 32 {
+            filter.check_room(1, T0, MAX_BYTES).unwrap();
+            filter.add(filter.hash(&item("r", n)), T0).unwrap();
+            n += 1;
+        }
+        assert_eq!(filter.sub_filter_count(), 32);
+        filter.bytes()
+    });
+    eprintln!("capacity 1, EXPANSION 1, 32 items: {} bytes in format 1, {} in format 2", sizes[0], sizes[1]);
+    assert_eq!(sizes[0], 18_982_912);
+    assert!(sizes[1] <= 32 * 16, "{sizes:?}");
+}
+
+/// Mean false-positive rate of `filters` filters of `params` (each its own
+/// seed) holding `items` items each, over `queries` fresh queries each.
+fn mean_rate(params: Params, items: u64, filters: u64, queries: u64) -> f64 {
+    let mut hits = 0;
+    for n in 0..filters {
+        let mut seed = SEED;
+        seed[..8].copy_from_slice(&n.to_le_bytes());
+        let mut filter = new_filter(params, seed, T0).unwrap();
+        add_all(&mut filter, "in", 0..items, T0);
+        hits += (0..queries).filter(|&q| filter.contains(filter.hash(&item("out", q)), T0)).count();
+    }
+    hits as f64 / (filters * queries) as f64
+}
+
+#[test]
+fn mixed_probes_keep_the_rate_in_tiny_and_large_arrays() {
+    // At capacity: (capacity, filters of it, queries each).
+    for rate in [0.1, 0.01, 0.001] {
+        for (capacity, filters, queries) in [(1, 2_000, 500), (10, 2_000, 500), (1_000, 50, 20_000), (100_000, 1, 1_000_000)] {
+            let measured = mean_rate(params(rate, capacity, 1, DAY), capacity, filters, queries);
+            let total = filters * queries;
+            eprintln!("rate {rate}, capacity {capacity}: {measured:.6}");
+            assert!(measured <= rate + slack(rate, total), "rate {rate}, capacity {capacity}: {measured}");
+        }
+    }
+}
+
+#[test]
+fn mixed_probes_keep_the_rate_in_stacked_sub_filters() {
+    // (capacity, expansion, items, filters, queries each): stacks of 32
+    // sub-filters of one item, of 10, and deep stacks that doubled. The
+    // rate is a mean over fills: one filter's varies by a few percent
+    // around it (each query's probes meet its particular set bits), so
+    // several filters are averaged.
+    for (capacity, expansion, items, filters, queries) in
+        [(1, 1, 32, 2_000, 500), (10, 1, 320, 500, 2_000), (1, 2, 100_000, 16, 100_000), (1_000, 2, 200_000, 16, 100_000)]
+    {
+        let params = Params { expansion, ..params(0.01, capacity, 1, DAY) };
+        let measured = mean_rate(params, items, filters, queries);
+        eprintln!("capacity {capacity}, expansion {expansion}, {items} items: {measured:.6}");
+        assert!(measured <= 0.01 + slack(0.01, filters * queries), "capacity {capacity} expansion {expansion}: {measured}");
+    }
+}
+
+#[test]
+fn the_mixed_rate_model_bounds_what_small_arrays_measure() {
+    for bytes in [8u64, 16, 32, 64, 128, 512] {
+        let m = bytes * 8;
+        for fill in [0.5, 1.0, 2.0] {
+            let items = ((m as f64 * std::f64::consts::LN_2 / 7.0 * fill).round() as u64).max(1);
+            let model = false_positive_rate(m, items, Scheme::Mixed);
+            let queries = 1_000 * 1_000;
+            let measured = measured_rate(Scheme::Mixed, bytes, items, 1_000, 1_000);
+            assert!(measured <= model + slack(model, queries), "{m} bits, {items} items: measured {measured}, model {model}");
+        }
+    }
+}
+
+#[test]
+fn check_room_names_each_limit_and_add_keeps_the_hard_ones() {
+    // The configured size limit, and what was needed.
+    let p = params(0.01, 1_000, 1, DAY);
+    let needed = ShardedBloom::plan_new(&p, T0, MAX_BYTES).unwrap().allocate;
+    assert_eq!(new_filter(p, SEED, T0).unwrap().bytes(), needed);
+    assert_eq!(ShardedBloom::new(p, SEED, T0, needed - 1).err(), Some(BloomError::SizeLimit { needed, limit: needed - 1 }));
+    assert_eq!(ShardedBloom::plan_new(&p, T0, u64::MAX).unwrap(), Room { allocate: needed, sub_filters: 1 });
+    let filter = new_filter(p, SEED, T0).unwrap();
+    assert_eq!(filter.check_room(1_000, T0, needed), Ok(Room::default()), "fits the top sub-filter");
+    let grow = filter.check_room(1_001, T0, MAX_BYTES).unwrap();
+    assert_eq!(grow.sub_filters, 1);
+    assert_eq!(
+        filter.check_room(1_001, T0, needed + grow.allocate - 1),
+        Err(BloomError::SizeLimit { needed: needed + grow.allocate, limit: needed + grow.allocate - 1 })
+    );
+    // A limit above the hard ceiling is the ceiling.
+    let huge = params(0.01, 1 << 40, 1, DAY);
+    assert!(matches!(ShardedBloom::plan_new(&huge, T0, u64::MAX), Err(BloomError::SizeLimit { limit: MAX_BYTES, .. })));
+    // Invalid settings.
+    assert!(matches!(ShardedBloom::plan_new(&params(0.01, 1, MAX_WINDOW + 1, DAY), T0, MAX_BYTES), Err(BloomError::Invalid(_))));
+    let old_window = params(0.01, 1, FORMAT_1_MAX_WINDOW, HOUR);
+    assert!(ShardedBloom::with_scheme(old_window, Scheme::DoubleHashing, SEED, T0, MAX_BYTES).is_ok());
+    assert!(matches!(ShardedBloom::with_scheme(old_window, Scheme::Mixed, SEED, T0, MAX_BYTES), Err(BloomError::Invalid(_))));
+    // Format 1 filters had no lower bound on the rate (though their floor
+    // made one this low too large to build).
+    let old_rate = params(1e-12, 1, 1, DAY);
+    assert_eq!(old_rate.check_for(Scheme::DoubleHashing), Ok(()));
+    assert!(matches!(ShardedBloom::with_scheme(old_rate, Scheme::DoubleHashing, SEED, T0, MAX_BYTES), Err(BloomError::SizeLimit { .. })));
+
+    // Too many sub-filters in all: shards of 1 s taking 1 item, then 4,
+    // by turns; a 4 outgrows a shard sized after a 1, and stacks.
+    let p = Params { error_rate: 0.5, capacity: 1, window: MAX_WINDOW, period: 1, expansion: 1 };
+    let mut filter = new_filter(p, SEED, T0).unwrap();
+    let mut n = 0u64;
+    let refused = 'fill: loop {
+        let second = n / 5 * 2 + (n % 5 > 0) as u64;
+        assert!(second < 2 * MAX_WINDOW as u64, "never refused: {} sub-filters", filter.sub_filter_count());
+        let now = T0 + second as Millis * 1000;
+        match filter.check_room(1, now, MAX_BYTES) {
+            Ok(_) => {}
+            Err(error) => {
+                // add refuses the same, and changes nothing.
+                let before = encoded(&filter);
+                assert_eq!(filter.add(filter.hash(&item("fresh", n)), now), Err(error));
+                let mut after = filter.clone();
+                after.drop_expired(now);
+                assert_eq!(encoded(&after), before);
+                break 'fill error;
+            }
+        }
+        filter.add(filter.hash(&item("m", n)), now).unwrap();
+        n += 1;
+    };
+    assert_eq!(refused, BloomError::TooManySubFilters);
+    assert_eq!(filter.sub_filter_count(), MAX_TOTAL_SUB_FILTERS);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    /// check_room foresees add: when it answers a plan, `n` adds at `now`
+    /// all succeed and allocate at most the plan (exactly it when all `n`
+    /// items were new), within the limit; when it refuses, `n` new items
+    /// cannot all be added within the limit.
+    #[test]
+    fn check_room_foresees_add(
+        capacity in 1u64..40,
+        expansion in 1u32..4,
+        window in 1u32..4,
+        period in 1i64..3,
+        rate in prop_oneof![Just(0.3), Just(0.01), Just(1e-6)],
+        history in proptest::collection::vec((-2_000i64..6_000, 0u64..50), 0..8),
+        n in 0u64..150,
+        at in -2_000i64..8_000,
+        limit in prop_oneof![Just(MAX_BYTES), 8u64..2_000],
+    ) {
+        let p = Params { error_rate: rate, capacity, window, period, expansion };
+        let mut filter = new_filter(p, SEED, T0).unwrap();
+        let mut fresh = 0u64;
+        let mut now = T0;
+        for (step, count) in history {
+            now += step;
+            if filter.check_room(count, now, MAX_BYTES).is_ok() {
+                for _ in 0..count {
+                    filter.add(filter.hash(&item("h", fresh)), now).unwrap();
+                    fresh += 1;
+                }
+            }
+        }
+        let now = now + at;
+        let live = |f: &ShardedBloom| f.shards.iter().filter(|s| f.is_live(s, now)).map(|s| (s.bytes(), s.filters.len(), s.items)).fold((0, 0, 0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2));
+        let plan = filter.check_room(n, now, limit);
+        let (bytes_before, count_before, items_before) = live(&filter);
+        let mut after = filter.clone();
+        let mut refused = None;
+        for i in 0..n {
+            if let Err(error) = after.add(after.hash(&item("n", i)), now) {
+                refused = Some(error);
+                break;
+            }
+        }
+        let (bytes_after, count_after, items_after) = live(&after);
+        let all_new = items_after - items_before == n;
+        match plan {
+            Ok(room) => {
+                prop_assert_eq!(refused, None);
+                // A write that allocates nothing fits even a filter over
+                // a limit lowered since it grew.
+                prop_assert!(room.allocate == 0 || bytes_after <= limit.min(MAX_BYTES));
+                prop_assert!(bytes_after - bytes_before <= room.allocate);
+                prop_assert!(count_after - count_before <= room.sub_filters as usize);
+                if all_new {
+                    prop_assert_eq!(bytes_after - bytes_before, room.allocate);
+                    prop_assert_eq!(count_after - count_before, room.sub_filters as usize);
+                }
+            }
+            Err(BloomError::SizeLimit { needed, limit: applied }) => {
+                prop_assert_eq!(applied, limit.min(MAX_BYTES));
+                prop_assert!(needed > applied);
+                if refused.is_none() && all_new {
+                    prop_assert!(bytes_after >= needed, "{} < {}", bytes_after, needed);
+                }
+            }
+            Err(error) => {
+                prop_assert!(refused == Some(error) || !all_new, "{:?} then {:?}", error, refused);
+            }
+        }
+    }
+}
+
+
+
+#[test]
+fn mixed_probes_fill_arrays_as_independent_probes_would() {
+    // 1,000 items in 10,240 bits with 7 probes each: the set bits and the
+    // rate, averaged over 400 arrays, are what independent uniform probes
+    // give; the rate is also what the array's own fill predicts.
+    let (bytes, k, n) = (1280u64, 7u32, 1000usize);
+    let m = (bytes * 8) as f64;
+    let expected_ones = m * (1.0 - (1.0 - 1.0 / m).powf((k as usize * n) as f64));
+    for scheme in [Scheme::Mixed, Scheme::DoubleHashing] {
+        let (filters, queries) = (400u64, 50_000usize);
+        let (mut ones, mut measured, mut predicted) = (0.0, 0.0, 0.0);
+        for f in 0..filters {
+            let mut bits = Bits::new(bytes, k, scheme);
+            hashes(f * 2 + 1000, n).into_iter().for_each(|item| bits.set(item));
+            let set = bits.count_ones() as f64;
+            ones += set / filters as f64;
+            predicted += (set / m).powi(k as i32) / filters as f64;
+            let hits = hashes(f * 2 + 1001, queries).into_iter().filter(|&q| bits.check(q)).count();
+            measured += hits as f64 / queries as f64 / filters as f64;
+        }
+        let model = false_positive_rate(m as u64, n as u64, scheme);
+        assert!((ones - expected_ones).abs() < 2.0, "{scheme:?}: {ones} bits set, {expected_ones} expected");
+        assert!((measured / predicted - 1.0).abs() < 0.02, "{scheme:?}: {measured} measured, {predicted} from the fill");
+        assert!((measured / model - 1.0).abs() < 0.02, "{scheme:?}: {measured} measured, model {model}");
     }
 }
