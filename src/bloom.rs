@@ -246,18 +246,26 @@ pub fn allocation_class(size: u64) -> u64 {
 
 /// The largest allocation class not above `size` (`size` >= 8).
 fn allocation_class_below(size: u64) -> u64 {
-    if size < 16 {
-        return 8;
+    // A class at most `size`, then up through the classes.
+    let mut below = allocation_class(size / 2).clamp(8, size.max(8));
+    loop {
+        let next = allocation_class(below + 1);
+        if next > size {
+            return below;
+        }
+        below = next;
     }
-    format_1_class_below(size)
 }
 
-/// [`allocation_class_below`] as format 1 sized with it: from 12 to 15
-/// it answers 9 to 11, no class. Such a sub-filter holds one word (64
-/// bits) but took its hash count and error from 72 to 88 bits; format 1
-/// filters keep doing so, so that they grow exactly as they always did
-/// (a replica of an older primary gets the same bits).
-fn format_1_class_below(size: u64) -> u64 {
+/// [`allocation_class_below`] as format 1 sized with it: where three
+/// quarters of `size` is no class and no class lies between it and
+/// `size` (at 64 bytes and below), it answers that, no class: 9 to 11 for
+/// 12 to 15, 17 to 23 for 23 to 31, 33 to 35 for 44 to 47. Such a
+/// sub-filter holds the whole words of it (8, 16 or 32 bytes) but took
+/// its hash count and error from all of it; format 1 filters keep doing
+/// so, so that they grow exactly as they always did (a replica of an
+/// older primary gets the same bits).
+pub(crate) fn format_1_class_below(size: u64) -> u64 {
     let class = allocation_class(size);
     if class == size {
         return class;
@@ -383,7 +391,7 @@ fn sub_filter_bytes(capacity: u64, budget: f64, share: Share, scheme: Scheme) ->
 impl SubFilter {
     /// A clear sub-filter as [`sub_filter_bytes`] sized it: `sizing` bytes
     /// give its hash count and error, whole words of them its array (the
-    /// same but for format 1's 9 to 11: see [`format_1_class_below`]).
+    /// same but for format 1's strays: see [`format_1_class_below`]).
     fn new(capacity: u64, sizing: u64, scheme: Scheme) -> SubFilter {
         let bits = Bits::new(sizing / 8 * 8, hash_count(sizing * 8, capacity), scheme);
         SubFilter { capacity, items: 0, error: false_positive_rate(sizing * 8, capacity, scheme), bits }

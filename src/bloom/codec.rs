@@ -26,8 +26,10 @@
 use super::bits::{Bits, Scheme};
 use super::{
     FORMAT_1_MAX_WINDOW, MAX_BYTES, MAX_HASHES, MAX_SUB_FILTERS, MAX_TOTAL_SUB_FILTERS, MAX_WINDOW, PROTO_MAX_BULK_LEN,
-    Params, Shard, Share, ShardedBloom, SubFilter, allocation_class, false_positive_rate, hash_count, sub_filter_bytes,
+    Params, Shard, Share, ShardedBloom, SubFilter, allocation_class, false_positive_rate, format_1_class_below, hash_count,
+    sub_filter_bytes,
 };
+use crate::record::Millis;
 use crate::record::codec::{DecodeError, Reader};
 
 /// The format of filters probed by [`Scheme::DoubleHashing`].
@@ -155,7 +157,11 @@ fn decode_with(bytes: &[u8], stored: bool) -> Result<ShardedBloom, DecodeError> 
         let start = i64::from_le_bytes(input.array()?);
         let items = input.u64()?;
         let filter_count = input.u32()? as usize;
-        if start < 0 || start % params.period != 0 || shards.last().is_some_and(|prev| prev.start >= start) {
+        // Starts come from a clock in milliseconds: at most i64::MAX / 1000.
+        if !(0..=Millis::MAX / 1000).contains(&start)
+            || start % params.period != 0
+            || shards.last().is_some_and(|prev| prev.start >= start)
+        {
             return Err(DecodeError("shard starts out of order"));
         }
         if !(1..=MAX_SUB_FILTERS).contains(&filter_count) {
@@ -236,12 +242,16 @@ fn decode_sub_filter(input: &mut Reader, scheme: Scheme) -> Result<SubFilter, De
 /// floating point). Smaller arrays have larger errors, which the shard's
 /// budget bounds.
 fn check_sizing(sub: &SubFilter, budget: f64, scheme: Scheme) -> Result<(), DecodeError> {
-    // The bytes it was sized as: its own, or for a one-word format 1
-    // array 9 to 11 (see `format_1_class_below`).
-    let sizings: &[u64] = match (scheme, sub.bytes()) {
-        (Scheme::DoubleHashing, 8) => &[8, 9, 10, 11],
-        (_, bytes) => &[bytes],
-    };
+    // The bytes it was sized as: its own, or for a small format 1 array
+    // one of the strays of `format_1_class_below` (which occur at 64
+    // bytes and below) whose whole words it holds.
+    let len = sub.bytes();
+    let strays = (8..=64).map(format_1_class_below).filter(|&size| size != len && size / 8 * 8 == len);
+    let mut sizings: Vec<u64> = vec![len];
+    if scheme == Scheme::DoubleHashing {
+        sizings.extend(strays);
+        sizings.dedup();
+    }
     let hashes = sub.bits.hashes();
     let mut sized = sizings.iter().filter(|&&bytes| hash_count(bytes * 8, sub.capacity) == hashes).peekable();
     if sized.peek().is_none() {

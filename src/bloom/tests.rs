@@ -58,8 +58,9 @@ fn allocation_classes_are_jemallocs() {
     assert_eq!(allocation_class(129), 160);
     assert_eq!(allocation_class(131073), 163840);
     assert_eq!(allocation_class_below(163839), 131072);
-    for size in 8..16 {
-        assert_eq!(allocation_class_below(size), 8);
+    for size in 8..1 << 20 {
+        let below = allocation_class_below(size);
+        assert!(allocation_class(below) == below && below <= size && allocation_class(below + 1) > size, "{size}: {below}");
     }
     assert_eq!(format_1_class_below(12), 9, "format 1's sizing, kept");
     assert_eq!(allocation_class_below(163840), 163840);
@@ -255,17 +256,37 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
 
     #[test]
-    fn decoding_mutated_payloads_never_panics(index in 0usize..2000, byte in any::<u8>()) {
-        let mut filter = new_filter(params(0.01, 20, 3, 10), SEED, T0).unwrap();
-        add_all(&mut filter, "m", 0..30, T0);
-        let mut bytes = Vec::new();
-        codec::encode(&filter, &mut bytes);
+    fn decoding_mutated_payloads_never_panics(index in 0usize..2000, byte in any::<u8>(), which in 0usize..3) {
+        // A format 2 filter, a format 1 one, and one with a full window.
+        let bytes = match which {
+            0 => {
+                let mut filter = new_filter(params(0.01, 20, 3, 10), SEED, T0).unwrap();
+                add_all(&mut filter, "m", 0..30, T0);
+                encoded(&filter)
+            }
+            1 => encoded(&format_1_builds()[0]),
+            _ => encoded(&three_shards()),
+        };
+        let mut bytes = bytes;
         let index = index % bytes.len();
         bytes[index] = byte;
-        if let Ok(decoded) = codec::decode(&bytes) {
-            // Whatever decodes must be usable.
-            let hash = decoded.hash(b"probe");
-            let _ = decoded.contains(hash, T0);
+        // Whatever decodes is canonical and usable, and stays decodable
+        // after the writes the commands make (as the fuzz target checks).
+        for decode in [codec::decode, codec::decode_stored] {
+            let Ok(mut decoded) = decode(&bytes) else { continue };
+            prop_assert_eq!(encoded(&decoded), bytes.clone());
+            prop_assert!(decoded.sub_filter_count() <= MAX_TOTAL_SUB_FILTERS);
+            let newest = decoded.shards.last().map_or(0, |shard| shard.start * 1000);
+            for (step, n) in [(0, 1), (decoded.params.period * 1000, 2), (decoded.params.period * 3000 + 1, 40)] {
+                let now = newest + step;
+                let _ = decoded.contains(decoded.hash(b"probe"), now);
+                if decoded.check_room(n, now, MAX_BYTES).is_ok() {
+                    for i in 0..n {
+                        decoded.add(decoded.hash(&item("w", i)), now).unwrap();
+                    }
+                }
+                prop_assert!(decode(&encoded(&decoded)).is_ok());
+            }
         }
     }
 
@@ -1029,3 +1050,214 @@ fn mixed_probes_fill_arrays_as_independent_probes_would() {
         assert!((measured / model - 1.0).abs() < 0.02, "{scheme:?}: {measured} measured, model {model}");
     }
 }
+
+// ---------------------------------------------------------------------
+// The decoder accepts only what the commands build.
+
+/// A valid filter with a full window: three 10 s shards of a window of
+/// 2 (the oldest live through the newest's first millisecond), the
+/// first stacked three high.
+fn three_shards() -> ShardedBloom {
+    let mut filter = new_filter(Params { expansion: 2, ..params(0.1, 4, 2, 10) }, SEED, T0).unwrap();
+    add_all(&mut filter, "a", 0..20, T0);
+    add_all(&mut filter, "b", 0..12, T0 + 10_000);
+    add_all(&mut filter, "c", 0..3, T0 + 20_000);
+    assert_eq!(filter.shards.len(), 3);
+    assert_eq!(filter.shards[0].filters.len(), 3);
+    filter
+}
+
+/// A stack of `height` sub-filters of `capacity` (EXPANSION 1), all full,
+/// sized as the commands size them, in each of `shards` shards of 1 s.
+fn stacked(scheme: Scheme, error_rate: f64, window: u32, shards: i64, height: usize, capacity: u64) -> ShardedBloom {
+    let params = Params { error_rate, capacity, window, period: 1, expansion: 1 };
+    let filters = |_| {
+        let mut spent = 0.0;
+        (0..height)
+            .map(|_| {
+                let sizing = sub_filter_bytes(capacity, params.shard_error() - spent, Share::Half, scheme).unwrap();
+                let mut sub = SubFilter::new(capacity, sizing, scheme);
+                spent += sub.error;
+                sub.items = capacity;
+                sub
+            })
+            .collect()
+    };
+    let shards = (0..shards).map(|start| Shard { start, items: capacity * height as u64, filters: filters(start) }).collect();
+    ShardedBloom { params, seed: SEED, scheme, shards }
+}
+
+fn refusal(filter: &ShardedBloom) -> &'static str {
+    match codec::decode(&encoded(filter)) {
+        Ok(_) => "accepted",
+        Err(error) => error.0,
+    }
+}
+
+#[test]
+fn the_decoder_refuses_every_shape_the_commands_cannot_build() {
+    let good = three_shards();
+    assert_eq!(refusal(&good), "accepted");
+    type Mutation = (&'static str, fn(&mut ShardedBloom));
+    let cases: [Mutation; 15] = [
+        ("more shards than the window holds", |f| {
+            let mut extra = f.shards[2].clone();
+            extra.start += 10;
+            f.shards.push(extra);
+        }),
+        ("shards further apart than the window", |f| f.shards[2].start += 10),
+        ("shard starts out of order", |f| f.shards[1].start += 1),
+        ("shard starts out of order", |f| {
+            let last = Millis::MAX / 1000 / 10 * 10 + 10;
+            for (shard, start) in f.shards.iter_mut().zip([last - 20, last - 10, last]) {
+                shard.start = start;
+            }
+        }),
+        ("shard starts out of order", |f| f.shards.swap(1, 2)),
+        ("sub-filter capacities do not follow the expansion", |f| f.shards[0].filters[1].capacity += 1),
+        ("a sub-filter under the top one is not full", |f| {
+            f.shards[0].filters[0].items -= 1;
+            f.shards[0].items -= 1;
+        }),
+        ("shard item count disagrees with its sub-filters", |f| f.shards[0].items += 1),
+        ("hash count disagrees with the sub-filter's size", |f| {
+            let bits = &mut f.shards[0].filters[0].bits;
+            let mut bytes = Vec::new();
+            bits.write_bytes(&mut bytes);
+            *bits = Bits::from_bytes(&bytes, bits.hashes() + 1, Scheme::Mixed);
+        }),
+        ("error disagrees with the sub-filter's size", |f| f.shards[1].filters[0].error *= 1.001),
+        ("bad sub-filter counts", |f| f.shards[1].filters[0].error = 0.0),
+        ("sub-filter larger than its sizing", |f| {
+            let sub = &mut f.shards[2].filters[0];
+            let items = sub.items;
+            *sub = SubFilter::new(sub.capacity, sub.bytes() * 4, Scheme::Mixed);
+            f.shards[2].items -= items;
+        }),
+        ("sub-filter errors exceed the shard's budget", |f| {
+            let sub = &mut f.shards[2].filters[0];
+            let items = sub.items;
+            *sub = SubFilter::new(sub.capacity, 8, Scheme::Mixed);
+            f.shards[2].items -= items;
+        }),
+        ("more bits set than the items set", |f| {
+            let bits = &mut f.shards[1].filters[0].bits;
+            *bits = Bits::from_bytes(&vec![0xff; bits.bytes() as usize], bits.hashes(), Scheme::Mixed);
+        }),
+        ("filter parameters out of range", |f| f.params.window = MAX_WINDOW + 1),
+    ];
+    for (expected, mutate) in cases {
+        let mut bad = good.clone();
+        mutate(&mut bad);
+        assert_eq!(refusal(&bad), expected);
+    }
+    // The rate's lower bound, for format 2 only.
+    let mut low = good.clone();
+    low.params.error_rate = MIN_ERROR_RATE / 2.0;
+    assert_eq!(refusal(&low), "filter parameters out of range");
+    let mut old = low.clone();
+    old.scheme = Scheme::DoubleHashing;
+    let mut header = Vec::new();
+    codec::encode_params(&old.params, old.scheme, &old.seed, &mut header);
+    assert!(codec::decode_params(&mut crate::record::codec::Reader(&header)).is_ok());
+    // An unknown format.
+    let mut unknown = encoded(&good);
+    unknown[0] = 3;
+    assert_eq!(codec::decode(&unknown).err().map(|e| e.0), Some("unknown filter format version"));
+}
+
+#[test]
+fn the_decoder_bounds_the_sub_filters_and_keeps_format_1_filters_built_past_the_bound() {
+    // Format 2: 171 shards of 3, one over the limit.
+    let ok = stacked(Scheme::Mixed, 0.5, MAX_WINDOW, 170, 3, 1);
+    assert_eq!(ok.sub_filter_count(), 510);
+    assert_eq!(refusal(&ok), "accepted");
+    let over = stacked(Scheme::Mixed, 0.5, MAX_WINDOW, 171, 3, 1);
+    assert_eq!(refusal(&over), "too many sub-filters");
+    assert_eq!(codec::decode_stored(&encoded(&over)).err().map(|e| e.0), Some("too many sub-filters"));
+    // Format 1, a window of hours over a year: 600 shards loaded from the
+    // server's own store, refused from a client, and taking no new
+    // sub-filter while over the limit.
+    let old = stacked(Scheme::DoubleHashing, 0.5, FORMAT_1_MAX_WINDOW, 600, 1, 1);
+    assert_eq!(refusal(&old), "too many sub-filters");
+    let mut loaded = codec::decode_stored(&encoded(&old)).unwrap();
+    let now = 599_000;
+    assert!(!loaded.contains(loaded.hash(b"x"), now), "it answers (its arrays are clear)");
+    assert_eq!(loaded.check_room(2, now, MAX_BYTES), Err(BloomError::TooManySubFilters));
+    assert_eq!(loaded.add(loaded.hash(b"y"), 600_000), Err(BloomError::TooManySubFilters));
+}
+
+#[test]
+fn the_issues_payload_of_8784_shards_of_32_is_refused_at_once() {
+    // Format 1, WINDOW 8784 of 1 s shards, each a stack of 32 one-item
+    // sub-filters of 8 bytes, every field consistent but the sizes: what
+    // loaded before, and made MEXISTS of 1,000 items take 6-7 s.
+    let params = Params { error_rate: 0.999, capacity: 1, window: FORMAT_1_MAX_WINDOW, period: 1, expansion: 1 };
+    let sub = || {
+        let mut sub = SubFilter::new(1, 8, Scheme::DoubleHashing);
+        sub.items = 1;
+        sub
+    };
+    let shards = (0..FORMAT_1_MAX_WINDOW as i64).map(|start| Shard { start, items: 32, filters: (0..32).map(|_| sub()).collect() }).collect();
+    let attack = ShardedBloom { params, seed: SEED, scheme: Scheme::DoubleHashing, shards };
+    let payload = encoded(&attack);
+    for decode in [codec::decode, codec::decode_stored] {
+        let start = std::time::Instant::now();
+        assert_eq!(decode(&payload).err().map(|e| e.0), Some("sub-filter errors exceed the shard's budget"));
+        assert!(start.elapsed() < std::time::Duration::from_millis(100), "{:?}", start.elapsed());
+    }
+    // The same shape in format 2, where 8-byte sub-filters of one item
+    // fit the budget: refused by the count, after 16 shards.
+    let params = Params { window: MAX_WINDOW, ..params };
+    let attack = stacked(Scheme::Mixed, params.error_rate, MAX_WINDOW, MAX_WINDOW as i64 + 1, 32, 1);
+    assert!(attack.shards.iter().flat_map(|s| &s.filters).all(|f| f.bytes() == 8));
+    let start = std::time::Instant::now();
+    assert_eq!(refusal(&attack), "too many sub-filters");
+    assert!(start.elapsed() < std::time::Duration::from_millis(100), "{:?}", start.elapsed());
+}
+
+#[test]
+fn format_1_class_below_strays_from_classes_only_up_to_64_bytes() {
+    let strays: Vec<(u64, u64)> =
+        (8..1 << 20).map(|size| (size, format_1_class_below(size))).filter(|&(_, below)| allocation_class(below) != below).collect();
+    eprintln!("{strays:?}");
+    assert!(strays.iter().all(|&(size, _)| size <= 64), "{strays:?}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Whatever the commands build decodes, in either format, after every
+    /// write: the decoder refuses no shape they make.
+    #[test]
+    fn every_filter_the_commands_grow_decodes(
+        format_1 in any::<bool>(),
+        capacity in 1u64..60,
+        expansion in 1u32..4,
+        window in 1u32..5,
+        period in 1i64..4,
+        rate in prop_oneof![Just(0.5), Just(0.2), Just(0.05), Just(0.01), Just(1e-3), Just(1e-6)],
+        steps in proptest::collection::vec((-1_500i64..5_000, 0u64..80), 1..12),
+    ) {
+        let scheme = if format_1 { Scheme::DoubleHashing } else { Scheme::Mixed };
+        let p = Params { error_rate: rate, capacity, window, period, expansion };
+        let Ok(mut filter) = ShardedBloom::with_scheme(p, scheme, SEED, T0, MAX_BYTES) else { return Ok(()) };
+        let mut now = T0;
+        let mut fresh = 0u64;
+        for (step, count) in steps {
+            now += step;
+            if filter.check_room(count, now, MAX_BYTES).is_ok() {
+                filter.drop_expired(now);
+                for _ in 0..count {
+                    filter.add(filter.hash(&item("g", fresh)), now).unwrap();
+                    fresh += 1;
+                }
+            }
+            let bytes = encoded(&filter);
+            let decoded = codec::decode(&bytes);
+            prop_assert!(decoded.is_ok(), "{:?}", decoded.err());
+            prop_assert_eq!(encoded(&decoded.unwrap()), bytes);
+        }
+    }
+}
+
