@@ -265,7 +265,7 @@ fn allocation_class_below(size: u64) -> u64 {
 /// its hash count and error from all of it; format 1 filters keep doing
 /// so, so that they grow exactly as they always did (a replica of an
 /// older primary gets the same bits).
-pub(crate) fn format_1_class_below(size: u64) -> u64 {
+fn format_1_class_below(size: u64) -> u64 {
     let class = allocation_class(size);
     if class == size {
         return class;
@@ -623,10 +623,10 @@ impl ShardedBloom {
     /// it when all `n` are new to the current shard).
     pub fn check_room(&self, n: u64, now: Millis, max_bytes: u64) -> Result<Room, BloomError> {
         // The common case: the current shard's top sub-filter has room.
-        if let Some(top) = self.shard_for(now).and_then(|shard| shard.filters.last()) {
-            if top.capacity - top.items >= n {
-                return Ok(Room::default());
-            }
+        if let Some(top) = self.shard_for(now).and_then(|shard| shard.filters.last())
+            && top.capacity - top.items >= n
+        {
+            return Ok(Room::default());
         }
         let (mut growth, mut room) = self.growth(now);
         let mut plan = Room::default();

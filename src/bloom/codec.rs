@@ -203,10 +203,10 @@ fn decode_with(bytes: &[u8], stored: bool) -> Result<ShardedBloom, DecodeError> 
         shards.push(Shard { start, items, filters });
     }
     input.finish()?;
-    if let (Some(oldest), Some(newest)) = (shards.first(), shards.last()) {
-        if oldest.start < newest.start - params.span() {
-            return Err(DecodeError("shards further apart than the window"));
-        }
+    if let (Some(oldest), Some(newest)) = (shards.first(), shards.last())
+        && oldest.start < newest.start - params.span()
+    {
+        return Err(DecodeError("shards further apart than the window"));
     }
     Ok(ShardedBloom { params, seed, scheme, shards })
 }
@@ -224,7 +224,7 @@ fn decode_sub_filter(input: &mut Reader, scheme: Scheme) -> Result<SubFilter, De
     if !(1..=MAX_HASHES).contains(&hashes) {
         return Err(DecodeError("bad hash count"));
     }
-    if len == 0 || len % 8 != 0 || len > FORMAT_1_MAX_BYTES {
+    if len == 0 || !len.is_multiple_of(8) || len > FORMAT_1_MAX_BYTES {
         return Err(DecodeError("bad bit-array length"));
     }
     let bits = Bits::from_bytes(input.take(len as usize)?, hashes, scheme);
@@ -261,7 +261,7 @@ fn check_sizing(sub: &SubFilter, budget: f64, scheme: Scheme) -> Result<(), Deco
         let rate = false_positive_rate(bytes * 8, sub.capacity, scheme);
         (sub.error - rate).abs() <= RATE_TOLERANCE * rate
     };
-    if !sized.any(|bytes| rate_fits(bytes)) {
+    if !sized.any(rate_fits) {
         return Err(DecodeError("error disagrees with the sub-filter's size"));
     }
     let largest = sub_filter_bytes(sub.capacity, budget, Share::Half, scheme).unwrap_or_else(|needed| needed);

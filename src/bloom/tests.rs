@@ -479,8 +479,11 @@ const FORMAT_1_PAYLOADS: [(&[&str], u64); 3] = [
 ];
 
 /// The filters behind [`FORMAT_1_PAYLOADS`], built by today's code.
+/// Adds of `n` items named after a prefix, at a time.
+type Adds = Vec<(Millis, &'static str, u64)>;
+
 fn format_1_builds() -> [ShardedBloom; 3] {
-    let cases: [(Params, Vec<(Millis, &str, u64)>); 3] = [
+    let cases: [(Params, Adds); 3] = [
         (Params { error_rate: 0.1, capacity: 4, window: 3, period: 10, expansion: 2 }, vec![(T0, "x", 20), (T0 + 10_000, "y", 10)]),
         (Params { error_rate: 0.01, capacity: 1, window: 1, period: DAY, expansion: 1 }, vec![(T0, "e", 6)]),
         (
@@ -677,8 +680,7 @@ fn costliest_filter(shards: u32, height: usize, capacity: u64, adversarial: bool
         let mut filters: Vec<SubFilter> = Vec::new();
         let mut spent = 0.0;
         for level in 0..height {
-            let share = if level == 0 { Share::Half } else { Share::Half };
-            let bytes = sub_filter_bytes(capacity, params.shard_error() - spent, share, Scheme::Mixed).unwrap();
+            let bytes = sub_filter_bytes(capacity, params.shard_error() - spent, Share::Half, Scheme::Mixed).unwrap();
             let mut sub = SubFilter::new(capacity, bytes, Scheme::Mixed);
             spent += sub.error;
             sub.items = capacity;
@@ -927,7 +929,7 @@ fn check_room_names_each_limit_and_add_keeps_the_hard_ones() {
     let mut filter = new_filter(p, SEED, T0).unwrap();
     let mut n = 0u64;
     let refused = 'fill: loop {
-        let second = n / 5 * 2 + (n % 5 > 0) as u64;
+        let second = n / 5 * 2 + !n.is_multiple_of(5) as u64;
         assert!(second < 2 * MAX_WINDOW as u64, "never refused: {} sub-filters", filter.sub_filter_count());
         let now = T0 + second as Millis * 1000;
         match filter.check_room(1, now, MAX_BYTES) {
@@ -1261,3 +1263,26 @@ proptest! {
     }
 }
 
+
+#[test]
+fn format_1_filters_with_stray_sizes_decode() {
+    // Format 1 sub-filters sized 9-11, 17-23 or 33-35 bytes hold 8, 16 or
+    // 32 and took their hash count from the sizing: grow small filters
+    // until each kind has appeared, checking every one decodes.
+    let mut strays = std::collections::BTreeSet::new();
+    for capacity in 1..40 {
+        for rate in [0.5, 0.2, 0.1, 0.05] {
+            let p = Params { error_rate: rate, capacity, window: 2, period: 1, expansion: 1 };
+            let mut filter = ShardedBloom::with_scheme(p, Scheme::DoubleHashing, SEED, T0, MAX_BYTES).unwrap();
+            add_all(&mut filter, "s", 0..capacity * 3, T0);
+            for sub in filter.shards.iter().flat_map(|s| &s.filters) {
+                if sub.bits.hashes() != hash_count(sub.bytes() * 8, sub.capacity) {
+                    strays.insert(sub.bytes());
+                }
+            }
+            let bytes = encoded(&filter);
+            assert_eq!(codec::decode(&bytes).map(|f| encoded(&f)).ok(), Some(bytes), "capacity {capacity} rate {rate}");
+        }
+    }
+    assert_eq!(strays.into_iter().collect::<Vec<_>>(), [8, 16, 32]);
+}
