@@ -14,6 +14,7 @@
 pub mod bits;
 pub mod codec;
 
+pub use bits::Scheme;
 use bits::Bits;
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
@@ -25,21 +26,58 @@ pub type Seconds = i64;
 pub const DAY: Seconds = 86_400;
 pub const HOUR: Seconds = 3_600;
 
-/// Largest window: a year of hourly shards.
-pub const MAX_WINDOW: u32 = 8_784;
+/// Largest window of a new filter: a year of daily shards (366 with a
+/// leap day), or 15 days of hourly ones. Every query probes every live
+/// shard, so the window is bounded with the sub-filters in all: a window
+/// of 366 leaves [`MAX_TOTAL_SUB_FILTERS`] room for 145 stacked
+/// sub-filters besides one a shard (and the window + 1 shards live at a
+/// shard's last millisecond).
+pub const MAX_WINDOW: u32 = 366;
+/// Largest window of format 1 filters, made before the bound above: a
+/// year of hourly shards. They keep working (up to the limit on
+/// sub-filters for growth).
+pub const FORMAT_1_MAX_WINDOW: u32 = 8_784;
 /// Largest expansion factor between stacked sub-filters.
 pub const MAX_EXPANSION: u32 = 1_024;
 /// Most sub-filters one shard stacks; with expansion 1 that is the limit on
 /// growth, with 2 a billion-fold.
 pub const MAX_SUB_FILTERS: usize = 32;
-/// Largest filter, all shards together: big enough for a billion items a
-/// day at 1%, small enough to save and replicate as one Redis string.
-pub const MAX_BYTES: u64 = 512 * 1024 * 1024 - 64 * 1024;
-/// Smallest error rate: one false positive in a billion queries. Below it
-/// a filter costs over 43 bits per item per shard for a difference no
-/// one can measure, and rates like 1e-300 overflow the sizing.
+/// Most sub-filters of one filter, all shards together. A query probes
+/// every sub-filter of every live shard until one holds the item: a miss
+/// costs a few ns a sub-filter when the filter is in cache, about 130
+/// when every probe goes to memory, and up to 1 us (20 probes) for bits
+/// crafted so that chosen queries make every probe; only `RESTORE` can
+/// bring those. Measured (`bench_worst_mexists` in the tests), `MEXISTS`
+/// of 1,000 items on the costliest filters the decoder accepts, 512
+/// sub-filters filling [`MAX_BYTES`]: 65-71 ms with ordinary bits, 0.4-
+/// 0.56 s with crafted ones. At 16,384 sub-filters: 1.2-1.5 s and 7.7-
+/// 9.9 s (the payload of 8,784 x 32 blocked a server for 6-7 s).
+pub const MAX_TOTAL_SUB_FILTERS: usize = 512;
+/// Redis's largest bulk string (`proto-max-bulk-len`'s default and most
+/// operators' value): a `DUMP` payload larger than this cannot be
+/// `RESTORE`d or `MIGRATE`d.
+pub const PROTO_MAX_BULK_LEN: u64 = 512 * 1024 * 1024;
+/// Hard ceiling on a filter's bit arrays, all shards together, whatever
+/// the configured limit. One MiB under [`PROTO_MAX_BULK_LEN`] leaves room
+/// for the encoding around the bits (a header, 20 bytes a shard, 32 a
+/// sub-filter: at most [`codec::MAX_OVERHEAD`]) and the `DUMP` envelope,
+/// so the largest filter still `DUMP`s, `RESTORE`s and `MIGRATE`s.
+pub const MAX_BYTES: u64 = PROTO_MAX_BULK_LEN - 1024 * 1024;
+/// Smallest error rate of a new filter, chosen from the sizes rates
+/// imply. A shard's budget is the rate over the window, and each stacked
+/// sub-filter gets part of what is left, so sub-filters aim far below the
+/// rate; past a rate of about 1e-6 they need more than [`MAX_HASHES`]
+/// probes at the optimum, and the capped count costs more bits than the
+/// optimum (`-ln(rate) / ln(2)^2`), more so the lower the rate. Measured
+/// by `sizes_at_the_rate_bound_stay_in_proportion` (first sub-filter of a
+/// 7-day window, then the 32nd of a full stack): 1e-6 costs 34 and 84
+/// bits an item, 1e-9 59 and 101 (a fifth over the optimum; a 1% filter
+/// takes 10.5), 1e-12 84 and 168, 1e-15 117 and 168 (half over the
+/// optimum), 1e-20 235 and 336, 1e-30 805 and 940. One false positive in
+/// a billion queries is far below what a prefilter in front of an exact
+/// record can use; below it each factor of 1000 costs 25 to 35 more bits
+/// an item, and 5e-324 has no size at all.
 pub const MIN_ERROR_RATE: f64 = 1e-9;
-
 /// Largest period: a century.
 pub const MAX_PERIOD: Seconds = 100 * 365 * DAY;
 /// A new shard's capacity is the previous shard's item count times this
@@ -59,7 +97,6 @@ pub const GROWTH_MARGIN: f64 = 0.03;
 /// is left to stacking, which keeps the rate too; a quarter still covers
 /// 20% a day with its margin.
 pub const MAX_GROWTH_HEADROOM: f64 = 1.25;
-
 /// The filter's settings, fixed at creation.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Params {
@@ -74,24 +111,70 @@ pub struct Params {
     pub expansion: u32,
 }
 
-#[derive(Debug, PartialEq, Eq)]
+/// Why a filter cannot be created or take more items.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BloomError {
     /// An argument out of range, with the message to show.
     Invalid(&'static str),
-    /// The filter would outgrow `MAX_BYTES` or `MAX_SUB_FILTERS`.
-    TooLarge,
+    /// The filter's bit arrays would exceed the size limit: `needed` is
+    /// the bytes of every live shard's bit arrays after the write (at
+    /// least that much when a single sub-filter alone is past the hard
+    /// ceiling), `limit` the limit applied (the configured one, at most
+    /// [`MAX_BYTES`]).
+    SizeLimit { needed: u64, limit: u64 },
+    /// The current shard's stack already holds [`MAX_SUB_FILTERS`]
+    /// sub-filters and its top one is full.
+    StackFull,
+    /// The filter would hold more than [`MAX_TOTAL_SUB_FILTERS`]
+    /// sub-filters in all.
+    TooManySubFilters,
+}
+
+/// What a write will allocate, as [`ShardedBloom::check_room`] foresees
+/// it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Room {
+    /// Bytes of new bit arrays; 0 when the items fit the current shard's
+    /// top sub-filter. Each is one allocation of exactly this many bytes
+    /// (an allocation class: see [`allocation_class`]).
+    pub allocate: u64,
+    /// New sub-filters (a new shard's first one included).
+    pub sub_filters: u32,
 }
 
 impl Params {
+    /// Whether a new filter may have these settings.
     pub fn check(&self) -> Result<(), BloomError> {
-        if !(self.error_rate >= MIN_ERROR_RATE && self.error_rate < 1.0) {
-            return Err(BloomError::Invalid("error_rate must be at least 1e-9 and less than 1"));
+        self.check_for(Scheme::CURRENT)
+    }
+
+    /// Whether a filter of `scheme` may have these settings. Format 1
+    /// filters were made before the rate had a lower bound; those that
+    /// exist keep working.
+    pub fn check_for(&self, scheme: Scheme) -> Result<(), BloomError> {
+        let lowest = match scheme {
+            Scheme::DoubleHashing => f64::MIN_POSITIVE,
+            Scheme::Mixed => MIN_ERROR_RATE,
+        };
+        if !(self.error_rate >= lowest && self.error_rate < 1.0) {
+            return Err(match scheme {
+                Scheme::Mixed if self.error_rate > 0.0 && self.error_rate < lowest => {
+                    BloomError::Invalid("error_rate must be at least 1e-9")
+                }
+                _ => BloomError::Invalid("error_rate must be between 0 and 1"),
+            });
         }
         if self.capacity < 1 {
             return Err(BloomError::Invalid("capacity must be at least 1"));
         }
-        if !(1..=MAX_WINDOW).contains(&self.window) {
-            return Err(BloomError::Invalid("WINDOW must be between 1 and 8784"));
+        match scheme {
+            Scheme::DoubleHashing if !(1..=FORMAT_1_MAX_WINDOW).contains(&self.window) => {
+                return Err(BloomError::Invalid("WINDOW must be between 1 and 8784"));
+            }
+            Scheme::Mixed if !(1..=MAX_WINDOW).contains(&self.window) => {
+                return Err(BloomError::Invalid("WINDOW must be between 1 and 366"));
+            }
+            _ => {}
         }
         if !(1..=MAX_PERIOD).contains(&self.period) {
             return Err(BloomError::Invalid("SHARD must be DAY, HOUR or a number of seconds >= 1"));
@@ -141,6 +224,8 @@ pub struct ShardedBloom {
     pub params: Params,
     /// Hash seed, chosen once on the primary; persisted and replicated.
     pub seed: [u8; 32],
+    /// How every sub-filter of this filter probes, for its whole life.
+    pub scheme: Scheme,
     /// Oldest first.
     pub shards: Vec<Shard>,
 }
@@ -161,6 +246,26 @@ pub fn allocation_class(size: u64) -> u64 {
 
 /// The largest allocation class not above `size` (`size` >= 8).
 fn allocation_class_below(size: u64) -> u64 {
+    // A class at most `size`, then up through the classes.
+    let mut below = allocation_class(size / 2).clamp(8, size.max(8));
+    loop {
+        let next = allocation_class(below + 1);
+        if next > size {
+            return below;
+        }
+        below = next;
+    }
+}
+
+/// [`allocation_class_below`] as format 1 sized with it: where three
+/// quarters of `size` is no class and no class lies between it and
+/// `size` (at 64 bytes and below), it answers that, no class: 9 to 11 for
+/// 12 to 15, 17 to 23 for 23 to 31, 33 to 35 for 44 to 47. Such a
+/// sub-filter holds the whole words of it (8, 16 or 32 bytes) but took
+/// its hash count and error from all of it; format 1 filters keep doing
+/// so, so that they grow exactly as they always did (a replica of an
+/// older primary gets the same bits).
+fn format_1_class_below(size: u64) -> u64 {
     let class = allocation_class(size);
     if class == size {
         return class;
@@ -183,17 +288,37 @@ fn hash_count(bits: u64, items: u64) -> u32 {
     ((bits as f64 / items as f64) * std::f64::consts::LN_2).round().clamp(1.0, MAX_HASHES as f64) as u32
 }
 
-/// A floor under the false-positive rate of small bit arrays, times the
-/// array's size: an item whose probe step maps to less than one bit (one
-/// in `m`) puts all its probes on a few neighbouring bits, and is "seen"
-/// if those are set, about half the time at capacity. Negligible for large
-/// arrays; it keeps small ones honest.
+/// A floor under the false-positive rate of small bit arrays probed by
+/// [`Scheme::DoubleHashing`], times the array's size: an item whose probe
+/// step maps to less than one bit (one in `m`) puts all its probes on a
+/// few neighbouring bits, and is "seen" if those are set, about half the
+/// time at capacity. Negligible for large arrays; it keeps small ones
+/// honest, at the price of sizing every array to at least `1.5 / rate`
+/// bits whatever its capacity.
 const COLLAPSE_FLOOR: f64 = 0.75;
 
 /// False-positive rate of `bits` bits holding `items` items.
-fn false_positive_rate(bits: u64, items: u64) -> f64 {
+///
+/// [`Scheme::Mixed`] probes are independent and uniform, so a bit is still
+/// clear after `k * items` probes with probability `(1 - 1/m)^(k items)`.
+/// A query's rate is the mean of `(set bits / m)^k`, a little above the
+/// mean's `k`-th power when the count of set bits varies, as it does in
+/// small arrays (and a query's own probes may coincide); the factor
+/// `1 + k (k - 1) / m` bounds that excess (about `0.15 k (k - 1) / m` at
+/// half full, measured in the tests) and vanishes for large arrays.
+fn false_positive_rate(bits: u64, items: u64, scheme: Scheme) -> f64 {
     let k = hash_count(bits, items) as f64;
-    (1.0 - (-k * items as f64 / bits as f64).exp()).powf(k) + COLLAPSE_FLOOR / bits as f64
+    match scheme {
+        // Unchanged since format 1: the sizes of its filters depend on it.
+        Scheme::DoubleHashing => {
+            (1.0 - (-k * items as f64 / bits as f64).exp()).powf(k) + COLLAPSE_FLOOR / bits as f64
+        }
+        Scheme::Mixed => {
+            let m = bits as f64;
+            let clear = (k * items as f64 * (-1.0 / m).ln_1p()).exp();
+            (1.0 - clear).powf(k) * (1.0 + k * (k - 1.0) / m)
+        }
+    }
 }
 
 /// How much of its shard's remaining error budget a sub-filter takes.
@@ -223,40 +348,53 @@ impl Share {
 /// error left in its shard. It aims at its share of the budget, then fills
 /// its allocation class exactly: the class just below the ideal size if
 /// that stays within the share's limit, else the one above. Redis would
-/// charge for the whole class anyway.
-fn sub_filter_bytes(capacity: u64, budget: f64, share: Share) -> Option<u64> {
+/// charge for the whole class anyway. `Err` with (at least) the bytes it
+/// would need when that is more than [`MAX_BYTES`].
+fn sub_filter_bytes(capacity: u64, budget: f64, share: Share, scheme: Scheme) -> Result<u64, u64> {
     let (aim, limit) = share.fractions();
     let ln2_squared = std::f64::consts::LN_2 * std::f64::consts::LN_2;
     let target = budget * aim;
+    let floor = match scheme {
+        Scheme::DoubleHashing => 2.0 * COLLAPSE_FLOOR / target,
+        Scheme::Mixed => 0.0,
+    };
     // The optimum for the rate alone, then grown until the capped hash
-    // count and the collapse floor fit the target too.
-    let mut ideal_bits = ((capacity as f64) * -target.ln() / ln2_squared).max(2.0 * COLLAPSE_FLOOR / target);
+    // count (and, for double hashing, the collapse floor) fit the target
+    // too.
+    let mut ideal_bits = ((capacity as f64) * -target.ln() / ln2_squared).max(floor);
     while ideal_bits.is_finite() && ideal_bits < 8.0 * MAX_BYTES as f64 {
-        if false_positive_rate(ideal_bits.ceil() as u64, capacity) <= target {
+        if false_positive_rate(ideal_bits.ceil() as u64, capacity, scheme) <= target {
             break;
         }
         ideal_bits *= 1.05;
     }
     let ideal_bytes = (ideal_bits / 8.0).ceil().max(8.0);
     if !ideal_bytes.is_finite() || ideal_bytes > MAX_BYTES as f64 {
-        return None;
+        // Saturates; NaN (a spent budget) becomes 0, so say "all".
+        let needed = ideal_bytes as u64;
+        return Err(if needed > MAX_BYTES { needed } else { u64::MAX });
     }
     // Allocation classes are multiples of 8 bytes: whole words.
     let ideal_bytes = ideal_bytes as u64;
-    let below = allocation_class_below(ideal_bytes);
-    let bytes = if false_positive_rate(below * 8, capacity) <= limit * budget {
+    let below = match scheme {
+        Scheme::DoubleHashing => format_1_class_below(ideal_bytes),
+        Scheme::Mixed => allocation_class_below(ideal_bytes),
+    };
+    let bytes = if false_positive_rate(below * 8, capacity, scheme) <= limit * budget {
         below
     } else {
         allocation_class(ideal_bytes)
     };
-    Some(bytes)
+    Ok(bytes)
 }
 
 impl SubFilter {
-    fn new(capacity: u64, budget: f64, share: Share) -> Result<SubFilter, BloomError> {
-        let bytes = sub_filter_bytes(capacity, budget, share).ok_or(BloomError::TooLarge)?;
-        let bits = Bits::new(bytes, hash_count(bytes * 8, capacity));
-        Ok(SubFilter { capacity, items: 0, error: false_positive_rate(bytes * 8, capacity), bits })
+    /// A clear sub-filter as [`sub_filter_bytes`] sized it: `sizing` bytes
+    /// give its hash count and error, whole words of them its array (the
+    /// same but for format 1's strays: see [`format_1_class_below`]).
+    fn new(capacity: u64, sizing: u64, scheme: Scheme) -> SubFilter {
+        let bits = Bits::new(sizing / 8 * 8, hash_count(sizing * 8, capacity), scheme);
+        SubFilter { capacity, items: 0, error: false_positive_rate(sizing * 8, capacity, scheme), bits }
     }
 
     pub fn bytes(&self) -> u64 {
@@ -281,11 +419,6 @@ impl Shard {
         self.filters.iter().map(SubFilter::bytes).sum()
     }
 
-    /// What is left of the shard's error budget for the next sub-filter.
-    fn budget_left(&self, params: &Params) -> f64 {
-        params.shard_error() - self.filters.iter().map(|f| f.error).sum::<f64>()
-    }
-
     /// Capacity of the sub-filter that would come next.
     fn next_capacity(&self, params: &Params) -> u64 {
         let last = self.filters.last().map_or(0, |f| f.capacity);
@@ -293,16 +426,95 @@ impl Shard {
     }
 }
 
+/// The next sub-filter a write would allocate, and what the filter would
+/// then hold: the one reckoning [`ShardedBloom::check_room`] plans with
+/// and [`ShardedBloom::add`] allocates by, so that they cannot disagree.
+struct Growth {
+    scheme: Scheme,
+    expansion: u32,
+    shard_error: f64,
+    /// Bytes of the live shards' bit arrays and their sub-filter count.
+    bytes: u64,
+    sub_filters: usize,
+    /// Height of the stack that takes the items (0 for a new shard).
+    height: usize,
+    /// The errors of that stack's sub-filters, summed in order: the
+    /// budget left is the shard's minus this, the same to the last bit
+    /// whether planned or allocated, and as format 1 computed it.
+    spent: f64,
+    capacity: u64,
+    share: Share,
+}
+
+/// A sub-filter [`Growth`] sized.
+struct Planned {
+    capacity: u64,
+    /// What [`sub_filter_bytes`] gave, and the array's bytes.
+    sizing: u64,
+    bytes: u64,
+}
+
+impl Growth {
+    /// Sizes the next sub-filter against the hard limits and `limit`
+    /// (bytes of bit arrays, at most [`MAX_BYTES`]), counts it in and
+    /// moves on to the one after it. What it is, or why it cannot be.
+    fn allocate(&mut self, limit: u64) -> Result<Planned, BloomError> {
+        if self.height >= MAX_SUB_FILTERS {
+            return Err(BloomError::StackFull);
+        }
+        if self.sub_filters >= MAX_TOTAL_SUB_FILTERS {
+            return Err(BloomError::TooManySubFilters);
+        }
+        let limit = limit.min(MAX_BYTES);
+        let capacity = self.capacity;
+        let sizing = sub_filter_bytes(capacity, self.shard_error - self.spent, self.share, self.scheme)
+            .map_err(|needed| BloomError::SizeLimit { needed: self.bytes.saturating_add(needed), limit })?;
+        let bytes = sizing / 8 * 8;
+        let total = self.bytes + bytes;
+        if total > limit {
+            return Err(BloomError::SizeLimit { needed: total, limit });
+        }
+        self.bytes = total;
+        self.sub_filters += 1;
+        self.height += 1;
+        self.spent += false_positive_rate(sizing * 8, capacity, self.scheme);
+        self.capacity = capacity.saturating_mul(self.expansion as u64).max(1);
+        self.share = Share::Half;
+        Ok(Planned { capacity, sizing, bytes })
+    }
+}
+
 impl ShardedBloom {
     /// A filter with its first shard allocated at `capacity`, as `RESERVE`
-    /// and an `ADD` on a missing key make it.
-    pub fn new(params: Params, seed: [u8; 32], now: Millis) -> Result<ShardedBloom, BloomError> {
-        params.check()?;
-        let mut filter = ShardedBloom { params, seed, shards: Vec::new() };
-        filter.check_room(1, now)?;
-        let first = SubFilter::new(params.capacity, params.shard_error(), Share::Half)?;
-        filter.shards.push(Shard { start: filter.shard_start(now), items: 0, filters: vec![first] });
+    /// and an `ADD` on a missing key make it, probing by the current
+    /// scheme. `max_bytes` limits its bit arrays (and is itself capped at
+    /// [`MAX_BYTES`]).
+    pub fn new(params: Params, seed: [u8; 32], now: Millis, max_bytes: u64) -> Result<ShardedBloom, BloomError> {
+        ShardedBloom::with_scheme(params, Scheme::CURRENT, seed, now, max_bytes)
+    }
+
+    /// As [`new`](Self::new), probing by `scheme`: what a replica or an AOF
+    /// replay does for a filter the primary created in an older format.
+    pub fn with_scheme(
+        params: Params,
+        scheme: Scheme,
+        seed: [u8; 32],
+        now: Millis,
+        max_bytes: u64,
+    ) -> Result<ShardedBloom, BloomError> {
+        params.check_for(scheme)?;
+        let mut filter = ShardedBloom { params, seed, scheme, shards: Vec::new() };
+        filter.check_room(1, now, max_bytes)?;
+        filter.open_shard(now)?;
         Ok(filter)
+    }
+
+    /// What [`new`](Self::new) would allocate, or why it would fail,
+    /// without allocating it.
+    pub fn plan_new(params: &Params, now: Millis, max_bytes: u64) -> Result<Room, BloomError> {
+        params.check()?;
+        let empty = ShardedBloom { params: *params, seed: [0; 32], scheme: Scheme::CURRENT, shards: Vec::new() };
+        empty.check_room(1, now, max_bytes)
     }
 
     pub fn hash(&self, item: &[u8]) -> ItemHash {
@@ -369,66 +581,95 @@ impl ShardedBloom {
         self.shards.last().filter(|newest| newest.start >= self.shard_start(now))
     }
 
-    /// Whether `n` more insertions at `now` fit the limits on size and
-    /// stacking. Allocates nothing; [`add`](Self::add) cannot fail after it.
-    pub fn check_room(&self, n: u64, now: Millis) -> Result<(), BloomError> {
-        // The common case: the current shard's top sub-filter has room.
-        if let Some(top) = self.shard_for(now).and_then(|shard| shard.filters.last()) {
-            if top.capacity - top.items >= n {
-                return Ok(());
-            }
-        }
+    /// The next sub-filter of the stack that takes items at `now` (a new
+    /// shard's first if none does yet), with the live shards' totals so
+    /// far; and the room left in that stack's top sub-filter.
+    fn growth(&self, now: Millis) -> (Growth, u64) {
+        let live = self.shards.iter().filter(|shard| self.is_live(shard, now));
+        let (bytes, sub_filters) = live.fold((0, 0), |(bytes, count), shard| (bytes + shard.bytes(), count + shard.filters.len()));
         let params = &self.params;
-        let mut bytes: u64 = self.shards.iter().filter(|s| self.is_live(s, now)).map(Shard::bytes).sum();
-        // The stack that takes the items: room left in its top sub-filter,
-        // the next sub-filter's capacity, the error budget left, its height.
-        let (mut room, mut next_capacity, mut share, mut budget, mut height) = match self.shard_for(now) {
+        let mut growth = Growth {
+            scheme: self.scheme,
+            expansion: params.expansion,
+            shard_error: params.shard_error(),
+            bytes,
+            sub_filters,
+            height: 0,
+            spent: 0.0,
+            capacity: 0,
+            share: Share::Half,
+        };
+        match self.shard_for(now) {
             Some(shard) => {
                 let top = shard.filters.last().expect("a shard has a sub-filter");
-                let room = top.capacity.saturating_sub(top.items);
-                (room, shard.next_capacity(params), Share::Half, shard.budget_left(params), shard.filters.len())
+                growth.height = shard.filters.len();
+                growth.spent = shard.filters.iter().map(|f| f.error).sum::<f64>();
+                growth.capacity = shard.next_capacity(params);
+                (growth, top.capacity.saturating_sub(top.items))
             }
             None => {
-                let (capacity, share) = self.new_shard_sizing(now);
-                (0, capacity, share, params.shard_error(), 0)
+                (growth.capacity, growth.share) = self.new_shard_sizing(now);
+                (growth, 0)
             }
-        };
+        }
+    }
+
+    /// Whether `n` more insertions at `now` fit the limits on size
+    /// (`max_bytes` of bit arrays in the live shards after the write, at
+    /// most [`MAX_BYTES`]) and on sub-filters, and what they would
+    /// allocate. The limits bound growth: a write that allocates nothing
+    /// fits, even in a filter over a limit lowered since it grew. Allocates nothing. [`add`](Self::add) of `n` items at
+    /// `now` cannot fail after it, and allocates at most the plan (exactly
+    /// it when all `n` are new to the current shard).
+    pub fn check_room(&self, n: u64, now: Millis, max_bytes: u64) -> Result<Room, BloomError> {
+        // The common case: the current shard's top sub-filter has room.
+        if let Some(top) = self.shard_for(now).and_then(|shard| shard.filters.last())
+            && top.capacity - top.items >= n
+        {
+            return Ok(Room::default());
+        }
+        let (mut growth, mut room) = self.growth(now);
+        let mut plan = Room::default();
         let mut left = n;
         while left > room {
             left -= room;
-            if height >= MAX_SUB_FILTERS {
-                return Err(BloomError::TooLarge);
-            }
-            let filter_bytes = sub_filter_bytes(next_capacity, budget, share).ok_or(BloomError::TooLarge)?;
-            bytes += filter_bytes;
-            if bytes > MAX_BYTES {
-                return Err(BloomError::TooLarge);
-            }
-            budget -= false_positive_rate(filter_bytes * 8, next_capacity);
-            room = next_capacity;
-            next_capacity = next_capacity.saturating_mul(params.expansion as u64);
-            share = Share::Half;
-            height += 1;
+            let next = growth.allocate(max_bytes)?;
+            plan.allocate += next.bytes;
+            plan.sub_filters += 1;
+            room = next.capacity;
         }
+        Ok(plan)
+    }
+
+    /// Starts the shard for `now`: its first sub-filter, within the hard
+    /// limits.
+    fn open_shard(&mut self, now: Millis) -> Result<(), BloomError> {
+        let (mut growth, _) = self.growth(now);
+        let first = growth.allocate(MAX_BYTES)?;
+        let first = SubFilter::new(first.capacity, first.sizing, self.scheme);
+        let start = self.shard_start(now);
+        self.shards.push(Shard { start, items: 0, filters: vec![first] });
         Ok(())
     }
 
     /// Records the item in the current shard unless it is already there.
-    /// `true` when no shard of the window had seen it. Call
-    /// [`drop_expired`](Self::drop_expired) and
-    /// [`check_room`](Self::check_room) first.
+    /// `true` when no shard of the window had seen it. Drops the shards
+    /// that left the window first (callers that need to know whether any
+    /// did call [`drop_expired`](Self::drop_expired) before). Fails only
+    /// where [`check_room`](Self::check_room) for it would have: past the
+    /// hard limits, which no filter may exceed.
     ///
     /// One pass over the shards, each sub-filter probed once.
     pub fn add(&mut self, item: ItemHash, now: Millis) -> Result<bool, BloomError> {
+        // Every shard left is live, so the limits below, counted over
+        // live shards, hold for the whole filter as stored.
+        self.drop_expired(now);
         if self.shard_for(now).is_none() {
-            let (capacity, share) = self.new_shard_sizing(now);
-            let first = SubFilter::new(capacity, self.params.shard_error(), share)?;
-            let start = self.shard_start(now);
-            self.shards.push(Shard { start, items: 0, filters: vec![first] });
+            self.open_shard(now)?;
         }
-        let params = self.params;
-        let span = params.span();
-        let (current, older) = self.shards.split_last_mut().expect("a shard exists");
+        let scheme = self.scheme;
+        let span = self.params.span();
+        let current = self.shards.last().expect("a shard exists");
         let (top, lower) = current.filters.split_last().expect("a shard has a sub-filter");
         if lower.iter().any(|filter| filter.bits.check(item)) {
             return Ok(false);
@@ -437,12 +678,12 @@ impl ShardedBloom {
             if top.bits.check(item) {
                 return Ok(false);
             }
-            if current.filters.len() >= MAX_SUB_FILTERS {
-                return Err(BloomError::TooLarge);
-            }
-            let next = SubFilter::new(current.next_capacity(&params), current.budget_left(&params), Share::Half)?;
-            current.filters.push(next);
+            let (mut growth, _) = self.growth(now);
+            let next = growth.allocate(MAX_BYTES)?;
+            let next = SubFilter::new(next.capacity, next.sizing, scheme);
+            self.shards.last_mut().expect("a shard exists").filters.push(next);
         }
+        let (current, older) = self.shards.split_last_mut().expect("a shard exists");
         let top = current.filters.last_mut().expect("a shard has a sub-filter");
         if top.bits.check(item) {
             return Ok(false);

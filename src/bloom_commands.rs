@@ -12,7 +12,9 @@
 //! RM_Replicate turns a number argument into a string object of its own.
 
 use crate::args::{ArgList, parse_options, require};
-use crate::bloom::{BloomError, DAY, HOUR, ItemHash, Params, ShardedBloom, codec};
+use crate::bloom::{
+    BloomError, DAY, HOUR, ItemHash, MAX_BYTES, MAX_SUB_FILTERS, MAX_TOTAL_SUB_FILTERS, Params, ShardedBloom, codec,
+};
 use crate::bloom_type;
 use crate::config;
 use crate::limits;
@@ -21,10 +23,25 @@ use crate::record::Millis;
 use crate::record::codec::Reader;
 use crate::server::{Args, CmdError, CmdResult, Ctx, Key, KeyMode, RawString, string_bytes};
 
+/// The error of a refused filter write, naming its cause.
 fn bloom_error(error: BloomError) -> CmdError {
     match error {
         BloomError::Invalid(message) => CmdError::new(format!("ERR {message}")),
-        BloomError::TooLarge => CmdError::Static(c"ERR filter too large: lower its capacity or raise its error rate"),
+        BloomError::SizeLimit { needed, .. } if needed > MAX_BYTES => CmdError::new(format!(
+            "ERR filter too large: it would need {needed} bytes, over the largest filter ({MAX_BYTES}); \
+             lower its capacity or raise its error rate"
+        )),
+        BloomError::SizeLimit { needed, limit } => {
+            CmdError::new(format!("ERR the filter would grow to {needed} bytes, over idem.bf-max-bytes ({limit})"))
+        }
+        BloomError::StackFull => CmdError::new(format!(
+            "ERR filter full: the current shard already stacks {MAX_SUB_FILTERS} sub-filters; \
+             reserve a larger capacity or EXPANSION"
+        )),
+        BloomError::TooManySubFilters => CmdError::new(format!(
+            "ERR filter full: it would hold more than {MAX_TOTAL_SUB_FILTERS} sub-filters in all; \
+             reserve a larger capacity or a shorter WINDOW"
+        )),
     }
 }
 
@@ -49,7 +66,7 @@ impl Target<'_> {
     fn create_header(&self, now: Millis) -> Option<Vec<u8>> {
         let Target::Create(filter) = self else { return None };
         let mut header = now.to_le_bytes().to_vec();
-        codec::encode_params(&filter.params, &filter.seed, &mut header);
+        codec::encode_params(&filter.params, filter.scheme, &filter.seed, &mut header);
         Some(header)
     }
 }
@@ -84,23 +101,19 @@ fn prepare_target<'k>(
     count: usize,
     now: Millis,
     renew: bool,
+    max_bytes: u64,
     create: impl FnOnce() -> Result<ShardedBloom, CmdError>,
 ) -> Result<Prepared<'k>, CmdError> {
     let target = match bloom_type::open(key)? {
         Some(filter) if !renew || is_alive(filter, now) => Target::Existing(filter),
         _ => Target::Create(create()?),
     };
-    let filter = match &target {
-        Target::Existing(filter) => &**filter,
-        Target::Create(filter) => filter,
+    let (filter, new_bytes) = match &target {
+        Target::Existing(filter) => (&**filter, 0),
+        Target::Create(filter) => (filter, filter.bytes()),
     };
-    filter.check_room(count as u64, now).map_err(bloom_error)?;
-    let allocate = match &target {
-        Target::Create(filter) => filter.bytes(),
-        // TODO(bloom-core-limits): the room plan's allocation.
-        Target::Existing(_) => 0,
-    };
-    Ok(Prepared { target, allocate })
+    let room = filter.check_room(count as u64, now, max_bytes).map_err(bloom_error)?;
+    Ok(Prepared { target, allocate: new_bytes + room.allocate })
 }
 
 /// Whether any shard of `filter` is still in its window at `now`.
@@ -118,7 +131,7 @@ fn encoded_size_bound(filter: &ShardedBloom) -> u64 {
 /// A write of no items to an existing filter, which drops the shards that
 /// left the window (the background sweeper's).
 pub fn prepare_drop(key: &Key, now: Millis) -> Result<Prepared<'_>, CmdError> {
-    prepare_target(key, 0, now, false, || Err(CmdError::Static(c"ERR no such filter")))
+    prepare_target(key, 0, now, false, MAX_BYTES, || Err(CmdError::Static(c"ERR no such filter")))
 }
 
 /// [`prepare_target`] for a client's write, which must also leave the
@@ -131,20 +144,12 @@ pub fn prepare<'k>(
     now: Millis,
     create: impl FnOnce() -> Result<ShardedBloom, CmdError>,
 ) -> Result<Prepared<'k>, CmdError> {
-    let prepared = prepare_target(key, count, now, true, create)?;
+    let prepared = prepare_target(key, count, now, true, config::bf_max_bytes(), create)?;
     if prepared.allocates() {
         let (filter, existing) = match &prepared.target {
             Target::Existing(filter) => (&**filter, prepared.allocate),
-            Target::Create(filter) => (filter, 0),
+            Target::Create(filter) => (filter, prepared.allocate - filter.bytes()),
         };
-        // TODO(bloom-core-limits): check_room takes the limit.
-        let bytes = filter.bytes() + existing;
-        let limit = config::bf_max_bytes();
-        if bytes > limit {
-            return Err(CmdError::new(format!(
-                "ERR the filter would grow to {bytes} bytes, over idem.bf-max-bytes ({limit})"
-            )));
-        }
         limits::check_value_size(ctx, encoded_size_bound(filter) + existing, "this write")?;
         limits::check_memory_for(ctx, prepared.allocate)?;
     }
@@ -153,7 +158,7 @@ pub fn prepare<'k>(
 
 /// A filter for a missing key, from the `idem.bf-*` configs.
 pub fn from_configs(now: Millis) -> Result<ShardedBloom, CmdError> {
-    ShardedBloom::new(config::default_filter(), rand::random(), now).map_err(bloom_error)
+    ShardedBloom::new(config::default_filter(), rand::random(), now, config::bf_max_bytes()).map_err(bloom_error)
 }
 
 /// Adds `items` at `now` and stores the result; `on_item` hears, in order,
@@ -243,7 +248,9 @@ pub fn reserve(ctx: Ctx, args: &Args) -> CmdResult {
     if !key.is_empty() && !dead_filter {
         return Err(CmdError::Static(c"ERR key already exists"));
     }
-    let prepared = prepare(ctx, &key, 0, now, || ShardedBloom::new(params, rand::random(), now).map_err(bloom_error))?;
+    let prepared = prepare(ctx, &key, 0, now, || {
+        ShardedBloom::new(params, rand::random(), now, config::bf_max_bytes()).map_err(bloom_error)
+    })?;
     add_and_propagate(ctx, &key, prepared, now, &[], |_| {});
     ctx.reply_simple(c"OK");
     Ok(())
@@ -356,11 +363,12 @@ pub fn apply(ctx: Ctx, args: &Args) -> CmdResult {
     let key = ctx.open_key(args.raw(1), KeyMode::Write);
     // The primary sends creation parameters exactly when it made a new
     // filter: the key was missing or its filter gone.
-    let prepared = prepare_target(&key, items.len(), now, !create.is_empty(), || {
+    // A replica does what its primary did, whatever its own bf-max-bytes.
+    let prepared = prepare_target(&key, items.len(), now, !create.is_empty(), MAX_BYTES, || {
         let mut input = Reader(create);
-        let (params, seed) = codec::decode_params(&mut input)
+        let (params, scheme, seed) = codec::decode_params(&mut input)
             .map_err(|_| CmdError::Static(c"ERR IDEM.BF.APPLY on a missing filter needs valid parameters"))?;
-        ShardedBloom::new(params, seed, now).map_err(bloom_error)
+        ShardedBloom::with_scheme(params, scheme, seed, now, MAX_BYTES).map_err(bloom_error)
     })?;
     add_at(&key, prepared, now, items, |_| {});
     // On a primary this reaches replicas and the AOF; on a replica, its

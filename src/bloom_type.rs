@@ -12,7 +12,7 @@ use crate::bloom::{ShardedBloom, codec};
 use crate::server::{CmdError, Key, RawString, allocation_size, api, c_bytes};
 
 /// Encoding version of the RDB payload; a newer one is refused on load.
-pub const ENCODING_VERSION: i32 = 1;
+pub const ENCODING_VERSION: i32 = 2;
 
 pub static BLOOM_TYPE: RedisType = RedisType::new(
     "idembloom",

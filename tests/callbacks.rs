@@ -295,12 +295,12 @@ fn make_filters(con: &mut redis::Connection) -> Vec<Case> {
     cases.push(Case::filter("bf:window-1", added));
 
     let added = items("wmax:", 0..50);
-    reserve(con, "bf:max-window", "0.01", 100, &["WINDOW", "8784"]);
+    reserve(con, "bf:max-window", "0.01", 100, &["WINDOW", "366"]);
     madd(con, "bf:max-window", &added);
     cases.push(Case::filter("bf:max-window", added));
 
     let added = items("s1:", 0..50);
-    reserve(con, "bf:shard-1", "0.01", 100, &["SHARD", "1", "WINDOW", "8784"]);
+    reserve(con, "bf:shard-1", "0.01", 100, &["SHARD", "1", "WINDOW", "366"]);
     madd(con, "bf:shard-1", &added);
     cases.push(Case::filter("bf:shard-1", added));
 
@@ -328,7 +328,7 @@ fn make_filters(con: &mut redis::Connection) -> Vec<Case> {
     // Many shards: 1 s shards, items added in four successive seconds. The
     // window is long enough for the key to outlive the test (WINDOW 5 would
     // drop a shard every second, and the key 5 s after the last add).
-    reserve(con, "bf:many-shards", "0.01", 100, &["SHARD", "1", "WINDOW", "600"]);
+    reserve(con, "bf:many-shards", "0.01", 100, &["SHARD", "1", "WINDOW", "366"]);
     let mut added = Vec::new();
     for second in 0..4 {
         if second > 0 {

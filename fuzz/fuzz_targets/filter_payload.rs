@@ -1,24 +1,56 @@
 //! A filter's RDB/RESTORE payload (and IDEM.BF.LOAD): any bytes decode to
-//! a usable filter or an error, never a panic or an allocation beyond the
-//! input's size.
+//! a filter or an error, never a panic or an allocation beyond the
+//! input's size. What decodes is canonical (it encodes back to the same
+//! bytes, which decode again), cheap to query (no more sub-filters and
+//! bytes than the limits, so no more probes a query than they allow), and
+//! stays decodable after the writes the commands make to it.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use redis_idem::bloom::codec;
+use redis_idem::bloom::{MAX_BYTES, MAX_HASHES, MAX_SUB_FILTERS, MAX_TOTAL_SUB_FILTERS, Scheme, ShardedBloom, codec};
+use redis_idem::record::codec::{DecodeError, Reader};
+
+fn encode(filter: &ShardedBloom) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    codec::encode(filter, &mut bytes);
+    bytes
+}
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(mut filter) = codec::decode(data) {
-        let mut again = Vec::new();
-        codec::encode(&filter, &mut again);
+    let decoders: [(bool, fn(&[u8]) -> Result<ShardedBloom, DecodeError>); 2] =
+        [(false, codec::decode), (true, codec::decode_stored)];
+    for (stored, decode) in decoders {
+        let Ok(mut filter) = decode(data) else { continue };
+        // Canonical, and a round trip.
+        let again = encode(&filter);
         assert_eq!(again, data);
-        let now = filter.shards.last().map_or(0, |shard| shard.start * 1000);
-        let item = filter.hash(b"probe");
-        let _ = filter.contains(item, now);
-        filter.drop_expired(now);
-        if filter.check_room(1, now).is_ok() {
-            let _ = filter.add(item, now);
+        assert_eq!(encode(&decode(&again).expect("decodes again")), data);
+        // Cheap to query: a query makes at most MAX_HASHES probes in each
+        // sub-filter, and there are no more sub-filters than the limit
+        // (format 1 filters from the server's own store excepted: those
+        // are bounded by what older versions could build).
+        let filters = filter.sub_filter_count();
+        assert!(filter.shards.iter().all(|s| (1..=MAX_SUB_FILTERS).contains(&s.filters.len())));
+        assert!(filter.shards.iter().flat_map(|s| &s.filters).all(|f| (1..=MAX_HASHES).contains(&f.bits.hashes())));
+        if !stored || filter.scheme == Scheme::Mixed {
+            assert!(filters <= MAX_TOTAL_SUB_FILTERS && filter.bytes() <= MAX_BYTES);
+        }
+        assert!(filter.shards.len() <= filter.params.window as usize + 1);
+        // Writes as the commands make them keep it decodable.
+        let newest = filter.shards.last().map_or(0, |shard| shard.start * 1000);
+        for (step, n) in [(0, 1), (filter.params.period * 1000, 2), (filter.params.period * 3000 + 1, 40)] {
+            let now = newest.saturating_add(step);
+            let item = filter.hash(&n.to_le_bytes());
+            let _ = filter.contains(item, now);
+            filter.drop_expired(now);
+            if filter.check_room(n, now, MAX_BYTES).is_ok() {
+                for i in 0..n {
+                    filter.add(filter.hash(&(i + 100 * n).to_le_bytes()), now).expect("room was checked");
+                }
+            }
+            decode(&encode(&filter)).expect("what the commands build decodes");
         }
     }
-    let mut input = redis_idem::record::codec::Reader(data);
+    let mut input = Reader(data);
     let _ = codec::decode_params(&mut input);
 });

@@ -1,17 +1,81 @@
 //! The filter's byte encoding, for RDB, DUMP/RESTORE, digests and the AOF.
 //!
+//! Formats 1 and 2 share one layout; the version byte says how the
+//! filter probes: format 1 by [`Scheme::DoubleHashing`], format 2 by
+//! [`Scheme::Mixed`]. A filter keeps its format for life.
+//!
 //! Decoding is strict: every count and length is checked against the
-//! bytes present and the module's limits before anything is allocated.
+//! bytes present and the module's limits before anything is allocated,
+//! and only a shape the commands could have built is accepted, so that
+//! whatever loads is as cheap to query as a filter the commands made: at
+//! most `window + 1` shards, started at ascending multiples of the period
+//! within one window of the newest; in each shard a stack whose
+//! capacities follow the expansion, all full but the top, whose items add
+//! up, and whose hash counts, sizes and errors are what the sizing gives
+//! (within floating-point differences between builds) and sum within the
+//! shard's budget; no more bits set than its items can have set; and at
+//! most [`MAX_TOTAL_SUB_FILTERS`] sub-filters and [`MAX_BYTES`] of bits in
+//! all, the limits the commands enforce.
+//!
+//! Format 1 filters made before those two limits existed may exceed them
+//! (a window of up to 8,784 shards, bits up to 512 MiB - 64 KiB): a
+//! server must still load its own, so [`decode_stored`] accepts them from
+//! its RDB, AOF or primary, while [`decode`], for payloads from clients
+//! (`RESTORE`, `MIGRATE`'s target), does not.
 
-use super::bits::Bits;
-use super::{MAX_BYTES, MAX_HASHES, MAX_SUB_FILTERS, MAX_WINDOW, Params, Shard, ShardedBloom, SubFilter};
+use super::bits::{Bits, Scheme};
+use super::{
+    FORMAT_1_MAX_WINDOW, MAX_BYTES, MAX_HASHES, MAX_SUB_FILTERS, MAX_TOTAL_SUB_FILTERS, MAX_WINDOW, PROTO_MAX_BULK_LEN,
+    Params, Shard, Share, ShardedBloom, SubFilter, allocation_class, false_positive_rate, format_1_class_below, hash_count,
+    sub_filter_bytes,
+};
+use crate::record::Millis;
 use crate::record::codec::{DecodeError, Reader};
 
-pub const FORMAT_VERSION: u8 = 1;
+/// The format of filters probed by [`Scheme::DoubleHashing`].
+pub const FORMAT_DOUBLE_HASHING: u8 = 1;
+/// The format of filters probed by [`Scheme::Mixed`].
+pub const FORMAT_MIXED: u8 = 2;
 
+/// Format 1's ceiling on a filter's bits when its filters were built:
+/// they load up to it, and grow no further than [`MAX_BYTES`].
+const FORMAT_1_MAX_BYTES: u64 = 512 * 1024 * 1024 - 64 * 1024;
 
-pub fn encode_params(params: &Params, seed: &[u8; 32], out: &mut Vec<u8>) {
-    out.push(FORMAT_VERSION);
+/// Bytes of the parameters, seed and shard count.
+const HEADER_LEN: u64 = 1 + 8 + 8 + 4 + 8 + 4 + 32 + 4;
+const SHARD_HEADER_LEN: u64 = 8 + 8 + 4;
+const SUB_FILTER_HEADER_LEN: u64 = 8 + 8 + 8 + 4 + 4;
+/// The most bytes a filter's encoding adds to its bits.
+pub const MAX_OVERHEAD: u64 =
+    HEADER_LEN + (MAX_WINDOW as u64 + 1) * SHARD_HEADER_LEN + MAX_TOTAL_SUB_FILTERS as u64 * SUB_FILTER_HEADER_LEN;
+/// What `DUMP` wraps around the encoding: type, module id, string opcode
+/// and length, end opcode, RDB version and checksum (31 bytes), rounded
+/// up.
+const DUMP_ENVELOPE: u64 = 64;
+// The largest filter DUMPs within proto-max-bulk-len.
+const _: () = assert!(MAX_BYTES + MAX_OVERHEAD + DUMP_ENVELOPE <= PROTO_MAX_BULK_LEN);
+
+/// Relative slack for rates recomputed from a payload: another build's
+/// `exp` or `powf` may differ in the last bits.
+const RATE_TOLERANCE: f64 = 1e-9;
+
+fn format_of(scheme: Scheme) -> u8 {
+    match scheme {
+        Scheme::DoubleHashing => FORMAT_DOUBLE_HASHING,
+        Scheme::Mixed => FORMAT_MIXED,
+    }
+}
+
+/// The encoding's length for `filter`.
+pub fn encoded_len(filter: &ShardedBloom) -> u64 {
+    HEADER_LEN
+        + filter.shards.len() as u64 * SHARD_HEADER_LEN
+        + filter.sub_filter_count() as u64 * SUB_FILTER_HEADER_LEN
+        + filter.bytes()
+}
+
+pub fn encode_params(params: &Params, scheme: Scheme, seed: &[u8; 32], out: &mut Vec<u8>) {
+    out.push(format_of(scheme));
     out.extend_from_slice(&params.error_rate.to_le_bytes());
     out.extend_from_slice(&params.capacity.to_le_bytes());
     out.extend_from_slice(&params.window.to_le_bytes());
@@ -20,10 +84,13 @@ pub fn encode_params(params: &Params, seed: &[u8; 32], out: &mut Vec<u8>) {
     out.extend_from_slice(seed);
 }
 
-pub fn decode_params(input: &mut Reader) -> Result<(Params, [u8; 32]), DecodeError> {
-    if input.u8()? != FORMAT_VERSION {
-        return Err(DecodeError("unknown filter format version"));
-    }
+/// The parameters, probe scheme and seed [`encode_params`] wrote.
+pub fn decode_params(input: &mut Reader) -> Result<(Params, Scheme, [u8; 32]), DecodeError> {
+    let scheme = match input.u8()? {
+        FORMAT_DOUBLE_HASHING => Scheme::DoubleHashing,
+        FORMAT_MIXED => Scheme::Mixed,
+        _ => return Err(DecodeError("unknown filter format version")),
+    };
     let params = Params {
         error_rate: f64::from_le_bytes(input.array()?),
         capacity: input.u64()?,
@@ -31,13 +98,13 @@ pub fn decode_params(input: &mut Reader) -> Result<(Params, [u8; 32]), DecodeErr
         period: i64::from_le_bytes(input.array()?),
         expansion: input.u32()?,
     };
-    params.check().map_err(|_| DecodeError("filter parameters out of range"))?;
-    Ok((params, input.array()?))
+    params.check_for(scheme).map_err(|_| DecodeError("filter parameters out of range"))?;
+    Ok((params, scheme, input.array()?))
 }
 
 pub fn encode(filter: &ShardedBloom, out: &mut Vec<u8>) {
-    out.reserve(64 + filter.bytes() as usize + 64 * filter.sub_filter_count());
-    encode_params(&filter.params, &filter.seed, out);
+    out.reserve(encoded_len(filter) as usize);
+    encode_params(&filter.params, filter.scheme, &filter.seed, out);
     out.extend_from_slice(&(filter.shards.len() as u32).to_le_bytes());
     for shard in &filter.shards {
         out.extend_from_slice(&shard.start.to_le_bytes());
@@ -54,59 +121,158 @@ pub fn encode(filter: &ShardedBloom, out: &mut Vec<u8>) {
     }
 }
 
+/// A filter from a client's payload (`RESTORE`, a `MIGRATE` target,
+/// `IDEM.BF.LOAD`): any shape the commands build today, no other.
 pub fn decode(bytes: &[u8]) -> Result<ShardedBloom, DecodeError> {
+    decode_with(bytes, false)
+}
+
+/// A filter the server stored itself (RDB or AOF loading, a primary's
+/// full sync): also the format 1 shapes older versions built past today's
+/// limits on bytes and sub-filters. Those load and answer as before; they
+/// take no new sub-filter while over the limit.
+pub fn decode_stored(bytes: &[u8]) -> Result<ShardedBloom, DecodeError> {
+    decode_with(bytes, true)
+}
+
+fn decode_with(bytes: &[u8], stored: bool) -> Result<ShardedBloom, DecodeError> {
     let mut input = Reader(bytes);
-    let (params, seed) = decode_params(&mut input)?;
+    let (params, scheme, seed) = decode_params(&mut input)?;
+    let (max_bytes, max_filters) = match scheme {
+        // Format 1 allowed long windows: a sub-filter a shard of them, and
+        // room for growth, but no window of full stacks, which no traffic
+        // builds and which makes every query probe hundreds of thousands
+        // of sub-filters (the 8,784 x 32).
+        Scheme::DoubleHashing if stored => {
+            (FORMAT_1_MAX_BYTES, FORMAT_1_MAX_WINDOW as usize + 1 + 2 * MAX_SUB_FILTERS)
+        }
+        _ => (MAX_BYTES, MAX_TOTAL_SUB_FILTERS),
+    };
     let shard_count = input.u32()?;
-    if shard_count > 2 * MAX_WINDOW {
-        return Err(DecodeError("too many shards"));
+    // Every shard left when the newest started was live then (commands
+    // drop the others first): its start is at most one window before the
+    // newest's, so there are at most window + 1 starts.
+    if shard_count > params.window + 1 {
+        return Err(DecodeError("more shards than the window holds"));
     }
+    let shard_error = params.shard_error();
     let mut total_bytes = 0u64;
+    let mut total_filters = 0usize;
     let mut shards: Vec<Shard> = Vec::new();
     for _ in 0..shard_count {
         let start = i64::from_le_bytes(input.array()?);
         let items = input.u64()?;
         let filter_count = input.u32()? as usize;
-        if start < 0 || start % params.period != 0 || shards.last().is_some_and(|prev| prev.start >= start) {
+        // Starts come from a clock in milliseconds: at most i64::MAX / 1000.
+        if !(0..=Millis::MAX / 1000).contains(&start)
+            || start % params.period != 0
+            || shards.last().is_some_and(|prev| prev.start >= start)
+        {
             return Err(DecodeError("shard starts out of order"));
         }
         if !(1..=MAX_SUB_FILTERS).contains(&filter_count) {
             return Err(DecodeError("bad sub-filter count"));
         }
-        let mut filters = Vec::new();
+        total_filters += filter_count;
+        if total_filters > max_filters {
+            return Err(DecodeError("too many sub-filters"));
+        }
+        let mut filters: Vec<SubFilter> = Vec::with_capacity(filter_count);
+        // The errors of the stack so far, summed in order as the sizing
+        // sums them.
+        let mut spent = 0.0f64;
         for _ in 0..filter_count {
-            let sub = decode_sub_filter(&mut input)?;
+            let sub = decode_sub_filter(&mut input, scheme)?;
+            if let Some(below) = filters.last() {
+                if below.items != below.capacity {
+                    return Err(DecodeError("a sub-filter under the top one is not full"));
+                }
+                if sub.capacity != below.capacity.saturating_mul(params.expansion as u64).max(1) {
+                    return Err(DecodeError("sub-filter capacities do not follow the expansion"));
+                }
+            }
+            check_sizing(&sub, shard_error - spent, scheme)?;
+            spent += sub.error;
+            if spent > shard_error * (1.0 + RATE_TOLERANCE) {
+                return Err(DecodeError("sub-filter errors exceed the shard's budget"));
+            }
             total_bytes += sub.bytes();
-            if total_bytes > MAX_BYTES {
+            if total_bytes > max_bytes {
                 return Err(DecodeError("filter too large"));
             }
             filters.push(sub);
         }
-        if filters.iter().map(|f| f.items).sum::<u64>() != items {
+        let sum = filters.iter().try_fold(0u64, |sum, sub| sum.checked_add(sub.items));
+        if sum != Some(items) {
             return Err(DecodeError("shard item count disagrees with its sub-filters"));
         }
         shards.push(Shard { start, items, filters });
     }
     input.finish()?;
-    Ok(ShardedBloom { params, seed, shards })
+    if let (Some(oldest), Some(newest)) = (shards.first(), shards.last())
+        && oldest.start < newest.start - params.span()
+    {
+        return Err(DecodeError("shards further apart than the window"));
+    }
+    Ok(ShardedBloom { params, seed, scheme, shards })
 }
 
-fn decode_sub_filter(input: &mut Reader) -> Result<SubFilter, DecodeError> {
+fn decode_sub_filter(input: &mut Reader, scheme: Scheme) -> Result<SubFilter, DecodeError> {
     let capacity = input.u64()?;
     let items = input.u64()?;
     let error = f64::from_le_bytes(input.array()?);
     let hashes = input.u32()?;
     let len = input.u32()? as u64;
-    if capacity == 0 || items > capacity || !(0.0..1.0).contains(&error) {
+    if capacity == 0 || items > capacity || !(error > 0.0 && error < 1.0) {
         return Err(DecodeError("bad sub-filter counts"));
     }
     // A crafted hash count must not make every probe loop for ages.
     if !(1..=MAX_HASHES).contains(&hashes) {
         return Err(DecodeError("bad hash count"));
     }
-    if len == 0 || len % 8 != 0 || len > MAX_BYTES {
+    if len == 0 || !len.is_multiple_of(8) || len > FORMAT_1_MAX_BYTES {
         return Err(DecodeError("bad bit-array length"));
     }
-    let bits = Bits::from_bytes(input.take(len as usize)?, hashes);
+    let bits = Bits::from_bytes(input.take(len as usize)?, hashes, scheme);
+    // Each item sets at most `hashes` bits.
+    if bits.count_ones() > hashes as u64 * items {
+        return Err(DecodeError("more bits set than the items set"));
+    }
     Ok(SubFilter { capacity, items, error, bits })
+}
+
+/// Whether a sub-filter is what the sizing makes for its capacity with
+/// `budget` of its shard's error left: the hash count for its size, the
+/// error of its size, and no larger than the sizing's largest share of
+/// that budget gives (one allocation class more for another build's
+/// floating point). Smaller arrays have larger errors, which the shard's
+/// budget bounds.
+fn check_sizing(sub: &SubFilter, budget: f64, scheme: Scheme) -> Result<(), DecodeError> {
+    // The bytes it was sized as: its own, or for a small format 1 array
+    // one of the strays of `format_1_class_below` (which occur at 64
+    // bytes and below) whose whole words it holds.
+    let len = sub.bytes();
+    let strays = (8..=64).map(format_1_class_below).filter(|&size| size != len && size / 8 * 8 == len);
+    let mut sizings: Vec<u64> = vec![len];
+    if scheme == Scheme::DoubleHashing {
+        sizings.extend(strays);
+        sizings.dedup();
+    }
+    let hashes = sub.bits.hashes();
+    let mut sized = sizings.iter().filter(|&&bytes| hash_count(bytes * 8, sub.capacity) == hashes).peekable();
+    if sized.peek().is_none() {
+        return Err(DecodeError("hash count disagrees with the sub-filter's size"));
+    }
+    let rate_fits = |&bytes: &u64| {
+        let rate = false_positive_rate(bytes * 8, sub.capacity, scheme);
+        (sub.error - rate).abs() <= RATE_TOLERANCE * rate
+    };
+    if !sized.any(rate_fits) {
+        return Err(DecodeError("error disagrees with the sub-filter's size"));
+    }
+    let largest = sub_filter_bytes(sub.capacity, budget, Share::Half, scheme).unwrap_or_else(|needed| needed);
+    if largest < MAX_BYTES && sub.bytes() > allocation_class(largest + 1) {
+        return Err(DecodeError("sub-filter larger than its sizing"));
+    }
+    Ok(())
 }

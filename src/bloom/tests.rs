@@ -18,6 +18,10 @@ const SEED: [u8; 32] = {
     seed
 };
 
+fn new_filter(params: Params, seed: [u8; 32], now: Millis) -> Result<ShardedBloom, BloomError> {
+    ShardedBloom::new(params, seed, now, MAX_BYTES)
+}
+
 fn params(error_rate: f64, capacity: u64, window: u32, period: Seconds) -> Params {
     Params { error_rate, capacity, window, period, expansion: 2 }
 }
@@ -54,6 +58,11 @@ fn allocation_classes_are_jemallocs() {
     assert_eq!(allocation_class(129), 160);
     assert_eq!(allocation_class(131073), 163840);
     assert_eq!(allocation_class_below(163839), 131072);
+    for size in 8..1 << 20 {
+        let below = allocation_class_below(size);
+        assert!(allocation_class(below) == below && below <= size && allocation_class(below + 1) > size, "{size}: {below}");
+    }
+    assert_eq!(format_1_class_below(12), 9, "format 1's sizing, kept");
     assert_eq!(allocation_class_below(163840), 163840);
 }
 
@@ -75,16 +84,19 @@ fn parameters_out_of_range_are_refused() {
         assert!(matches!(bad.check(), Err(BloomError::Invalid(_))), "{bad:?}");
     }
     let huge = params(0.01, u64::MAX / 2, 1, DAY);
-    assert_eq!(ShardedBloom::new(huge, SEED, T0).err(), Some(BloomError::TooLarge));
-    let tiny_rate = params(MIN_ERROR_RATE, 1 << 40, 1, DAY);
-    assert_eq!(ShardedBloom::new(tiny_rate, SEED, T0).err(), Some(BloomError::TooLarge));
+    assert!(matches!(new_filter(huge, SEED, T0).err(), Some(BloomError::SizeLimit { needed, limit: MAX_BYTES }) if needed > MAX_BYTES));
+    for rate in [1e-300, 5e-324, 1e-15, 1e-10] {
+        let tiny_rate = params(rate, 1, 1, DAY);
+        assert_eq!(new_filter(tiny_rate, SEED, T0).err(), Some(BloomError::Invalid("error_rate must be at least 1e-9")));
+    }
+    assert!(new_filter(params(MIN_ERROR_RATE, 1, 1, DAY), SEED, T0).is_ok());
 }
 
 #[test]
 fn every_sub_filter_fills_its_allocation_class_and_stays_in_budget() {
     for capacity in [1, 10, 1_000, 12_345, 100_000, 1_000_000] {
         for window in [1, 7] {
-            let filter = ShardedBloom::new(params(0.01, capacity, window, DAY), SEED, T0).unwrap();
+            let filter = new_filter(params(0.01, capacity, window, DAY), SEED, T0).unwrap();
             let sub = &filter.shards[0].filters[0];
             assert_eq!(allocation_class(sub.bytes()), sub.bytes(), "capacity {capacity}");
             assert!(sub.error <= 0.9 * 0.01 / window as f64, "capacity {capacity}: {}", sub.error);
@@ -95,7 +107,7 @@ fn every_sub_filter_fills_its_allocation_class_and_stays_in_budget() {
 #[test]
 fn one_shard_at_capacity_costs_at_most_11_bits_per_item_for_round_capacities() {
     for capacity in [100_000, 1_000_000] {
-        let filter = ShardedBloom::new(params(0.01, capacity, 1, DAY), SEED, T0).unwrap();
+        let filter = new_filter(params(0.01, capacity, 1, DAY), SEED, T0).unwrap();
         let bits = filter.bytes() as f64 * 8.0 / capacity as f64;
         assert!(bits <= 11.0, "capacity {capacity}: {bits:.2} bits per item");
     }
@@ -103,7 +115,7 @@ fn one_shard_at_capacity_costs_at_most_11_bits_per_item_for_round_capacities() {
 
 #[test]
 fn false_positive_rate_holds_at_capacity_and_at_ten_times_capacity() {
-    let mut filter = ShardedBloom::new(params(0.01, 10_000, 1, DAY), SEED, T0).unwrap();
+    let mut filter = new_filter(params(0.01, 10_000, 1, DAY), SEED, T0).unwrap();
     add_all(&mut filter, "a", 0..10_000, T0);
     let at_capacity = false_positives(&filter, 100_000, T0);
     assert!(at_capacity <= 0.01 + slack(0.01, 100_000), "{at_capacity}");
@@ -115,7 +127,7 @@ fn false_positive_rate_holds_at_capacity_and_at_ten_times_capacity() {
 
 #[test]
 fn no_false_negatives_across_growth() {
-    let mut filter = ShardedBloom::new(params(0.001, 1_000, 1, DAY), SEED, T0).unwrap();
+    let mut filter = new_filter(params(0.001, 1_000, 1, DAY), SEED, T0).unwrap();
     let new = add_all(&mut filter, "x", 0..50_000, T0);
     assert!(new > 49_000, "few false positives among new items: {new}");
     assert!((0..50_000).all(|n| filter.contains(filter.hash(&item("x", n)), T0)));
@@ -124,7 +136,7 @@ fn no_false_negatives_across_growth() {
 
 #[test]
 fn whole_window_rate_holds_over_seven_full_daily_shards() {
-    let mut filter = ShardedBloom::new(params(0.01, 5_000, 7, DAY), SEED, T0).unwrap();
+    let mut filter = new_filter(params(0.01, 5_000, 7, DAY), SEED, T0).unwrap();
     for day in 0..7 {
         add_all(&mut filter, &format!("day{day}"), 0..5_000, T0 + day * DAY * 1000);
     }
@@ -137,7 +149,7 @@ fn whole_window_rate_holds_over_seven_full_daily_shards() {
 #[test]
 fn shards_rotate_and_items_are_forgotten_when_their_shard_leaves_the_window() {
     let period = 10;
-    let mut filter = ShardedBloom::new(params(0.01, 100, 3, period), SEED, T0).unwrap();
+    let mut filter = new_filter(params(0.01, 100, 3, period), SEED, T0).unwrap();
     let old = filter.hash(b"old");
     assert!(filter.add(old, T0).unwrap());
     assert_eq!(filter.expire_at(), Some(T0 + 30_000));
@@ -146,8 +158,8 @@ fn shards_rotate_and_items_are_forgotten_when_their_shard_leaves_the_window() {
     assert!(filter.add(recent, later).unwrap());
     assert_eq!(filter.shards.len(), 2);
     assert_eq!(filter.expire_at(), Some(later + 30_000));
-    // Through the very millisecond of its end, as Redis keeps a key
-    // through the millisecond of its expiry.
+    // Live through the very millisecond of its end, as Redis keeps a key
+    // through its expiry's.
     assert!(filter.contains(old, T0 + 30_000), "still in the window");
     assert!(!filter.contains(old, T0 + 30_001), "forgotten exactly when its shard leaves");
     assert!(!filter.drop_expired(T0 + 30_000));
@@ -158,7 +170,7 @@ fn shards_rotate_and_items_are_forgotten_when_their_shard_leaves_the_window() {
 
 #[test]
 fn a_repeat_add_keeps_an_item_for_a_full_window_from_its_latest_add() {
-    let mut filter = ShardedBloom::new(params(0.01, 100, 2, 10), SEED, T0).unwrap();
+    let mut filter = new_filter(params(0.01, 100, 2, 10), SEED, T0).unwrap();
     let hash = filter.hash(b"item");
     assert!(filter.add(hash, T0).unwrap());
     assert!(!filter.add(hash, T0 + 15_000).unwrap(), "seen in the previous shard");
@@ -174,7 +186,7 @@ fn a_repeat_add_keeps_an_item_for_a_full_window_from_its_latest_add() {
 #[test]
 fn new_shards_adapt_to_the_previous_shards_volume() {
     // Created far too small: the first shard stacks, the later ones don't.
-    let mut filter = ShardedBloom::new(params(0.01, 10, 4, 10), SEED, T0).unwrap();
+    let mut filter = new_filter(params(0.01, 10, 4, 10), SEED, T0).unwrap();
     for shard in 0..4 {
         add_all(&mut filter, &format!("s{shard}"), 0..2_000 + shard as u64 * 50, T0 + shard * 10_000);
     }
@@ -187,7 +199,7 @@ fn new_shards_adapt_to_the_previous_shards_volume() {
 
 #[test]
 fn a_clock_that_steps_back_writes_into_the_newest_shard() {
-    let mut filter = ShardedBloom::new(params(0.01, 100, 3, 10), SEED, T0 + 20_000).unwrap();
+    let mut filter = new_filter(params(0.01, 100, 3, 10), SEED, T0 + 20_000).unwrap();
     let hash = filter.hash(b"late");
     assert!(filter.add(hash, T0).unwrap());
     assert_eq!(filter.shards.len(), 1);
@@ -196,23 +208,23 @@ fn a_clock_that_steps_back_writes_into_the_newest_shard() {
 
 #[test]
 fn check_room_refuses_growth_past_the_limits_before_anything_changes() {
-    let mut filter = ShardedBloom::new(Params { expansion: 1, ..params(0.01, 1, 1, DAY) }, SEED, T0).unwrap();
-    assert_eq!(filter.check_room(MAX_SUB_FILTERS as u64, T0), Ok(()));
-    assert_eq!(filter.check_room(MAX_SUB_FILTERS as u64 + 1, T0), Err(BloomError::TooLarge));
+    let mut filter = new_filter(Params { expansion: 1, ..params(0.01, 1, 1, DAY) }, SEED, T0).unwrap();
+    assert!(filter.check_room(MAX_SUB_FILTERS as u64, T0, MAX_BYTES).is_ok());
+    assert_eq!(filter.check_room(MAX_SUB_FILTERS as u64 + 1, T0, MAX_BYTES), Err(BloomError::StackFull));
     let mut n = 0;
     while filter.items() < MAX_SUB_FILTERS as u64 {
         filter.add(filter.hash(&item("f", n)), T0).unwrap();
         n += 1;
     }
-    assert_eq!(filter.check_room(1, T0), Err(BloomError::TooLarge));
-    let big = ShardedBloom::new(params(0.01, 100_000_000, 1, DAY), SEED, T0).unwrap();
-    assert_eq!(big.check_room(10_000_000_000, T0), Err(BloomError::TooLarge));
+    assert_eq!(filter.check_room(1, T0, MAX_BYTES), Err(BloomError::StackFull));
+    let big = new_filter(params(0.01, 100_000_000, 1, DAY), SEED, T0).unwrap();
+    assert!(matches!(big.check_room(10_000_000_000, T0, MAX_BYTES), Err(BloomError::SizeLimit { limit: MAX_BYTES, .. })));
 }
 
 #[test]
 fn same_seed_and_operations_give_the_same_bits() {
     let build = || {
-        let mut filter = ShardedBloom::new(params(0.01, 50, 3, 10), SEED, T0).unwrap();
+        let mut filter = new_filter(params(0.01, 50, 3, 10), SEED, T0).unwrap();
         add_all(&mut filter, "d", 0..300, T0);
         add_all(&mut filter, "e", 0..30, T0 + 12_000);
         let mut bytes = Vec::new();
@@ -224,7 +236,7 @@ fn same_seed_and_operations_give_the_same_bits() {
 
 #[test]
 fn encoding_round_trips_and_refuses_corruption() {
-    let mut filter = ShardedBloom::new(params(0.01, 20, 3, 10), SEED, T0).unwrap();
+    let mut filter = new_filter(params(0.01, 20, 3, 10), SEED, T0).unwrap();
     add_all(&mut filter, "c", 0..100, T0);
     add_all(&mut filter, "c", 100..120, T0 + 10_000);
     let mut bytes = Vec::new();
@@ -246,17 +258,37 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
 
     #[test]
-    fn decoding_mutated_payloads_never_panics(index in 0usize..2000, byte in any::<u8>()) {
-        let mut filter = ShardedBloom::new(params(0.01, 20, 3, 10), SEED, T0).unwrap();
-        add_all(&mut filter, "m", 0..30, T0);
-        let mut bytes = Vec::new();
-        codec::encode(&filter, &mut bytes);
+    fn decoding_mutated_payloads_never_panics(index in 0usize..2000, byte in any::<u8>(), which in 0usize..3) {
+        // A format 2 filter, a format 1 one, and one with a full window.
+        let bytes = match which {
+            0 => {
+                let mut filter = new_filter(params(0.01, 20, 3, 10), SEED, T0).unwrap();
+                add_all(&mut filter, "m", 0..30, T0);
+                encoded(&filter)
+            }
+            1 => encoded(&format_1_builds()[0]),
+            _ => encoded(&three_shards()),
+        };
+        let mut bytes = bytes;
         let index = index % bytes.len();
         bytes[index] = byte;
-        if let Ok(decoded) = codec::decode(&bytes) {
-            // Whatever decodes must be usable.
-            let hash = decoded.hash(b"probe");
-            let _ = decoded.contains(hash, T0);
+        // Whatever decodes is canonical and usable, and stays decodable
+        // after the writes the commands make (as the fuzz target checks).
+        for decode in [codec::decode, codec::decode_stored] {
+            let Ok(mut decoded) = decode(&bytes) else { continue };
+            prop_assert_eq!(encoded(&decoded), bytes.clone());
+            prop_assert!(decoded.sub_filter_count() <= MAX_TOTAL_SUB_FILTERS);
+            let newest = decoded.shards.last().map_or(0, |shard| shard.start * 1000);
+            for (step, n) in [(0, 1), (decoded.params.period * 1000, 2), (decoded.params.period * 3000 + 1, 40)] {
+                let now = newest + step;
+                let _ = decoded.contains(decoded.hash(b"probe"), now);
+                if decoded.check_room(n, now, MAX_BYTES).is_ok() {
+                    for i in 0..n {
+                        decoded.add(decoded.hash(&item("w", i)), now).unwrap();
+                    }
+                }
+                prop_assert!(decode(&encoded(&decoded)).is_ok());
+            }
         }
     }
 
@@ -271,7 +303,7 @@ fn tiny_reservations_keep_the_rate_for_any_seed() {
     // Small arrays are where double hashing degenerates; each seed draws
     // other degenerate items.
     for _ in 0..10 {
-        let mut filter = ShardedBloom::new(params(0.01, 1, 1, DAY), rand::random(), T0).unwrap();
+        let mut filter = new_filter(params(0.01, 1, 1, DAY), rand::random(), T0).unwrap();
         add_all(&mut filter, "t", 0..5_000, T0);
         let rate = false_positives(&filter, 20_000, T0);
         assert!(rate <= 0.01 + slack(0.01, 20_000), "{rate}");
@@ -287,7 +319,7 @@ fn the_headroom_follows_growth_between_the_two_newest_shards() {
     // counts as steady; a doubling earns the most.
     let cases = [(1_000, 1_000, 1.03), (1_000, 1_100, 1.13), (1_000, 500, 1.03), (500, 1_000, 1.25)];
     for (before, newest, headroom) in cases {
-        let mut filter = ShardedBloom::new(params(0.01, 10, 3, 10), SEED, T0).unwrap();
+        let mut filter = new_filter(params(0.01, 10, 3, 10), SEED, T0).unwrap();
         add_all(&mut filter, "b", 0..before, T0);
         add_all(&mut filter, "n", 0..newest, T0 + 10_000);
         add_all(&mut filter, "c", 0..1, T0 + 20_000);
@@ -300,10 +332,11 @@ fn the_headroom_follows_growth_between_the_two_newest_shards() {
 #[test]
 fn sizing_counts_only_live_shards_so_check_room_foresees_add() {
     // `check_room` runs before `drop_expired`, `add` after it.
-    let mut filter = ShardedBloom::new(params(0.01, 10, 3, DAY), SEED, T0).unwrap();
+    let mut filter = new_filter(params(0.01, 10, 3, DAY), SEED, T0).unwrap();
     add_all(&mut filter, "a", 0..100, T0);
     add_all(&mut filter, "b", 0..300, T0 + DAY * 1000);
     for (day, expected) in [(3, (filter.shards[1].items as f64 * HEADROOM).ceil() as u64), (5, 10)] {
+        // Just past the end of day 0's shard (day 1's on day 5).
         let now = T0 + day * DAY * 1000 + 1;
         let mut later = filter.clone();
         let (capacity, _) = later.new_shard_sizing(now);
@@ -324,7 +357,7 @@ fn ideal_bits(error_rate: f64, window: u32) -> f64 {
 /// distinct items each: the window's bits per item and its measured
 /// false-positive rate.
 fn steady_week(volume: u64, queries: u64) -> (f64, f64) {
-    let mut filter = ShardedBloom::new(params(0.01, volume, 7, DAY), SEED, T0).unwrap();
+    let mut filter = new_filter(params(0.01, volume, 7, DAY), SEED, T0).unwrap();
     for day in 0..7 {
         add_all(&mut filter, &format!("day{day}"), 0..volume, T0 + day * DAY * 1000);
     }
@@ -367,7 +400,7 @@ fn shard_sizes(filter: &ShardedBloom) -> Vec<(u64, u64, Vec<u64>)> {
 
 #[test]
 fn traffic_growing_20_percent_a_day_keeps_the_rate_and_stops_stacking() {
-    let mut filter = ShardedBloom::new(params(0.01, 100_000, 7, DAY), SEED, T0).unwrap();
+    let mut filter = new_filter(params(0.01, 100_000, 7, DAY), SEED, T0).unwrap();
     let mut volume = 100_000.0f64;
     for day in 0..10 {
         let now = T0 + day * DAY * 1000;
@@ -385,7 +418,7 @@ fn traffic_growing_20_percent_a_day_keeps_the_rate_and_stops_stacking() {
 
 #[test]
 fn a_drop_then_a_recovery_keeps_the_rate() {
-    let mut filter = ShardedBloom::new(params(0.01, 1_000_000, 7, DAY), SEED, T0).unwrap();
+    let mut filter = new_filter(params(0.01, 1_000_000, 7, DAY), SEED, T0).unwrap();
     for (day, volume) in [1_000_000, 1_000_000, 300_000, 1_000_000, 1_000_000].into_iter().enumerate() {
         let now = T0 + day as Millis * DAY * 1000;
         add_all(&mut filter, &format!("day{day}"), 0..volume, now);
@@ -396,4 +429,862 @@ fn a_drop_then_a_recovery_keeps_the_rate() {
     // the day after it, sized at the most headroom growth earns, did not.
     let heights: Vec<usize> = filter.shards.iter().map(|s| s.filters.len()).collect();
     assert_eq!(heights, [1, 1, 1, 3, 1], "{:?}", shard_sizes(&filter));
+}
+
+// ---------------------------------------------------------------------
+// Format 1: filters saved by earlier versions keep loading, probing and
+// growing exactly as they did.
+
+/// Payloads the format 1 code (commit 9e41fa1) encoded, and the xxh3 of
+/// each: two 10 s shards, the first stacked; capacity 1 with EXPANSION 1,
+/// whose collapse floor doubles each sub-filter; three daily shards sized
+/// from the previous one's count.
+const FORMAT_1_PAYLOADS: [(&[&str], u64); 3] = [
+    (&[
+    "019a9999999999b93f0400000000000000030000000a00000000000000020000000b30557a9fc4e90e33587da2c7ec11",
+    "365b80a5caef14395e83a8cdf2173c6186020000008061496b0000000014000000000000000300000004000000000000",
+    "000400000000000000ef84e7beafb1853f0c0000000800000075ddf7c3485dd2d4080000000000000008000000000000",
+    "009c0f6539fee0793f0b000000100000005b53838e389ce36c694d2a7ce2e3de0e100000000000000008000000000000",
+    "00381fca72fcc16b3f0b0000002000000043402c1001113018108c2144fc158101343448c0087002146411142a784b90",
+    "118a61496b000000000a000000000000000100000016000000000000000a00000000000000743d8a08114a7b3f080000",
+    "0020000000c9120400548ab0c3b004044a0180232802000f2418080c0bb144283400618102",
+    ], 0x7ebb3f4f09d60a0a),
+    (&[
+    "017b14ae47e17a843f0100000000000000010000008051010000000000010000000b30557a9fc4e90e33587da2c7ec11",
+    "365b80a5caef14395e83a8cdf2173c6186010000008061496b0000000006000000000000000600000001000000000000",
+    "000100000000000000000000000000683f1400000020000000000a00080030002000c000000100010004000400100020",
+    "00600080008001000201000000000000000100000000000000000000000000603f140000003000000000000001020408",
+    "000000008000010408000000000000010204080000000000000102041000000000800002040800000001000000000000",
+    "000100000000000000000000000000583f14000000400000000000000400000000020000008000020000400001000010",
+    "400000000820000000040800000001040000800002000000800000000040000000002000000000080001000000000000",
+    "000100000000000000000000000000503f14000000600000000800000000000002000000080000010000000400000000",
+    "000001000000040040000000000100000000008000000000020020000000800000000000002000000080000010000000",
+    "400000000000001000000000000008000000100000000000000100000000000000010000000000000000000000000048",
+    "3f1400000080000000000000000000000000000008000008000004000004000004000000000000000000000000000000",
+    "000000200000200000100000100000100000000000000000000000000000000000008000008000004000004000004000",
+    "000000000000000000000000000000000000020000020000020000010000010000000000000000000001000000000000",
+    "000100000000000000000000000000403f14000000c00000000000000004000000000008000000000000000000000004",
+    "000000000008000000000000000000000000000000000004000000000008000000000000000000000004000000000008",
+    "000000000000000000000000000000000004000000000008000000000000000000000004000000000008000000000000",
+    "000000000000000000000004000000000008000000000000000000000004000000000008000000000008000000000000",
+    "00000000000400000000000800000000000000000000000400",
+    ], 0x2f4ee357b81c5e98),
+    (&[
+    "019a9999999999c93f0300000000000000020000008051010000000000030000000b30557a9fc4e90e33587da2c7ec11",
+    "365b80a5caef14395e83a8cdf2173c6186030000008061496b0000000007000000000000000200000003000000000000",
+    "00030000000000000042f4d1428e12883f0f000000080000008d9dab46c5767376090000000000000004000000000000",
+    "003e65a14768cfa63f05000000080000003a10d0302818102000b34a6b00000000050000000000000001000000080000",
+    "0000000000050000000000000058f4d9b9280ca13f06000000080000000231d488920587e380044c6b00000000020000",
+    "000000000001000000060000000000000002000000000000003405ff3d411e923f070000000800000009c80884048401",
+    "48",
+    ], 0xca1ae192442e80bf),
+];
+
+/// The filters behind [`FORMAT_1_PAYLOADS`], built by today's code.
+/// Adds of `n` items named after a prefix, at a time.
+type Adds = Vec<(Millis, &'static str, u64)>;
+
+fn format_1_builds() -> [ShardedBloom; 3] {
+    let cases: [(Params, Adds); 3] = [
+        (Params { error_rate: 0.1, capacity: 4, window: 3, period: 10, expansion: 2 }, vec![(T0, "x", 20), (T0 + 10_000, "y", 10)]),
+        (Params { error_rate: 0.01, capacity: 1, window: 1, period: DAY, expansion: 1 }, vec![(T0, "e", 6)]),
+        (
+            Params { error_rate: 0.2, capacity: 3, window: 2, period: DAY, expansion: 3 },
+            vec![(T0, "a", 7), (T0 + DAY * 1000, "b", 5), (T0 + 2 * DAY * 1000, "c", 2)],
+        ),
+    ];
+    cases.map(|(params, adds)| {
+        let mut filter = ShardedBloom::with_scheme(params, Scheme::DoubleHashing, SEED, T0, MAX_BYTES).unwrap();
+        for (now, prefix, n) in adds {
+            filter.drop_expired(now);
+            for i in 0..n {
+                let hash = filter.hash(format!("{prefix}:{i:012}").as_bytes());
+                filter.check_room(1, now, MAX_BYTES).unwrap();
+                filter.add(hash, now).unwrap();
+            }
+        }
+        filter
+    })
+}
+
+fn unhex(lines: &[&str]) -> Vec<u8> {
+    let hex: String = lines.concat();
+    (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
+}
+
+fn encoded(filter: &ShardedBloom) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    codec::encode(filter, &mut bytes);
+    bytes
+}
+
+#[test]
+fn format_1_payloads_still_load_and_format_1_filters_build_the_same_bytes() {
+    for ((lines, hash), built) in FORMAT_1_PAYLOADS.iter().zip(format_1_builds()) {
+        let payload = unhex(lines);
+        assert_eq!(xxhash_rust::xxh3::xxh3_64(&payload), *hash);
+        for decode in [codec::decode, codec::decode_stored] {
+            let decoded = decode(&payload).unwrap();
+            assert_eq!(decoded.scheme, Scheme::DoubleHashing);
+            assert_eq!(encoded(&decoded), payload, "round trip");
+        }
+        // Same sizes, same probes, same bits: what the old code built.
+        assert_eq!(encoded(&built), payload);
+    }
+}
+
+#[test]
+fn format_1_filters_keep_their_probes_and_sizing_as_they_grow() {
+    let [_, mut old, _] = format_1_builds();
+    // A new shard sized from the last one's count, and its stack: what
+    // the format 1 code (9e41fa1) made of the same adds.
+    for (now, prefix, n) in [(T0 + DAY * 1000, "more", 20), (T0 + DAY * 1000 + 1, "more2", 5)] {
+        old.drop_expired(now);
+        for i in 0..n {
+            let hash = old.hash(format!("{prefix}:{i:012}").as_bytes());
+            old.check_room(1, now, MAX_BYTES).unwrap();
+            old.add(hash, now).unwrap();
+        }
+    }
+    let payload = encoded(&old);
+    assert_eq!(xxhash_rust::xxh3::xxh3_64(&payload), 0x1617f5cc3647a372);
+    assert!(old.shards.iter().flat_map(|s| &s.filters).all(|f| f.bits.scheme() == Scheme::DoubleHashing));
+    assert_eq!(codec::decode(&payload).unwrap().scheme, Scheme::DoubleHashing);
+    assert_eq!(payload[0], codec::FORMAT_DOUBLE_HASHING);
+    // The same settings made new probe the other way, in format 2.
+    let new = new_filter(old.params, SEED, T0).unwrap();
+    assert_eq!(new.scheme, Scheme::Mixed);
+    assert_eq!(encoded(&new)[0], codec::FORMAT_MIXED);
+}
+
+/// The probes of format 1 as 9e41fa1 wrote them, for comparison.
+fn format_1_probes(item: ItemHash, words: usize, hashes: u32) -> Vec<(usize, u64)> {
+    let bits = words as u128 * 64;
+    let mut a = item.0 as u64;
+    let mut b = (item.0 >> 64) as u64;
+    (0..hashes as u64)
+        .map(move |i| {
+            let position = ((a as u128 * bits) >> 64) as u64;
+            a = a.wrapping_add(b);
+            b = b.wrapping_add(i);
+            ((position >> 6) as usize, 1u64 << (position & 63))
+        })
+        .collect()
+}
+
+#[test]
+fn double_hashing_sets_the_bits_format_1_set() {
+    for (n, item) in hashes(5, 2_000).into_iter().enumerate() {
+        let words = [1, 2, 3, 17, 1000, 123_457][n % 6];
+        let hashes_count = 1 + (n as u32 % MAX_HASHES);
+        let mut bits = Bits::new(words as u64 * 8, hashes_count, Scheme::DoubleHashing);
+        bits.set(item);
+        let mut expected = vec![0u64; words];
+        for (word, mask) in format_1_probes(item, words, hashes_count) {
+            expected[word] |= mask;
+        }
+        let mut written = Vec::new();
+        bits.write_bytes(&mut written);
+        let expected: Vec<u8> = expected.iter().flat_map(|w| w.to_le_bytes()).collect();
+        assert_eq!(written, expected);
+        assert!(bits.check(item));
+    }
+}
+
+// ---------------------------------------------------------------------
+// Probe schemes, sizes and costs.
+
+/// Pseudo-random item hashes, repeatable.
+fn hashes(seed: u64, n: usize) -> Vec<ItemHash> {
+    let mut state = seed;
+    let mut next = move || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    (0..n).map(|_| ItemHash(((next() as u128) << 64) | next() as u128)).collect()
+}
+
+/// Median of `runs` timings of `f`.
+fn median_time(runs: usize, mut f: impl FnMut()) -> std::time::Duration {
+    let mut times: Vec<_> = (0..runs)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            f();
+            start.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[runs / 2]
+}
+
+/// Nanoseconds per probe of each scheme on an array of `bytes` bytes:
+/// every query is an inserted item, so each makes all its probes (7, as
+/// at 1%). The schemes' runs alternate, against a busy machine's drift.
+fn probe_costs(bytes: u64, runs: usize) -> [f64; 2] {
+    let queries = hashes(7, 1 << 20);
+    let arrays = [Scheme::DoubleHashing, Scheme::Mixed].map(|scheme| {
+        let mut bits = Bits::new(bytes, 7, scheme);
+        queries.iter().for_each(|&q| bits.set(q));
+        bits
+    });
+    let mut times = [Vec::new(), Vec::new()];
+    for _ in 0..runs {
+        for (bits, times) in arrays.iter().zip(&mut times) {
+            times.push(median_time(1, || assert!(queries.iter().all(|&q| bits.check(q)))));
+        }
+    }
+    times.map(|mut times| {
+        times.sort();
+        times[runs / 2].as_nanos() as f64 / (queries.len() as f64 * 7.0)
+    })
+}
+
+#[test]
+#[ignore = "a benchmark: cargo test --release --lib -- --ignored bench_ --nocapture"]
+fn bench_probe_cost() {
+    for bytes in [4 << 10, 512 << 10, 8 << 20, 256 << 20] {
+        let [double, mixed] = probe_costs(bytes, 9);
+        eprintln!("{:>7} KiB array: {double:.2} ns a probe double hashing, {mixed:.2} mixed", bytes >> 10);
+    }
+}
+
+/// Measured false-positive rate of many `bytes`-byte arrays of `scheme`
+/// holding `items` items each (fresh items and queries per array), over
+/// `arrays * queries` queries.
+fn measured_rate(scheme: Scheme, bytes: u64, items: u64, arrays: u64, queries: usize) -> f64 {
+    let k = hash_count(bytes * 8, items);
+    let mut hits = 0;
+    for array in 0..arrays {
+        let mut bits = Bits::new(bytes, k, scheme);
+        hashes(array * 2 + 1, items as usize).into_iter().for_each(|item| bits.set(item));
+        hits += hashes(array * 2 + 2, queries).into_iter().filter(|&q| bits.check(q)).count();
+    }
+    hits as f64 / (arrays as f64 * queries as f64)
+}
+
+
+/// The costliest filter to query that the decoder accepts with `shards`
+/// shards of `height` sub-filters each, all of `capacity` items (period
+/// 1 s, expansion 1, the lowest error rate, so every sub-filter probes
+/// 20 times), and the 1,000 queries it was built against: each query's
+/// first 19 probes set in every sub-filter, so that a query makes all 20
+/// in each (unless another query's bits answer its 20th) and a plain
+/// `MEXISTS` of them reads every sub-filter of every shard. With
+/// `adversarial` false, the sub-filters hold random items instead.
+fn costliest_filter(shards: u32, height: usize, capacity: u64, adversarial: bool) -> (ShardedBloom, Vec<ItemHash>) {
+    let params = Params { error_rate: MIN_ERROR_RATE, capacity, window: shards - 1, period: 1, expansion: 1 };
+    let queries = hashes(99, 1_000);
+    let mut filter = ShardedBloom { params, seed: SEED, scheme: Scheme::Mixed, shards: Vec::new() };
+    for start in 0..shards as i64 {
+        let mut filters: Vec<SubFilter> = Vec::new();
+        let mut spent = 0.0;
+        for level in 0..height {
+            let bytes = sub_filter_bytes(capacity, params.shard_error() - spent, Share::Half, Scheme::Mixed).unwrap();
+            let mut sub = SubFilter::new(capacity, bytes, Scheme::Mixed);
+            spent += sub.error;
+            sub.items = capacity;
+            if adversarial {
+                queries.iter().for_each(|&q| sub.bits.set_first(q, sub.bits.hashes() - 1));
+            } else {
+                hashes(start as u64 * 1000 + level as u64, capacity as usize).into_iter().for_each(|item| sub.bits.set(item));
+            }
+            filters.push(sub);
+        }
+        filter.shards.push(Shard { start, items: capacity * height as u64, filters });
+    }
+    (filter, queries)
+}
+
+/// Bytes of [`costliest_filter`]'s bit arrays, without building it.
+fn costliest_bytes(shards: u32, height: usize, capacity: u64) -> u64 {
+    let shard_error = MIN_ERROR_RATE / (shards - 1).max(1) as f64;
+    let mut spent = 0.0;
+    let mut bytes = 0;
+    for _ in 0..height {
+        let sub = sub_filter_bytes(capacity, shard_error - spent, Share::Half, Scheme::Mixed).unwrap_or(u64::MAX / 2);
+        spent += false_positive_rate(sub * 8, capacity, Scheme::Mixed);
+        bytes += sub;
+    }
+    bytes.saturating_mul(shards as u64)
+}
+
+/// The largest capacity at which [`costliest_filter`] fits `MAX_BYTES`.
+fn largest_capacity(shards: u32, height: usize) -> u64 {
+    let (mut fits, mut too_big) = (1_000u64, 1u64 << 40);
+    while too_big - fits > 1 {
+        let mid = fits + (too_big - fits) / 2;
+        if costliest_bytes(shards, height, mid) <= MAX_BYTES { fits = mid } else { too_big = mid }
+    }
+    fits
+}
+
+#[test]
+#[ignore = "a benchmark: cargo test --release --lib -- --ignored bench_ --nocapture"]
+fn bench_worst_mexists() {
+    // As many sub-filters as allowed, each as large as the bytes allow, so
+    // that every probe misses the caches: a full stack per shard, one
+    // sub-filter per shard, and between.
+    for (shards, height) in [(16, 32), (512, 1), (128, 4)] {
+        let capacity = largest_capacity(shards, height);
+        for adversarial in [true, false] {
+            let (filter, queries) = costliest_filter(shards, height, capacity, adversarial);
+            let mut bytes = Vec::new();
+            codec::encode(&filter, &mut bytes);
+            let decoded = codec::decode(&bytes).map(|_| "decodes").unwrap_or_else(|e| e.0);
+            drop(bytes);
+            let now = (shards as i64 - 1) * 1000;
+            let hits = queries.iter().filter(|&&q| filter.contains(q, now)).count();
+            let time = median_time(5, || {
+                std::hint::black_box(queries.iter().filter(|&&q| filter.contains(q, now)).count());
+            });
+            eprintln!(
+                "{shards} shards x {height} of {capacity} ({} sub-filters, {} MiB, {}): 1000 contains {time:?}, {hits} hits; {decoded}",
+                filter.sub_filter_count(),
+                filter.bytes() >> 20,
+                if adversarial { "crafted bits" } else { "random items" },
+            );
+        }
+    }
+}
+
+/// Bytes the first shard of a new filter of `scheme` takes.
+fn first_shard_bytes(params: Params, scheme: Scheme) -> Result<u64, BloomError> {
+    let empty = ShardedBloom { params, seed: SEED, scheme, shards: Vec::new() };
+    empty.check_room(1, T0, MAX_BYTES).map(|room| room.allocate)
+}
+
+/// Bits per item of the sub-filter `level` (0 first) of a full stack of
+/// `capacity` with EXPANSION 1, at `error_rate` over `window`.
+fn stack_bits_per_item(error_rate: f64, window: u32, capacity: u64, level: usize) -> f64 {
+    let shard_error = error_rate / window as f64;
+    let mut spent = 0.0;
+    let mut bytes = 0;
+    for _ in 0..=level {
+        bytes = sub_filter_bytes(capacity, shard_error - spent, Share::Half, Scheme::Mixed).unwrap();
+        spent += false_positive_rate(bytes * 8, capacity, Scheme::Mixed);
+    }
+    bytes as f64 * 8.0 / capacity as f64
+}
+
+
+#[test]
+fn sizes_at_the_rate_bound_stay_in_proportion() {
+    // The figures behind MIN_ERROR_RATE's comment (bits an item, first
+    // sub-filter of a 7-day window and the 32nd of a full stack).
+    let expected = [(1e-6, 34.0, 84.0), (1e-9, 59.0, 101.0), (1e-12, 84.0, 168.0), (1e-15, 117.0, 168.0)];
+    for (rate, first, deepest) in expected {
+        let got = (stack_bits_per_item(rate, 7, 1_000_000, 0), stack_bits_per_item(rate, 7, 1_000_000, 31));
+        assert!((got.0 - first).abs() < 1.0 && (got.1 - deepest).abs() < 1.0, "{rate:e}: {got:?}");
+    }
+    // At the bound, whatever the window and capacity, no sub-filter of a
+    // stack takes more than 130 bits an item (or one 16-byte class).
+    for window in [1, 7, MAX_WINDOW] {
+        for capacity in [1, 10, 1_000, 100_000] {
+            for level in [0, 1, 15, 31] {
+                let bits = stack_bits_per_item(MIN_ERROR_RATE, window, capacity, level);
+                assert!(bits <= 130.0 || bits * capacity as f64 <= 128.0, "window {window} capacity {capacity} level {level}: {bits:.1}");
+            }
+        }
+    }
+}
+
+#[test]
+fn sizes_follow_capacity_with_no_floor() {
+    // A sub-filter of format 2 costs what its capacity and target need
+    // (with the capped hash count), rounded to an allocation class, or a
+    // class of 16 bytes at most for tiny capacities.
+    for rate in [0.5, 0.1, 0.01, 1e-4, 1e-6, MIN_ERROR_RATE] {
+        for window in [1, 7, MAX_WINDOW] {
+            for capacity in [1u64, 2, 10, 100, 1_000, 100_000, 10_000_000] {
+                let params = Params { error_rate: rate, capacity, window, period: DAY, expansion: 2 };
+                let bytes = first_shard_bytes(params, Scheme::Mixed).unwrap();
+                // What the target needs at the optimum or with 20 hashes.
+                let target = rate / window as f64 * 0.5;
+                let optimum = -target.ln() / (std::f64::consts::LN_2 * std::f64::consts::LN_2);
+                let capped = -20.0 / (1.0 - target.powf(1.0 / 20.0)).ln();
+                let needed = capacity as f64 * optimum.max(capped) / 8.0;
+                let bound = allocation_class((1.3 * needed).ceil() as u64).max(16);
+                assert!(bytes <= bound, "{rate:e} window {window} capacity {capacity}: {bytes} bytes, {needed:.0} needed");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_issues_reproductions_now_take_bytes_in_proportion() {
+    // IDEM.BF.RESERVE k 5e-9 1 (WINDOW 7 by default): 448 MiB before.
+    let reserve = Params { error_rate: 5e-9, capacity: 1, window: 7, period: DAY, expansion: 2 };
+    assert_eq!(first_shard_bytes(reserve, Scheme::DoubleHashing), Ok(469_762_048));
+    assert_eq!(first_shard_bytes(reserve, Scheme::Mixed), Ok(8));
+    // Capacity 1, EXPANSION 1, 32 items at 1% over 7 days: 19 MB before.
+    let tiny = Params { error_rate: 0.01, capacity: 1, window: 7, period: DAY, expansion: 1 };
+    let sizes = [Scheme::DoubleHashing, Scheme::Mixed].map(|scheme| {
+        let mut filter = ShardedBloom::with_scheme(tiny, scheme, SEED, T0, MAX_BYTES).unwrap();
+        let mut n = 0;
+        while filter.items() < 32 {
+            filter.check_room(1, T0, MAX_BYTES).unwrap();
+            filter.add(filter.hash(&item("r", n)), T0).unwrap();
+            n += 1;
+        }
+        assert_eq!(filter.sub_filter_count(), 32);
+        filter.bytes()
+    });
+    eprintln!("capacity 1, EXPANSION 1, 32 items: {} bytes in format 1, {} in format 2", sizes[0], sizes[1]);
+    assert_eq!(sizes[0], 18_982_912);
+    assert!(sizes[1] <= 32 * 16, "{sizes:?}");
+}
+
+/// Mean false-positive rate of `filters` filters of `params` (each its own
+/// seed) holding `items` items each, over `queries` fresh queries each.
+fn mean_rate(params: Params, items: u64, filters: u64, queries: u64) -> f64 {
+    let mut hits = 0;
+    for n in 0..filters {
+        let mut seed = SEED;
+        seed[..8].copy_from_slice(&n.to_le_bytes());
+        let mut filter = new_filter(params, seed, T0).unwrap();
+        add_all(&mut filter, "in", 0..items, T0);
+        hits += (0..queries).filter(|&q| filter.contains(filter.hash(&item("out", q)), T0)).count();
+    }
+    hits as f64 / (filters * queries) as f64
+}
+
+#[test]
+fn mixed_probes_keep_the_rate_in_tiny_and_large_arrays() {
+    // At capacity: (capacity, filters of it, queries each).
+    for rate in [0.1, 0.01, 0.001] {
+        for (capacity, filters, queries) in [(1, 2_000, 500), (10, 2_000, 500), (1_000, 50, 20_000), (100_000, 1, 1_000_000)] {
+            let measured = mean_rate(params(rate, capacity, 1, DAY), capacity, filters, queries);
+            let total = filters * queries;
+            eprintln!("rate {rate}, capacity {capacity}: {measured:.6}");
+            assert!(measured <= rate + slack(rate, total), "rate {rate}, capacity {capacity}: {measured}");
+        }
+    }
+}
+
+#[test]
+fn mixed_probes_keep_the_rate_in_stacked_sub_filters() {
+    // (capacity, expansion, items, filters, queries each): stacks of 32
+    // sub-filters of one item, of 10, and deep stacks that doubled. The
+    // rate is a mean over fills: one filter's varies by a few percent
+    // around it (each query's probes meet its particular set bits), so
+    // several filters are averaged.
+    for (capacity, expansion, items, filters, queries) in
+        [(1, 1, 32, 2_000, 500), (10, 1, 320, 500, 2_000), (1, 2, 100_000, 16, 100_000), (1_000, 2, 200_000, 16, 100_000)]
+    {
+        let params = Params { expansion, ..params(0.01, capacity, 1, DAY) };
+        let measured = mean_rate(params, items, filters, queries);
+        eprintln!("capacity {capacity}, expansion {expansion}, {items} items: {measured:.6}");
+        assert!(measured <= 0.01 + slack(0.01, filters * queries), "capacity {capacity} expansion {expansion}: {measured}");
+    }
+}
+
+#[test]
+fn the_mixed_rate_model_bounds_what_small_arrays_measure() {
+    for bytes in [8u64, 16, 32, 64, 128, 512] {
+        let m = bytes * 8;
+        for fill in [0.5, 1.0, 2.0] {
+            let items = ((m as f64 * std::f64::consts::LN_2 / 7.0 * fill).round() as u64).max(1);
+            let model = false_positive_rate(m, items, Scheme::Mixed);
+            let queries = 1_000 * 1_000;
+            let measured = measured_rate(Scheme::Mixed, bytes, items, 1_000, 1_000);
+            assert!(measured <= model + slack(model, queries), "{m} bits, {items} items: measured {measured}, model {model}");
+        }
+    }
+}
+
+#[test]
+fn check_room_names_each_limit_and_add_keeps_the_hard_ones() {
+    // The configured size limit, and what was needed.
+    let p = params(0.01, 1_000, 1, DAY);
+    let needed = ShardedBloom::plan_new(&p, T0, MAX_BYTES).unwrap().allocate;
+    assert_eq!(new_filter(p, SEED, T0).unwrap().bytes(), needed);
+    assert_eq!(ShardedBloom::new(p, SEED, T0, needed - 1).err(), Some(BloomError::SizeLimit { needed, limit: needed - 1 }));
+    assert_eq!(ShardedBloom::plan_new(&p, T0, u64::MAX).unwrap(), Room { allocate: needed, sub_filters: 1 });
+    let filter = new_filter(p, SEED, T0).unwrap();
+    assert_eq!(filter.check_room(1_000, T0, needed), Ok(Room::default()), "fits the top sub-filter");
+    let grow = filter.check_room(1_001, T0, MAX_BYTES).unwrap();
+    assert_eq!(grow.sub_filters, 1);
+    assert_eq!(
+        filter.check_room(1_001, T0, needed + grow.allocate - 1),
+        Err(BloomError::SizeLimit { needed: needed + grow.allocate, limit: needed + grow.allocate - 1 })
+    );
+    // A limit above the hard ceiling is the ceiling.
+    let huge = params(0.01, 1 << 40, 1, DAY);
+    assert!(matches!(ShardedBloom::plan_new(&huge, T0, u64::MAX), Err(BloomError::SizeLimit { limit: MAX_BYTES, .. })));
+    // Invalid settings.
+    assert!(matches!(ShardedBloom::plan_new(&params(0.01, 1, MAX_WINDOW + 1, DAY), T0, MAX_BYTES), Err(BloomError::Invalid(_))));
+    let old_window = params(0.01, 1, FORMAT_1_MAX_WINDOW, HOUR);
+    assert!(ShardedBloom::with_scheme(old_window, Scheme::DoubleHashing, SEED, T0, MAX_BYTES).is_ok());
+    assert!(matches!(ShardedBloom::with_scheme(old_window, Scheme::Mixed, SEED, T0, MAX_BYTES), Err(BloomError::Invalid(_))));
+    // Format 1 filters had no lower bound on the rate (though their floor
+    // made one this low too large to build).
+    let old_rate = params(1e-12, 1, 1, DAY);
+    assert_eq!(old_rate.check_for(Scheme::DoubleHashing), Ok(()));
+    assert!(matches!(ShardedBloom::with_scheme(old_rate, Scheme::DoubleHashing, SEED, T0, MAX_BYTES), Err(BloomError::SizeLimit { .. })));
+
+    // Too many sub-filters in all: shards of 1 s taking 1 item, then 4,
+    // by turns; a 4 outgrows a shard sized after a 1, and stacks.
+    let p = Params { error_rate: 0.5, capacity: 1, window: MAX_WINDOW, period: 1, expansion: 1 };
+    let mut filter = new_filter(p, SEED, T0).unwrap();
+    let mut n = 0u64;
+    let refused = 'fill: loop {
+        let second = n / 5 * 2 + !n.is_multiple_of(5) as u64;
+        assert!(second < 2 * MAX_WINDOW as u64, "never refused: {} sub-filters", filter.sub_filter_count());
+        let now = T0 + second as Millis * 1000;
+        match filter.check_room(1, now, MAX_BYTES) {
+            Ok(_) => {}
+            Err(error) => {
+                // add refuses the same, and changes nothing.
+                let before = encoded(&filter);
+                assert_eq!(filter.add(filter.hash(&item("fresh", n)), now), Err(error));
+                let mut after = filter.clone();
+                after.drop_expired(now);
+                assert_eq!(encoded(&after), before);
+                break 'fill error;
+            }
+        }
+        filter.add(filter.hash(&item("m", n)), now).unwrap();
+        n += 1;
+    };
+    assert_eq!(refused, BloomError::TooManySubFilters);
+    assert_eq!(filter.sub_filter_count(), MAX_TOTAL_SUB_FILTERS);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    /// check_room foresees add: when it answers a plan, `n` adds at `now`
+    /// all succeed and allocate at most the plan (exactly it when all `n`
+    /// items were new), within the limit; when it refuses, `n` new items
+    /// cannot all be added within the limit.
+    #[test]
+    fn check_room_foresees_add(
+        capacity in 1u64..40,
+        expansion in 1u32..4,
+        window in 1u32..4,
+        period in 1i64..3,
+        rate in prop_oneof![Just(0.3), Just(0.01), Just(1e-6)],
+        history in proptest::collection::vec((-2_000i64..6_000, 0u64..50), 0..8),
+        n in 0u64..150,
+        at in -2_000i64..8_000,
+        limit in prop_oneof![Just(MAX_BYTES), 8u64..2_000],
+    ) {
+        let p = Params { error_rate: rate, capacity, window, period, expansion };
+        let mut filter = new_filter(p, SEED, T0).unwrap();
+        let mut fresh = 0u64;
+        let mut now = T0;
+        for (step, count) in history {
+            now += step;
+            if filter.check_room(count, now, MAX_BYTES).is_ok() {
+                for _ in 0..count {
+                    filter.add(filter.hash(&item("h", fresh)), now).unwrap();
+                    fresh += 1;
+                }
+            }
+        }
+        let now = now + at;
+        let live = |f: &ShardedBloom| f.shards.iter().filter(|s| f.is_live(s, now)).map(|s| (s.bytes(), s.filters.len(), s.items)).fold((0, 0, 0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2));
+        let plan = filter.check_room(n, now, limit);
+        let (bytes_before, count_before, items_before) = live(&filter);
+        let mut after = filter.clone();
+        let mut refused = None;
+        for i in 0..n {
+            if let Err(error) = after.add(after.hash(&item("n", i)), now) {
+                refused = Some(error);
+                break;
+            }
+        }
+        let (bytes_after, count_after, items_after) = live(&after);
+        let all_new = items_after - items_before == n;
+        match plan {
+            Ok(room) => {
+                prop_assert_eq!(refused, None);
+                // A write that allocates nothing fits even a filter over
+                // a limit lowered since it grew.
+                prop_assert!(room.allocate == 0 || bytes_after <= limit.min(MAX_BYTES));
+                prop_assert!(bytes_after - bytes_before <= room.allocate);
+                prop_assert!(count_after - count_before <= room.sub_filters as usize);
+                if all_new {
+                    prop_assert_eq!(bytes_after - bytes_before, room.allocate);
+                    prop_assert_eq!(count_after - count_before, room.sub_filters as usize);
+                }
+            }
+            Err(BloomError::SizeLimit { needed, limit: applied }) => {
+                prop_assert_eq!(applied, limit.min(MAX_BYTES));
+                prop_assert!(needed > applied);
+                if refused.is_none() && all_new {
+                    prop_assert!(bytes_after >= needed, "{} < {}", bytes_after, needed);
+                }
+            }
+            Err(error) => {
+                prop_assert!(refused == Some(error) || !all_new, "{:?} then {:?}", error, refused);
+            }
+        }
+    }
+}
+
+
+
+#[test]
+fn mixed_probes_fill_arrays_as_independent_probes_would() {
+    // 1,000 items in 10,240 bits with 7 probes each: the set bits and the
+    // rate, averaged over 400 arrays, are what independent uniform probes
+    // give; the rate is also what the array's own fill predicts.
+    let (bytes, k, n) = (1280u64, 7u32, 1000usize);
+    let m = (bytes * 8) as f64;
+    let expected_ones = m * (1.0 - (1.0 - 1.0 / m).powf((k as usize * n) as f64));
+    for scheme in [Scheme::Mixed, Scheme::DoubleHashing] {
+        let (filters, queries) = (400u64, 50_000usize);
+        let (mut ones, mut measured, mut predicted) = (0.0, 0.0, 0.0);
+        for f in 0..filters {
+            let mut bits = Bits::new(bytes, k, scheme);
+            hashes(f * 2 + 1000, n).into_iter().for_each(|item| bits.set(item));
+            let set = bits.count_ones() as f64;
+            ones += set / filters as f64;
+            predicted += (set / m).powi(k as i32) / filters as f64;
+            let hits = hashes(f * 2 + 1001, queries).into_iter().filter(|&q| bits.check(q)).count();
+            measured += hits as f64 / queries as f64 / filters as f64;
+        }
+        let model = false_positive_rate(m as u64, n as u64, scheme);
+        assert!((ones - expected_ones).abs() < 2.0, "{scheme:?}: {ones} bits set, {expected_ones} expected");
+        assert!((measured / predicted - 1.0).abs() < 0.02, "{scheme:?}: {measured} measured, {predicted} from the fill");
+        assert!((measured / model - 1.0).abs() < 0.02, "{scheme:?}: {measured} measured, model {model}");
+    }
+}
+
+// ---------------------------------------------------------------------
+// The decoder accepts only what the commands build.
+
+/// A valid filter with a full window: three 10 s shards of a window of
+/// 2 (the oldest live through the newest's first millisecond), the
+/// first stacked three high.
+fn three_shards() -> ShardedBloom {
+    let mut filter = new_filter(Params { expansion: 2, ..params(0.1, 4, 2, 10) }, SEED, T0).unwrap();
+    add_all(&mut filter, "a", 0..20, T0);
+    add_all(&mut filter, "b", 0..12, T0 + 10_000);
+    add_all(&mut filter, "c", 0..3, T0 + 20_000);
+    assert_eq!(filter.shards.len(), 3);
+    assert_eq!(filter.shards[0].filters.len(), 3);
+    filter
+}
+
+/// A stack of `height` sub-filters of `capacity` (EXPANSION 1), all full,
+/// sized as the commands size them, in each of `shards` shards of 1 s.
+fn stacked(scheme: Scheme, error_rate: f64, window: u32, shards: i64, height: usize, capacity: u64) -> ShardedBloom {
+    let params = Params { error_rate, capacity, window, period: 1, expansion: 1 };
+    let filters = |_| {
+        let mut spent = 0.0;
+        (0..height)
+            .map(|_| {
+                let sizing = sub_filter_bytes(capacity, params.shard_error() - spent, Share::Half, scheme).unwrap();
+                let mut sub = SubFilter::new(capacity, sizing, scheme);
+                spent += sub.error;
+                sub.items = capacity;
+                sub
+            })
+            .collect()
+    };
+    let shards = (0..shards).map(|start| Shard { start, items: capacity * height as u64, filters: filters(start) }).collect();
+    ShardedBloom { params, seed: SEED, scheme, shards }
+}
+
+fn refusal(filter: &ShardedBloom) -> &'static str {
+    match codec::decode(&encoded(filter)) {
+        Ok(_) => "accepted",
+        Err(error) => error.0,
+    }
+}
+
+#[test]
+fn the_decoder_refuses_every_shape_the_commands_cannot_build() {
+    let good = three_shards();
+    assert_eq!(refusal(&good), "accepted");
+    type Mutation = (&'static str, fn(&mut ShardedBloom));
+    let cases: [Mutation; 15] = [
+        ("more shards than the window holds", |f| {
+            let mut extra = f.shards[2].clone();
+            extra.start += 10;
+            f.shards.push(extra);
+        }),
+        ("shards further apart than the window", |f| f.shards[2].start += 10),
+        ("shard starts out of order", |f| f.shards[1].start += 1),
+        ("shard starts out of order", |f| {
+            let last = Millis::MAX / 1000 / 10 * 10 + 10;
+            for (shard, start) in f.shards.iter_mut().zip([last - 20, last - 10, last]) {
+                shard.start = start;
+            }
+        }),
+        ("shard starts out of order", |f| f.shards.swap(1, 2)),
+        ("sub-filter capacities do not follow the expansion", |f| f.shards[0].filters[1].capacity += 1),
+        ("a sub-filter under the top one is not full", |f| {
+            f.shards[0].filters[0].items -= 1;
+            f.shards[0].items -= 1;
+        }),
+        ("shard item count disagrees with its sub-filters", |f| f.shards[0].items += 1),
+        ("hash count disagrees with the sub-filter's size", |f| {
+            let bits = &mut f.shards[0].filters[0].bits;
+            let mut bytes = Vec::new();
+            bits.write_bytes(&mut bytes);
+            *bits = Bits::from_bytes(&bytes, bits.hashes() + 1, Scheme::Mixed);
+        }),
+        ("error disagrees with the sub-filter's size", |f| f.shards[1].filters[0].error *= 1.001),
+        ("bad sub-filter counts", |f| f.shards[1].filters[0].error = 0.0),
+        ("sub-filter larger than its sizing", |f| {
+            let sub = &mut f.shards[2].filters[0];
+            let items = sub.items;
+            *sub = SubFilter::new(sub.capacity, sub.bytes() * 4, Scheme::Mixed);
+            f.shards[2].items -= items;
+        }),
+        ("sub-filter errors exceed the shard's budget", |f| {
+            let sub = &mut f.shards[2].filters[0];
+            let items = sub.items;
+            *sub = SubFilter::new(sub.capacity, 8, Scheme::Mixed);
+            f.shards[2].items -= items;
+        }),
+        ("more bits set than the items set", |f| {
+            let bits = &mut f.shards[1].filters[0].bits;
+            *bits = Bits::from_bytes(&vec![0xff; bits.bytes() as usize], bits.hashes(), Scheme::Mixed);
+        }),
+        ("filter parameters out of range", |f| f.params.window = MAX_WINDOW + 1),
+    ];
+    for (expected, mutate) in cases {
+        let mut bad = good.clone();
+        mutate(&mut bad);
+        assert_eq!(refusal(&bad), expected);
+    }
+    // The rate's lower bound, for format 2 only.
+    let mut low = good.clone();
+    low.params.error_rate = MIN_ERROR_RATE / 2.0;
+    assert_eq!(refusal(&low), "filter parameters out of range");
+    let mut old = low.clone();
+    old.scheme = Scheme::DoubleHashing;
+    let mut header = Vec::new();
+    codec::encode_params(&old.params, old.scheme, &old.seed, &mut header);
+    assert!(codec::decode_params(&mut crate::record::codec::Reader(&header)).is_ok());
+    // An unknown format.
+    let mut unknown = encoded(&good);
+    unknown[0] = 3;
+    assert_eq!(codec::decode(&unknown).err().map(|e| e.0), Some("unknown filter format version"));
+}
+
+#[test]
+fn the_decoder_bounds_the_sub_filters_and_keeps_format_1_filters_built_past_the_bound() {
+    // Format 2: 171 shards of 3, one over the limit.
+    let ok = stacked(Scheme::Mixed, 0.5, MAX_WINDOW, 170, 3, 1);
+    assert_eq!(ok.sub_filter_count(), 510);
+    assert_eq!(refusal(&ok), "accepted");
+    let over = stacked(Scheme::Mixed, 0.5, MAX_WINDOW, 171, 3, 1);
+    assert_eq!(refusal(&over), "too many sub-filters");
+    assert_eq!(codec::decode_stored(&encoded(&over)).err().map(|e| e.0), Some("too many sub-filters"));
+    // Format 1, a window of hours over a year: 600 shards loaded from the
+    // server's own store, refused from a client, and taking no new
+    // sub-filter while over the limit.
+    let old = stacked(Scheme::DoubleHashing, 0.5, FORMAT_1_MAX_WINDOW, 600, 1, 1);
+    assert_eq!(refusal(&old), "too many sub-filters");
+    let mut loaded = codec::decode_stored(&encoded(&old)).unwrap();
+    let now = 599_000;
+    assert!(!loaded.contains(loaded.hash(b"x"), now), "it answers (its arrays are clear)");
+    assert_eq!(loaded.check_room(2, now, MAX_BYTES), Err(BloomError::TooManySubFilters));
+    assert_eq!(loaded.add(loaded.hash(b"y"), 600_000), Err(BloomError::TooManySubFilters));
+}
+
+#[test]
+fn the_issues_payload_of_8784_shards_of_32_is_refused_at_once() {
+    // Format 1, WINDOW 8784 of 1 s shards, each a stack of 32 one-item
+    // sub-filters of 8 bytes, every field consistent but the sizes: what
+    // loaded before, and made MEXISTS of 1,000 items take 6-7 s.
+    let params = Params { error_rate: 0.999, capacity: 1, window: FORMAT_1_MAX_WINDOW, period: 1, expansion: 1 };
+    let sub = || {
+        let mut sub = SubFilter::new(1, 8, Scheme::DoubleHashing);
+        sub.items = 1;
+        sub
+    };
+    let shards = (0..FORMAT_1_MAX_WINDOW as i64).map(|start| Shard { start, items: 32, filters: (0..32).map(|_| sub()).collect() }).collect();
+    let attack = ShardedBloom { params, seed: SEED, scheme: Scheme::DoubleHashing, shards };
+    let payload = encoded(&attack);
+    for decode in [codec::decode, codec::decode_stored] {
+        let start = std::time::Instant::now();
+        assert_eq!(decode(&payload).err().map(|e| e.0), Some("sub-filter errors exceed the shard's budget"));
+        assert!(start.elapsed() < std::time::Duration::from_millis(100), "{:?}", start.elapsed());
+    }
+    // The same shape in format 2, where 8-byte sub-filters of one item
+    // fit the budget: refused by the count, after 16 shards.
+    let params = Params { window: MAX_WINDOW, ..params };
+    let attack = stacked(Scheme::Mixed, params.error_rate, MAX_WINDOW, MAX_WINDOW as i64 + 1, 32, 1);
+    assert!(attack.shards.iter().flat_map(|s| &s.filters).all(|f| f.bytes() == 8));
+    let start = std::time::Instant::now();
+    assert_eq!(refusal(&attack), "too many sub-filters");
+    assert!(start.elapsed() < std::time::Duration::from_millis(100), "{:?}", start.elapsed());
+}
+
+#[test]
+fn format_1_class_below_strays_from_classes_only_up_to_64_bytes() {
+    let strays: Vec<(u64, u64)> =
+        (8..1 << 20).map(|size| (size, format_1_class_below(size))).filter(|&(_, below)| allocation_class(below) != below).collect();
+    eprintln!("{strays:?}");
+    assert!(strays.iter().all(|&(size, _)| size <= 64), "{strays:?}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Whatever the commands build decodes, in either format, after every
+    /// write: the decoder refuses no shape they make.
+    #[test]
+    fn every_filter_the_commands_grow_decodes(
+        format_1 in any::<bool>(),
+        capacity in 1u64..60,
+        expansion in 1u32..4,
+        window in 1u32..5,
+        period in 1i64..4,
+        rate in prop_oneof![Just(0.5), Just(0.2), Just(0.05), Just(0.01), Just(1e-3), Just(1e-6)],
+        steps in proptest::collection::vec((-1_500i64..5_000, 0u64..80), 1..12),
+    ) {
+        let scheme = if format_1 { Scheme::DoubleHashing } else { Scheme::Mixed };
+        let p = Params { error_rate: rate, capacity, window, period, expansion };
+        let Ok(mut filter) = ShardedBloom::with_scheme(p, scheme, SEED, T0, MAX_BYTES) else { return Ok(()) };
+        let mut now = T0;
+        let mut fresh = 0u64;
+        for (step, count) in steps {
+            now += step;
+            if filter.check_room(count, now, MAX_BYTES).is_ok() {
+                filter.drop_expired(now);
+                for _ in 0..count {
+                    filter.add(filter.hash(&item("g", fresh)), now).unwrap();
+                    fresh += 1;
+                }
+            }
+            let bytes = encoded(&filter);
+            let decoded = codec::decode(&bytes);
+            prop_assert!(decoded.is_ok(), "{:?}", decoded.err());
+            prop_assert_eq!(encoded(&decoded.unwrap()), bytes);
+        }
+    }
+}
+
+
+#[test]
+fn format_1_filters_with_stray_sizes_decode() {
+    // Format 1 sub-filters sized 9-11, 17-23 or 33-35 bytes hold 8, 16 or
+    // 32 and took their hash count from the sizing: grow small filters
+    // until each kind has appeared, checking every one decodes.
+    let mut strays = std::collections::BTreeSet::new();
+    for capacity in 1..40 {
+        for rate in [0.5, 0.2, 0.1, 0.05] {
+            let p = Params { error_rate: rate, capacity, window: 2, period: 1, expansion: 1 };
+            let mut filter = ShardedBloom::with_scheme(p, Scheme::DoubleHashing, SEED, T0, MAX_BYTES).unwrap();
+            add_all(&mut filter, "s", 0..capacity * 3, T0);
+            for sub in filter.shards.iter().flat_map(|s| &s.filters) {
+                if sub.bits.hashes() != hash_count(sub.bytes() * 8, sub.capacity) {
+                    strays.insert(sub.bytes());
+                }
+            }
+            let bytes = encoded(&filter);
+            assert_eq!(codec::decode(&bytes).map(|f| encoded(&f)).ok(), Some(bytes), "capacity {capacity} rate {rate}");
+        }
+    }
+    assert_eq!(strays.into_iter().collect::<Vec<_>>(), [8, 16, 32]);
 }
