@@ -1286,3 +1286,41 @@ fn format_1_filters_with_stray_sizes_decode() {
     }
     assert_eq!(strays.into_iter().collect::<Vec<_>>(), [8, 16, 32]);
 }
+
+#[test]
+fn fuzzed_payloads_are_refused_without_overflow() {
+    // Found by fuzzing: a sub-filter claiming 2^64-ish items overflowed
+    // the bound on its set bits (hashes x items).
+    let payloads: [&[&str]; 1] = [&[
+        "029a9999999999b93f0400000005000000020000000a00000000000000020000000b30557a9fc4e90e33587da2c7ec11",
+        "365b80a5caef14395e83a8cdf2173c6186030000008061496b0000000014000000000000000300000004000000000000",
+        "000400000000000000ed725b2892b2553f0b000000080000006809aff336518e6a080000000000000008000000000000",
+        "003dc2fa3e56bfa03f0600000008000000436e03b9f1d348f510000000000000000800000000000000fa7f6d6943d045",
+        "3f0b00000020000000d80000cfa848146c015201300a4001527028e122201052811a8a17c50108a1008a61496b000000",
+        "000c000000000000000100000016000000000000000c000000000000004fcf0a9c71d6723f080000002000000010881d",
+        "185415900982182008b4400a161930280470b5a10aac080407306c92ca9461496b000000000300000000000000010000",
+        "000d000000e102ffffffffffffffffff9a999999999978883f0700000010000000825440005020020b10000060601000",
+        "04",
+    ]];
+    for lines in payloads {
+        let payload = unhex(lines);
+        let _ = codec::decode(&payload);
+        let _ = codec::decode_stored(&payload);
+    }
+}
+
+#[test]
+#[ignore = "writes a seed corpus for the fuzz target to $BLOOM_CORPUS"]
+fn write_fuzz_corpus() {
+    let dir = std::env::var("BLOOM_CORPUS").unwrap();
+    let mut filters: Vec<ShardedBloom> = format_1_builds().into();
+    filters.push(three_shards());
+    filters.push(stacked(Scheme::Mixed, 0.5, 3, 4, 3, 2));
+    let mut grown = new_filter(Params { expansion: 1, ..params(0.01, 3, 2, 1) }, SEED, T0).unwrap();
+    add_all(&mut grown, "z", 0..40, T0);
+    filters.push(grown);
+    for (n, filter) in filters.iter().enumerate() {
+        std::fs::write(format!("{dir}/seed{n}"), encoded(filter)).unwrap();
+    }
+}
+
