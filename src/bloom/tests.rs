@@ -725,7 +725,7 @@ fn bench_worst_mexists() {
     // As many sub-filters as allowed, each as large as the bytes allow, so
     // that every probe misses the caches: a full stack per shard, one
     // sub-filter per shard, and between.
-    for (shards, height) in [(16, 32), (512, 1), (128, 4)] {
+    for (shards, height) in [(16, 32), (256, 2), (128, 4)] {
         let capacity = largest_capacity(shards, height);
         for adversarial in [true, false] {
             let (filter, queries) = costliest_filter(shards, height, capacity, adversarial);
@@ -1324,3 +1324,37 @@ fn write_fuzz_corpus() {
     }
 }
 
+
+#[test]
+#[ignore = "a benchmark: cargo test --release --lib -- --ignored bench_ --nocapture"]
+fn bench_worst_format_1_stored() {
+    // The most sub-filters format 1 could build within its bytes: a year
+    // of hourly shards (here 1 s ones), rate 0.999, each shard a stack of
+    // EXPANSION 1 sub-filters of 950 items (enough for crafted bits
+    // against 1,000 queries) as high as the bytes allow. What
+    // decode_stored accepts and decode refuses.
+    let fits = |height| {
+        let filter = stacked(Scheme::DoubleHashing, 0.999, FORMAT_1_MAX_WINDOW, 1, height, 950);
+        filter.bytes() * (FORMAT_1_MAX_WINDOW as u64 + 1) <= 512 * 1024 * 1024 - 64 * 1024
+    };
+    let height = (1..=MAX_SUB_FILTERS).take_while(|&h| fits(h)).last().unwrap();
+    let mut filter = stacked(Scheme::DoubleHashing, 0.999, FORMAT_1_MAX_WINDOW, FORMAT_1_MAX_WINDOW as i64 + 1, height, 950);
+    for (n, sub) in filter.shards.iter_mut().flat_map(|s| &mut s.filters).enumerate() {
+        hashes(n as u64 + 5_000_000, 950).into_iter().for_each(|item| sub.bits.set(item));
+    }
+    let payload = encoded(&filter);
+    assert_eq!(codec::decode(&payload).err().map(|e| e.0), Some("too many sub-filters"));
+    let loaded = codec::decode_stored(&payload).unwrap();
+    drop(payload);
+    let queries = hashes(77, 1_000);
+    let now = FORMAT_1_MAX_WINDOW as Millis * 1000;
+    let time = median_time(3, || {
+        std::hint::black_box(queries.iter().filter(|&&q| loaded.contains(q, now)).count());
+    });
+    eprintln!(
+        "format 1, {} shards x {height}: {} sub-filters, {} MiB; 1000 contains {time:?}",
+        loaded.shards.len(),
+        loaded.sub_filter_count(),
+        loaded.bytes() >> 20
+    );
+}
