@@ -44,14 +44,15 @@ pub const MAX_EXPANSION: u32 = 1_024;
 pub const MAX_SUB_FILTERS: usize = 32;
 /// Most sub-filters of one filter, all shards together. A query probes
 /// every sub-filter of every live shard until one holds the item: a miss
-/// costs a few ns a sub-filter when the filter is in cache, about 130
-/// when every probe goes to memory, and up to 1 us (20 probes) for bits
+/// costs a few ns a sub-filter when the filter is in cache, about 150
+/// when every probe goes to memory, and over 1 us (20 probes) for bits
 /// crafted so that chosen queries make every probe; only `RESTORE` can
-/// bring those. Measured (`bench_worst_mexists` in the tests), `MEXISTS`
-/// of 1,000 items on the costliest filters the decoder accepts, 512
-/// sub-filters filling [`MAX_BYTES`]: 65-71 ms with ordinary bits, 0.4-
-/// 0.56 s with crafted ones. At 16,384 sub-filters: 1.2-1.5 s and 7.7-
-/// 9.9 s (the payload of 8,784 x 32 blocked a server for 6-7 s).
+/// bring those. Measured (`bench_worst_mexists` in the tests, on a busy
+/// 2-core machine), `MEXISTS` of 1,000 items on the costliest filters the
+/// decoder accepts, 512 sub-filters filling [`MAX_BYTES`]: 50-120 ms with
+/// ordinary bits, 0.4-0.9 s with crafted ones. At 16,384 sub-filters:
+/// 1.2-1.5 s and 7.7-9.9 s (the payload of 8,784 x 32 blocked a
+/// server for 6-7 s).
 pub const MAX_TOTAL_SUB_FILTERS: usize = 512;
 /// Redis's largest bulk string (`proto-max-bulk-len`'s default and most
 /// operators' value): a `DUMP` payload larger than this cannot be

@@ -10,6 +10,12 @@ use libfuzzer_sys::fuzz_target;
 use redis_idem::bloom::{MAX_BYTES, MAX_HASHES, MAX_SUB_FILTERS, MAX_TOTAL_SUB_FILTERS, Scheme, ShardedBloom, codec};
 use redis_idem::record::codec::{DecodeError, Reader};
 
+/// The size limit for the writes: a configured one, small enough that a
+/// valid filter reserved huge (the decoder accepts it: it is only
+/// parameters) does not make each run allocate and re-encode hundreds of
+/// MiB.
+const WRITE_LIMIT: u64 = 1 << 20;
+
 fn encode(filter: &ShardedBloom) -> Vec<u8> {
     let mut bytes = Vec::new();
     codec::encode(filter, &mut bytes);
@@ -38,12 +44,12 @@ fuzz_target!(|data: &[u8]| {
         assert!(filter.shards.len() <= filter.params.window as usize + 1);
         // Writes as the commands make them keep it decodable.
         let newest = filter.shards.last().map_or(0, |shard| shard.start * 1000);
-        for (step, n) in [(0, 1), (filter.params.period * 1000, 2), (filter.params.period * 3000 + 1, 40)] {
+        for (step, n) in [(0, 1u64), (filter.params.period * 1000, 2), (filter.params.period * 3000 + 1, 40)] {
             let now = newest.saturating_add(step);
             let item = filter.hash(&n.to_le_bytes());
             let _ = filter.contains(item, now);
             filter.drop_expired(now);
-            if filter.check_room(n, now, MAX_BYTES).is_ok() {
+            if filter.check_room(n, now, WRITE_LIMIT).is_ok() {
                 for i in 0..n {
                     filter.add(filter.hash(&(i + 100 * n).to_le_bytes()), now).expect("room was checked");
                 }

@@ -235,7 +235,7 @@ fn decode_sub_filter(input: &mut Reader, scheme: Scheme) -> Result<SubFilter, De
     }
     let bits = Bits::from_bytes(input.take(len as usize)?, hashes, scheme);
     // Each item sets at most `hashes` bits.
-    if bits.count_ones() > hashes as u64 * items {
+    if bits.count_ones() > (hashes as u64).saturating_mul(items) {
         return Err(DecodeError("more bits set than the items set"));
     }
     Ok(SubFilter { capacity, items, error, bits })

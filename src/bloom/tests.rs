@@ -727,7 +727,7 @@ fn bench_worst_mexists() {
     // As many sub-filters as allowed, each as large as the bytes allow, so
     // that every probe misses the caches: a full stack per shard, one
     // sub-filter per shard, and between.
-    for (shards, height) in [(16, 32), (512, 1), (128, 4)] {
+    for (shards, height) in [(16, 32), (256, 2), (128, 4)] {
         let capacity = largest_capacity(shards, height);
         for adversarial in [true, false] {
             let (filter, queries) = costliest_filter(shards, height, capacity, adversarial);
@@ -1287,4 +1287,76 @@ fn format_1_filters_with_stray_sizes_decode() {
         }
     }
     assert_eq!(strays.into_iter().collect::<Vec<_>>(), [8, 16, 32]);
+}
+
+#[test]
+fn fuzzed_payloads_are_refused_without_overflow() {
+    // Found by fuzzing: a sub-filter claiming 2^64-ish items overflowed
+    // the bound on its set bits (hashes x items).
+    let payloads: [&[&str]; 1] = [&[
+        "029a9999999999b93f0400000005000000020000000a00000000000000020000000b30557a9fc4e90e33587da2c7ec11",
+        "365b80a5caef14395e83a8cdf2173c6186030000008061496b0000000014000000000000000300000004000000000000",
+        "000400000000000000ed725b2892b2553f0b000000080000006809aff336518e6a080000000000000008000000000000",
+        "003dc2fa3e56bfa03f0600000008000000436e03b9f1d348f510000000000000000800000000000000fa7f6d6943d045",
+        "3f0b00000020000000d80000cfa848146c015201300a4001527028e122201052811a8a17c50108a1008a61496b000000",
+        "000c000000000000000100000016000000000000000c000000000000004fcf0a9c71d6723f080000002000000010881d",
+        "185415900982182008b4400a161930280470b5a10aac080407306c92ca9461496b000000000300000000000000010000",
+        "000d000000e102ffffffffffffffffff9a999999999978883f0700000010000000825440005020020b10000060601000",
+        "04",
+    ]];
+    for lines in payloads {
+        let payload = unhex(lines);
+        let _ = codec::decode(&payload);
+        let _ = codec::decode_stored(&payload);
+    }
+}
+
+#[test]
+#[ignore = "writes a seed corpus for the fuzz target to $BLOOM_CORPUS"]
+fn write_fuzz_corpus() {
+    let dir = std::env::var("BLOOM_CORPUS").unwrap();
+    let mut filters: Vec<ShardedBloom> = format_1_builds().into();
+    filters.push(three_shards());
+    filters.push(stacked(Scheme::Mixed, 0.5, 3, 4, 3, 2));
+    let mut grown = new_filter(Params { expansion: 1, ..params(0.01, 3, 2, 1) }, SEED, T0).unwrap();
+    add_all(&mut grown, "z", 0..40, T0);
+    filters.push(grown);
+    for (n, filter) in filters.iter().enumerate() {
+        std::fs::write(format!("{dir}/seed{n}"), encoded(filter)).unwrap();
+    }
+}
+
+
+#[test]
+#[ignore = "a benchmark: cargo test --release --lib -- --ignored bench_ --nocapture"]
+fn bench_worst_format_1_stored() {
+    // The most sub-filters format 1 could build within its bytes: a year
+    // of hourly shards (here 1 s ones), rate 0.999, each shard a stack of
+    // EXPANSION 1 sub-filters of 950 items (enough for crafted bits
+    // against 1,000 queries) as high as the bytes allow. What
+    // decode_stored accepts and decode refuses.
+    let fits = |height| {
+        let filter = stacked(Scheme::DoubleHashing, 0.999, FORMAT_1_MAX_WINDOW, 1, height, 950);
+        filter.bytes() * (FORMAT_1_MAX_WINDOW as u64 + 1) <= 512 * 1024 * 1024 - 64 * 1024
+    };
+    let height = (1..=MAX_SUB_FILTERS).take_while(|&h| fits(h)).last().unwrap();
+    let mut filter = stacked(Scheme::DoubleHashing, 0.999, FORMAT_1_MAX_WINDOW, FORMAT_1_MAX_WINDOW as i64 + 1, height, 950);
+    for (n, sub) in filter.shards.iter_mut().flat_map(|s| &mut s.filters).enumerate() {
+        hashes(n as u64 + 5_000_000, 950).into_iter().for_each(|item| sub.bits.set(item));
+    }
+    let payload = encoded(&filter);
+    assert_eq!(codec::decode(&payload).err().map(|e| e.0), Some("too many sub-filters"));
+    let loaded = codec::decode_stored(&payload).unwrap();
+    drop(payload);
+    let queries = hashes(77, 1_000);
+    let now = FORMAT_1_MAX_WINDOW as Millis * 1000;
+    let time = median_time(3, || {
+        std::hint::black_box(queries.iter().filter(|&&q| loaded.contains(q, now)).count());
+    });
+    eprintln!(
+        "format 1, {} shards x {height}: {} sub-filters, {} MiB; 1000 contains {time:?}",
+        loaded.shards.len(),
+        loaded.sub_filter_count(),
+        loaded.bytes() >> 20
+    );
 }
