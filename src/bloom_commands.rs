@@ -393,7 +393,9 @@ pub fn parse_apply_header(header: &[u8]) -> Result<(Millis, &[u8]), CmdError> {
 /// Only from the primary or the AOF.
 pub fn load(ctx: Ctx, args: &Args) -> CmdResult {
     ctx.require_primary_or_aof()?;
-    let filter = codec::decode(args.bytes(2)).map_err(|e| CmdError::new(format!("ERR invalid IDEM.BF.LOAD payload: {}", e.0)))?;
+    // The AOF holds the server's own filters, as its rewrite wrote them.
+    let filter = codec::decode_stored(args.bytes(2))
+        .map_err(|e| CmdError::new(format!("ERR invalid IDEM.BF.LOAD payload: {}", e.0)))?;
     let key = ctx.open_key(args.raw(1), KeyMode::Write);
     bloom_type::open(&key)?;
     // The rewrite writes the key's own expiry after this command, and none

@@ -103,10 +103,28 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
     let Ok(buffer) = raw::load_string_buffer(rdb) else {
         return ptr::null_mut();
     };
-    match codec::decode(buffer.as_ref()) {
+    // The server's own data (an RDB or a full sync being loaded) may hold
+    // format 1 filters that older versions grew past today's limits; a
+    // RESTORE payload comes from a client and gets the strict decoder.
+    let decode = if is_loading(rdb) { codec::decode_stored } else { codec::decode };
+    match decode(buffer.as_ref()) {
         Ok(filter) => Box::into_raw(Box::new(filter)).cast(),
         Err(_) => refuse(c"corrupt filter"),
     }
+}
+
+/// Whether the server is loading its own data (RDB, AOF, a primary's full
+/// sync), rather than running a client's `RESTORE`.
+fn is_loading(rdb: *mut raw::RedisModuleIO) -> bool {
+    // SAFETY: `rdb` is the handle Redis passed to the callback; the context
+    // it gives lives as long as the handle.
+    let ctx = unsafe { api!(RedisModule_GetContextFromIO)(rdb) };
+    if ctx.is_null() {
+        return false;
+    }
+    // SAFETY: a valid context, as above.
+    let flags = unsafe { api!(RedisModule_GetContextFlags)(ctx) } as u32;
+    flags & raw::REDISMODULE_CTX_FLAGS_LOADING != 0
 }
 
 /// # Safety
