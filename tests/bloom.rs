@@ -108,17 +108,6 @@ fn bf_info(con: &mut redis::Connection, key: &str) -> BfInfo {
     bf_info_opt(con, key).unwrap_or_else(|| panic!("IDEM.BF.INFO {key}: nil, expected a filter"))
 }
 
-fn reserve(con: &mut redis::Connection, key: &str, error_rate: &str, capacity: i64, opts: &[&str]) {
-    let r: String = redis::cmd("IDEM.BF.RESERVE")
-        .arg(key)
-        .arg(error_rate)
-        .arg(capacity)
-        .arg(opts)
-        .query(con)
-        .unwrap_or_else(|e| panic!("IDEM.BF.RESERVE {key} {error_rate} {capacity} {opts:?}: {e}"));
-    assert_eq!(r, "OK");
-}
-
 fn bf_add(con: &mut redis::Connection, key: &str, item: &str) -> i64 {
     redis::cmd("IDEM.BF.ADD").arg(key).arg(item).query(con).unwrap_or_else(|e| panic!("IDEM.BF.ADD {key} {item}: {e}"))
 }

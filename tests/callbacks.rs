@@ -215,17 +215,6 @@ fn check_record_states(con: &mut redis::Connection, cases: &[Case]) {
     }
 }
 
-fn reserve(con: &mut redis::Connection, key: &str, error_rate: &str, capacity: i64, opts: &[&str]) {
-    let r: String = redis::cmd("IDEM.BF.RESERVE")
-        .arg(key)
-        .arg(error_rate)
-        .arg(capacity)
-        .arg(opts)
-        .query(con)
-        .unwrap_or_else(|e| panic!("IDEM.BF.RESERVE {key} {error_rate} {capacity} {opts:?}: {e}"));
-    assert_eq!(r, "OK");
-}
-
 fn madd(con: &mut redis::Connection, key: &str, items: &[String]) -> Vec<i64> {
     redis::cmd("IDEM.BF.MADD").arg(key).arg(items).query(con).unwrap_or_else(|e| panic!("IDEM.BF.MADD {key}: {e}"))
 }

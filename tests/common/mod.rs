@@ -945,6 +945,18 @@ pub fn check_fixture_tokens(con: &mut redis::Connection, fx: &Fixture, name: imp
     assert_eq!((s, v, a), ("DONE".to_string(), Value::Nil, 0), "{k}");
 }
 
+/// `IDEM.BF.RESERVE key error_rate capacity <opts>`, which must answer OK.
+pub fn reserve(con: &mut redis::Connection, key: &str, error_rate: &str, capacity: i64, opts: &[&str]) {
+    let r: String = redis::cmd("IDEM.BF.RESERVE")
+        .arg(key)
+        .arg(error_rate)
+        .arg(capacity)
+        .arg(opts)
+        .query(con)
+        .unwrap_or_else(|e| panic!("IDEM.BF.RESERVE {key} {error_rate} {capacity} {opts:?}: {e}"));
+    assert_eq!(r, "OK");
+}
+
 /// `DEBUG DIGEST-VALUE key` as hex.
 pub fn digest_value(con: &mut redis::Connection, key: &str) -> String {
     let v: Vec<String> = redis::cmd("DEBUG").arg("DIGEST-VALUE").arg(key).query(con).expect("DEBUG DIGEST-VALUE");
