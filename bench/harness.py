@@ -56,23 +56,37 @@ class Server:
         if warm:
             self.warm_up(redisbloom)
 
-    def start(self):
+    def start(self, loading_timeout=3600):
+        """Starts the server and waits until it answers: 10 s to listen,
+        then as long as it reports loading (an AOF of tens of millions of
+        filter items takes minutes), up to `loading_timeout` seconds."""
         self.process = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.client = redis.Redis(port=self.port)
-        for _ in range(200):
+        started = time.monotonic()
+        while True:
             try:
                 self.client.ping()
-                break
+                return
+            except redis.BusyLoadingError:
+                if time.monotonic() - started > loading_timeout:
+                    raise SystemExit(f"redis-server still loading after {loading_timeout} s")
+                time.sleep(0.2)
             except redis.ConnectionError:
+                if self.process.poll() is not None or time.monotonic() - started > 10:
+                    raise SystemExit("redis-server did not start")
                 time.sleep(0.05)
-        else:
-            raise SystemExit("redis-server did not start")
 
     def replay_from_aof(self, commands):
         """Runs `commands` (tuples) as the server runs its AOF at start, by
         appending them to the AOF and restarting: how the benchmarks apply
         the module's internal commands (IDEM.BF.APPLY at a chosen primary
         time), which answer clients with an error. Needs --appendonly yes."""
+        self.replay_aof_chunks(resp(command) for command in commands)
+
+    def replay_aof_chunks(self, chunks):
+        """As `replay_from_aof`, with the commands already in RESP: an
+        iterable of bytes, each any number of whole commands, written as
+        they come, so that tens of millions of items never sit in memory."""
         try:
             self.client.execute_command("SHUTDOWN", "NOSAVE")
         except redis.ConnectionError:
@@ -80,8 +94,9 @@ class Server:
         self.process.wait()
         incr = next(Path(self.dir, "appendonlydir").glob("*.incr.aof"))
         with open(incr, "ab") as aof:
-            for command in [("SELECT", 0), *commands]:
-                aof.write(resp(command))
+            aof.write(resp(("SELECT", 0)))
+            for chunk in chunks:
+                aof.write(chunk)
         self.start()
 
     def warm_up(self, redisbloom):
