@@ -76,6 +76,8 @@ pub struct Prepared<'k> {
     target: Target<'k>,
     /// Bytes of bit arrays the write will allocate.
     allocate: u64,
+    /// Sub-filters it will add to an existing filter.
+    new_sub_filters: u32,
 }
 
 impl Prepared<'_> {
@@ -113,19 +115,12 @@ fn prepare_target<'k>(
         Target::Create(filter) => (filter, filter.bytes()),
     };
     let room = filter.check_room(count as u64, now, max_bytes).map_err(bloom_error)?;
-    Ok(Prepared { target, allocate: new_bytes + room.allocate })
+    Ok(Prepared { target, allocate: new_bytes + room.allocate, new_sub_filters: room.sub_filters })
 }
 
 /// Whether any shard of `filter` is still in its window at `now`.
 fn is_alive(filter: &ShardedBloom, now: Millis) -> bool {
     filter.shards.iter().any(|shard| filter.is_live(shard, now))
-}
-
-/// At least the size of a filter's encoding (as `DUMP` writes it): its bit
-/// arrays, and less than 64 bytes per shard, per sub-filter and for the
-/// parameters and the framing.
-fn encoded_size_bound(filter: &ShardedBloom) -> u64 {
-    filter.bytes() + 64 * (filter.shards.len() + filter.sub_filter_count() + 2) as u64
 }
 
 /// A write of no items to an existing filter, which drops the shards that
@@ -150,7 +145,11 @@ pub fn prepare<'k>(
             Target::Existing(filter) => (&**filter, prepared.allocate),
             Target::Create(filter) => (filter, prepared.allocate - filter.bytes()),
         };
-        limits::check_value_size(ctx, encoded_size_bound(filter) + existing, "this write")?;
+        // The filter's encoding after the write, as DUMP wraps it: 64 bytes
+        // cover each new sub-filter's and shard's headers (52) and the DUMP
+        // envelope (31).
+        let dumped = codec::encoded_len(filter) + existing + 64 * (prepared.new_sub_filters as u64 + 1);
+        limits::check_value_size(ctx, dumped, "this write")?;
         limits::check_memory_for(ctx, prepared.allocate)?;
     }
     Ok(prepared)
