@@ -14,8 +14,8 @@
 pub mod bits;
 pub mod codec;
 
-pub use bits::Scheme;
 use bits::Bits;
+pub use bits::Scheme;
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
 use crate::record::Millis;
@@ -311,9 +311,7 @@ fn false_positive_rate(bits: u64, items: u64, scheme: Scheme) -> f64 {
     let k = hash_count(bits, items) as f64;
     match scheme {
         // Unchanged since format 1: the sizes of its filters depend on it.
-        Scheme::DoubleHashing => {
-            (1.0 - (-k * items as f64 / bits as f64).exp()).powf(k) + COLLAPSE_FLOOR / bits as f64
-        }
+        Scheme::DoubleHashing => (1.0 - (-k * items as f64 / bits as f64).exp()).powf(k) + COLLAPSE_FLOOR / bits as f64,
         Scheme::Mixed => {
             let m = bits as f64;
             let clear = (k * items as f64 * (-1.0 / m).ln_1p()).exp();
@@ -587,7 +585,8 @@ impl ShardedBloom {
     /// far; and the room left in that stack's top sub-filter.
     fn growth(&self, now: Millis) -> (Growth, u64) {
         let live = self.shards.iter().filter(|shard| self.is_live(shard, now));
-        let (bytes, sub_filters) = live.fold((0, 0), |(bytes, count), shard| (bytes + shard.bytes(), count + shard.filters.len()));
+        let (bytes, sub_filters) =
+            live.fold((0, 0), |(bytes, count), shard| (bytes + shard.bytes(), count + shard.filters.len()));
         let params = &self.params;
         let mut growth = Growth {
             scheme: self.scheme,

@@ -195,7 +195,14 @@ fn add_at(key: &Key, prepared: Prepared, now: Millis, items: &[RawString], mut o
 }
 
 /// Adds `items` to the filter prepared for them and propagates the effect.
-pub fn add_and_propagate(ctx: Ctx, key: &Key, prepared: Prepared, now: Millis, items: &[RawString], on_item: impl FnMut(bool)) {
+pub fn add_and_propagate(
+    ctx: Ctx,
+    key: &Key,
+    prepared: Prepared,
+    now: Millis,
+    items: &[RawString],
+    on_item: impl FnMut(bool),
+) {
     let created = prepared.target.create_header(now);
     if add_at(key, prepared, now, items, on_item) {
         let time = now.to_le_bytes();
@@ -207,13 +214,8 @@ pub fn add_and_propagate(ctx: Ctx, key: &Key, prepared: Prepared, now: Millis, i
 /// IDEM.BF.RESERVE's parameters, checked; `window` is the default WINDOW.
 pub fn parse_reserve<A: ArgList + ?Sized>(args: &A, window: u32) -> Result<Params, CmdError> {
     require(args, 4)?;
-    let mut params = Params {
-        error_rate: args.double(2)?,
-        capacity: args.int(3)?.max(0) as u64,
-        window,
-        period: DAY,
-        expansion: 2,
-    };
+    let mut params =
+        Params { error_rate: args.double(2)?, capacity: args.int(3)?.max(0) as u64, window, period: DAY, expansion: 2 };
     let to_u32 = |value: i64| u32::try_from(value).unwrap_or(0);
     parse_options(args, 4, &["WINDOW", "SHARD", "EXPANSION"], |option, value| {
         match option {
@@ -225,9 +227,8 @@ pub fn parse_reserve<A: ArgList + ?Sized>(args: &A, window: u32) -> Result<Param
                 } else if text.eq_ignore_ascii_case(b"HOUR") {
                     HOUR
                 } else {
-                    args.int(value).map_err(|_| {
-                        CmdError::Static(c"ERR SHARD must be DAY, HOUR or a number of seconds >= 1")
-                    })?
+                    args.int(value)
+                        .map_err(|_| CmdError::Static(c"ERR SHARD must be DAY, HOUR or a number of seconds >= 1"))?
                 };
             }
             _ => params.expansion = to_u32(args.int(value)?),

@@ -90,7 +90,8 @@ fn step(ctx: RawCtx) {
                 return;
             }
             let mut found = Found { now, names: Vec::new() };
-            let more = unsafe { api!(RedisModule_Scan)(ctx, walk.cursor, Some(visit), (&mut found as *mut Found).cast()) };
+            let more =
+                unsafe { api!(RedisModule_Scan)(ctx, walk.cursor, Some(visit), (&mut found as *mut Found).cast()) };
             // Written outside the scan callback, in the database scanned.
             for name in found.names {
                 drop_old_shards(Ctx(ctx), &name, now);

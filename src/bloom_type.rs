@@ -93,7 +93,12 @@ unsafe fn filter_ref<'a>(value: *const c_void) -> &'a ShardedBloom {
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     let refuse = |why: &'static std::ffi::CStr| {
         unsafe {
-            api!(RedisModule_LogIOError)(rdb, c"warning".as_ptr(), c"redis-idem: refused a filter payload: %s".as_ptr(), why.as_ptr())
+            api!(RedisModule_LogIOError)(
+                rdb,
+                c"warning".as_ptr(),
+                c"redis-idem: refused a filter payload: %s".as_ptr(),
+                why.as_ptr(),
+            )
         };
         ptr::null_mut()
     };

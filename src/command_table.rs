@@ -98,9 +98,9 @@ macro_rules! entry {
 }
 
 use raw::{
-    REDISMODULE_CMD_KEY_ACCESS as ACCESS, REDISMODULE_CMD_KEY_INCOMPLETE as INCOMPLETE, REDISMODULE_CMD_KEY_INSERT as INSERT,
-    REDISMODULE_CMD_KEY_OW as OW,
-    REDISMODULE_CMD_KEY_RO as RO, REDISMODULE_CMD_KEY_RW as RW, REDISMODULE_CMD_KEY_UPDATE as UPDATE,
+    REDISMODULE_CMD_KEY_ACCESS as ACCESS, REDISMODULE_CMD_KEY_INCOMPLETE as INCOMPLETE,
+    REDISMODULE_CMD_KEY_INSERT as INSERT, REDISMODULE_CMD_KEY_OW as OW, REDISMODULE_CMD_KEY_RO as RO,
+    REDISMODULE_CMD_KEY_RW as RW, REDISMODULE_CMD_KEY_UPDATE as UPDATE,
 };
 
 const SINCE: &CStr = c"0.1.0";
@@ -113,7 +113,8 @@ fn table() -> [CommandSpec; 15] {
             flags: c"write deny-oom fast getkeys-api",
             acl: "write fast",
             arity: -3,
-            summary: c"Claims a key for processing: check, mark and lease in one step; replies [status, value, attempt].",
+            summary:
+                c"Claims a key for processing: check, mark and lease in one step; replies [status, value, attempt].",
             complexity: c"O(1)",
             keys: const { &[key(1, CLAIM_RECORD), KeyArg { at: KeyAt::Option(c"BLOOM"), flags: CLAIM_FILTER | INCOMPLETE }] },
         },
@@ -273,7 +274,8 @@ fn key_spec(key: &KeyArg) -> raw::RedisModuleCommandKeySpec {
         }
         KeyAt::Option(name) => {
             spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_KEYWORD;
-            spec.bs.keyword = raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_2 { keyword: name.as_ptr(), startfrom: 3 };
+            spec.bs.keyword =
+                raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_2 { keyword: name.as_ptr(), startfrom: 3 };
         }
     }
     spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
@@ -355,7 +357,9 @@ pub fn register(ctx: RawCtx) -> Result<(), String> {
             args: ptr::null_mut(),
         };
         // Redis copies what it keeps; the table may go after this call.
-        if command.is_null() || unsafe { api!(RedisModule_SetCommandInfo)(command, &info) } != raw::REDISMODULE_OK as c_int {
+        if command.is_null()
+            || unsafe { api!(RedisModule_SetCommandInfo)(command, &info) } != raw::REDISMODULE_OK as c_int
+        {
             return Err(failed());
         }
         set_acl_categories(command, spec.acl, with_idem).map_err(|()| failed())?;

@@ -8,14 +8,14 @@
 
 use std::ffi::CStr;
 
+use crate::args::{ArgList, parse_options, require, seconds_arg};
 use crate::config;
 use crate::limits;
 use crate::metrics::{Metric, count};
 use crate::record::{self, ClaimArgs, ClaimReply, DoneReply, Millis, Token, Write};
 use crate::record_type::{self, Slot};
-use crate::args::{ArgList, parse_options, require, seconds_arg};
-use crate::{bloom_commands, bloom_type};
 use crate::server::{Args, CmdError, CmdResult, Ctx, KeyMode};
+use crate::{bloom_commands, bloom_type};
 
 /// 128 bits from the thread's CSPRNG (seeded from the OS, reseeded
 /// periodically): unique across keys, restarts and primaries without any
@@ -100,8 +100,8 @@ pub fn claim(ctx: Ctx, args: &Args) -> CmdResult {
         // within its window" turns NEW into SEEN.
         let filter_key = ctx.open_key(args.raw(filter_key), KeyMode::Read);
         let filter = bloom_type::open(&filter_key)?;
-        claim.maybe_seen = slot.record().is_none()
-            && filter.is_some_and(|filter| filter.contains(filter.hash(args.bytes(1)), now));
+        claim.maybe_seen =
+            slot.record().is_none() && filter.is_some_and(|filter| filter.contains(filter.hash(args.bytes(1)), now));
     }
     let (reply, write) = record::claim(slot.record(), &claim, now, config::lifetimes(), new_token);
     ctx.reply_array(3);
@@ -167,7 +167,9 @@ pub fn parse_done<A: ArgList + ?Sized>(args: &A, now: Millis, max_result: usize)
             0 => {
                 let bytes = args.bytes(value);
                 if bytes.len() > max_result {
-                    return Err(CmdError::new(format!("ERR RESULT is larger than idem.max-result ({max_result} bytes)")));
+                    return Err(CmdError::new(format!(
+                        "ERR RESULT is larger than idem.max-result ({max_result} bytes)"
+                    )));
                 }
                 done.result = Some(bytes);
             }

@@ -61,8 +61,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     ctx.set_module_options(redis_module::ModuleOptions::HANDLE_IO_ERRORS);
     // Absolute expiry arrived in 7.0.5; older servers cannot keep records
     // exact across replicas, so refuse to load rather than drift.
-    let has_abs_expire = unsafe { raw::RedisModule_SetAbsExpire }.is_some()
-        && unsafe { raw::RedisModule_GetAbsExpire }.is_some();
+    let has_abs_expire =
+        unsafe { raw::RedisModule_SetAbsExpire }.is_some() && unsafe { raw::RedisModule_GetAbsExpire }.is_some();
     if !has_abs_expire {
         ctx.log_warning("redis-idem needs Redis 7.0.5+ or Valkey 8+ (RedisModule_SetAbsExpire)");
         return Status::Err;

@@ -142,14 +142,30 @@ pub struct ClaimArgs {
 /// `IDEM.CLAIM`'s reply, in the spec's precedence order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClaimReply {
-    New { token: Token },
-    Seen { token: Token },
-    Mismatch { attempt: u64 },
+    New {
+        token: Token,
+    },
+    Seen {
+        token: Token,
+    },
+    Mismatch {
+        attempt: u64,
+    },
     /// The result to replay is the record's own `result`.
-    Done { attempt: u64 },
-    Busy { lease_left: Millis, attempt: u64 },
-    Exhausted { attempt: u64 },
-    Retry { token: Token, attempt: u64 },
+    Done {
+        attempt: u64,
+    },
+    Busy {
+        lease_left: Millis,
+        attempt: u64,
+    },
+    Exhausted {
+        attempt: u64,
+    },
+    Retry {
+        token: Token,
+        attempt: u64,
+    },
 }
 
 /// `IDEM.DONE`'s reply.
@@ -244,11 +260,7 @@ pub fn claim(
         let token = next_token();
         let created = Record::claimed(now, args, token, 1);
         let expire_at = created.history_end(lifetimes);
-        let reply = if args.maybe_seen {
-            ClaimReply::Seen { token }
-        } else {
-            ClaimReply::New { token }
-        };
+        let reply = if args.maybe_seen { ClaimReply::Seen { token } } else { ClaimReply::New { token } };
         return (reply, Write::Create { record: created, expire_at });
     };
     let attempt = record.attempt;
@@ -305,12 +317,7 @@ pub fn done(
 }
 
 /// `IDEM.RELEASE`: `true` when the token held a live lease, now given up.
-pub fn release(
-    record: Option<&mut Record>,
-    token: Option<Token>,
-    now: Millis,
-    lifetimes: Lifetimes,
-) -> (bool, Write) {
+pub fn release(record: Option<&mut Record>, token: Option<Token>, now: Millis, lifetimes: Lifetimes) -> (bool, Write) {
     match record {
         Some(record) if record.state_at(now) == State::Processing && record.holds(token) => {
             record.phase = Phase::Released;

@@ -219,7 +219,12 @@ pub fn parse_effect_blob(blob: &[u8]) -> Result<(Record, Option<Millis>), codec:
 /// Logs why a payload was refused; the load then fails with an error.
 fn log_refused(rdb: *mut raw::RedisModuleIO, why: &'static std::ffi::CStr) {
     unsafe {
-        api!(RedisModule_LogIOError)(rdb, c"warning".as_ptr(), c"redis-idem: refused a record payload: %s".as_ptr(), why.as_ptr())
+        api!(RedisModule_LogIOError)(
+            rdb,
+            c"warning".as_ptr(),
+            c"redis-idem: refused a record payload: %s".as_ptr(),
+            why.as_ptr(),
+        )
     };
 }
 

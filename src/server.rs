@@ -18,13 +18,11 @@ pub type RawString = *mut raw::RedisModuleString;
 /// runs; a missing one is a module built against a newer API than the
 /// server, which `init` checks for the optional ones.
 macro_rules! api {
-    ($name:ident) => {
-        {
-            #[allow(unused_unsafe)]
-            let function = unsafe { raw::$name };
-            function.expect(concat!(stringify!($name), " is not available"))
-        }
-    };
+    ($name:ident) => {{
+        #[allow(unused_unsafe)]
+        let function = unsafe { raw::$name };
+        function.expect(concat!(stringify!($name), " is not available"))
+    }};
 }
 pub(crate) use api;
 
@@ -56,8 +54,7 @@ impl CmdError {
     }
 }
 
-pub const WRONGTYPE: CmdError =
-    CmdError::Static(c"WRONGTYPE Operation against a key holding the wrong kind of value");
+pub const WRONGTYPE: CmdError = CmdError::Static(c"WRONGTYPE Operation against a key holding the wrong kind of value");
 pub const NOT_AN_INTEGER: CmdError = CmdError::Static(c"ERR value is not an integer or out of range");
 
 pub type CmdResult = Result<(), CmdError>;
@@ -157,9 +154,7 @@ impl Ctx {
     /// A keyspace notification of the module class (`d` in
     /// notify-keyspace-events); Redis skips it cheaply when not enabled.
     pub fn notify(self, event: &'static CStr, key: RawString) {
-        unsafe {
-            api!(RedisModule_NotifyKeyspaceEvent)(self.0, raw::REDISMODULE_NOTIFY_MODULE, event.as_ptr(), key)
-        };
+        unsafe { api!(RedisModule_NotifyKeyspaceEvent)(self.0, raw::REDISMODULE_NOTIFY_MODULE, event.as_ptr(), key) };
     }
 
     /// Refuses the internal commands to clients: they store records and
@@ -171,9 +166,7 @@ impl Ctx {
         if flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0 {
             return Ok(());
         }
-        Err(CmdError::Static(
-            c"ERR internal command: only the primary's replication link and AOF loading may run it",
-        ))
+        Err(CmdError::Static(c"ERR internal command: only the primary's replication link and AOF loading may run it"))
     }
 
     pub fn log_warning(self, message: &str) {

@@ -25,10 +25,7 @@ fn key_state(con: &mut redis::Connection, key: &str) -> KeyState {
         }
         _ => {
             let f = get_fields(con, key);
-            let mut v: Vec<(String, Value)> = f
-                .into_iter()
-                .filter(|(k, _)| k != "lease_ms" && k != "pttl")
-                .collect();
+            let mut v: Vec<(String, Value)> = f.into_iter().filter(|(k, _)| k != "lease_ms" && k != "pttl").collect();
             v.sort_by(|a, b| a.0.cmp(&b.0));
             (Some(v), None)
         }
@@ -197,7 +194,9 @@ fn bad_inputs_are_refused_and_change_nothing() {
         }
         let shown: Vec<String> = args
             .iter()
-            .map(|a| if a.len() > 40 { format!("<{} bytes>", a.len()) } else { String::from_utf8_lossy(a).into_owned() })
+            .map(
+                |a| if a.len() > 40 { format!("<{} bytes>", a.len()) } else { String::from_utf8_lossy(a).into_owned() },
+            )
             .collect();
         let got = match c.query::<Value>(&mut con) {
             Ok(v) => {
@@ -268,8 +267,15 @@ fn errors_inside_multi_do_not_half_apply() {
     // applies (Redis semantics), the failing one changes nothing.
     let _ = redis::pipe()
         .atomic()
-        .cmd("IDEM.EXTEND").arg("k").arg(&tok).arg(120)
-        .cmd("IDEM.DONE").arg("k").arg(&tok).arg("RETAIN").arg(0)
+        .cmd("IDEM.EXTEND")
+        .arg("k")
+        .arg(&tok)
+        .arg(120)
+        .cmd("IDEM.DONE")
+        .arg("k")
+        .arg(&tok)
+        .arg("RETAIN")
+        .arg(0)
         .query::<Value>(&mut con);
     let f = get_fields(&mut con, "k");
     assert_eq!(f_str(&f, "state"), "processing", "the refused DONE in MULTI applied");

@@ -123,7 +123,11 @@ fn bf_madd<S: AsRef<str>>(con: &mut redis::Connection, key: &str, items: &[S]) -
 
 fn bf_mexists<S: AsRef<str>>(con: &mut redis::Connection, key: &str, items: &[S]) -> Vec<i64> {
     let items: Vec<&str> = items.iter().map(|s| s.as_ref()).collect();
-    redis::cmd("IDEM.BF.MEXISTS").arg(key).arg(&items).query(con).unwrap_or_else(|e| panic!("IDEM.BF.MEXISTS {key}: {e}"))
+    redis::cmd("IDEM.BF.MEXISTS")
+        .arg(key)
+        .arg(&items)
+        .query(con)
+        .unwrap_or_else(|e| panic!("IDEM.BF.MEXISTS {key}: {e}"))
 }
 
 /// Runs `name key batch` for every batch of `items`, pipelined (`per_pipe`
@@ -208,11 +212,7 @@ struct Hiccup(String);
 
 /// `Ok` when [t0, t1] lies inside [lo, hi) (Unix ms).
 fn in_slot(t0: i64, t1: i64, lo: i64, hi: i64, step: &str) -> Result<(), Hiccup> {
-    if t0 >= lo && t1 < hi {
-        Ok(())
-    } else {
-        Err(Hiccup(format!("{step}: ran at [{t0}, {t1}], needed [{lo}, {hi})")))
-    }
+    if t0 >= lo && t1 < hi { Ok(()) } else { Err(Hiccup(format!("{step}: ran at [{t0}, {t1}], needed [{lo}, {hi})"))) }
 }
 
 /// Runs a timing-sensitive scenario up to 3 times (each with a fresh key
@@ -394,7 +394,11 @@ fn rotation(period: i64) {
         assert_eq!((int(&r[0]), int(&r[1]), int(&r[2])), (1, 0, 1), "ADD b, ADD r (seen in the older shard), EXISTS a");
         let info = parse_info(r[3].clone()).unwrap();
         assert_eq!(info.starts(), vec![start, start + period], "{info:?}");
-        assert_eq!(info.shards.iter().map(|s| s.items).collect::<Vec<_>>(), vec![2, 2], "r is recorded in the new shard too: {info:?}");
+        assert_eq!(
+            info.shards.iter().map(|s| s.items).collect::<Vec<_>>(),
+            vec![2, 2],
+            "r is recorded in the new shard too: {info:?}"
+        );
         assert_eq!(info.items, 4, "{info:?}");
         assert_eq!(info.bytes, info.shards.iter().map(|s| s.bytes).sum::<i64>(), "{info:?}");
         assert_eq!(int(&r[4]), (start + period + W * period) * 1000, "PEXPIRETIME moves with the newest shard");
@@ -518,7 +522,10 @@ fn adaptive_sizing_over_short_shards() {
         let first = &info.shards[0];
         assert!(first.filters > 1, "the first shard, reserved for 200, must stack sub-filters for 2000: {first:?}");
         for (i, sh) in info.shards.iter().enumerate().skip(1) {
-            assert_eq!(sh.filters, 1, "shard {i} should start at the previous shard's volume (+25%) and need one filter: {sh:?}");
+            assert_eq!(
+                sh.filters, 1,
+                "shard {i} should start at the previous shard's volume (+25%) and need one filter: {sh:?}"
+            );
             assert!(
                 (sh.bytes as f64) < 0.8 * first.bytes as f64,
                 "shard {i} ({} bytes) should be much smaller than the over-stacked first shard ({} bytes)",
@@ -573,7 +580,10 @@ fn measure_fpr(con: &mut redis::Connection, key: &str, added: usize) -> (f64, f6
         "FPR {key}: {added} added, {fp}/{QUERIES} fresh answered 1 = {rate:.5} (bound {bound:.5}); {} B for {} items = {bits:.2} bits/item; shards {:?}",
         info.bytes, info.items, info.shards
     );
-    assert!(rate <= bound, "{key}: FPR {rate} over {QUERIES} fresh items > {bound} (error_rate 0.01), at {added} items");
+    assert!(
+        rate <= bound,
+        "{key}: FPR {rate} over {QUERIES} fresh items > {bound} (error_rate 0.01), at {added} items"
+    );
     (rate, bits, info)
 }
 
@@ -668,7 +678,10 @@ fn false_positive_rate_within_error_rate_at_low_volume() {
         let worst = rates.iter().cloned().fold(0.0, f64::max);
         let bound = 0.01 + 4.0 * (0.01f64 * 0.99 / QUERIES as f64).sqrt();
         let info = bf_info(&mut con, &keys[0]);
-        eprintln!("low volume: FPR mean {mean:.5}, worst {worst:.5} (bound {bound:.5}), per filter {rates:?}; {:?}", info.shards);
+        eprintln!(
+            "low volume: FPR mean {mean:.5}, worst {worst:.5} (bound {bound:.5}), per filter {rates:?}; {:?}",
+            info.shards
+        );
         assert!(
             worst <= bound,
             "low volume (RESERVE 0.01 3 WINDOW {W} SHARD 1, 3 items in each of {SHARDS} live shards): worst FPR of {FILTERS} filters {worst:.5} > {bound:.5} (mean {mean:.5}); per filter {rates:?}; shards of one: {:?}",
@@ -741,14 +754,23 @@ fn madd_mexists_shapes_and_repeats() {
     assert_eq!(q(&mut con, "IDEM.BF.EXISTS", ("f", "nope")).unwrap(), Value::Int(0));
     // Binary and empty items.
     assert_eq!(bf_madd(&mut con, "f", &["", "\u{0}bin\r\n"]), vec![1, 1]);
-    let v: Value = redis::cmd("IDEM.BF.MEXISTS").arg("f").arg(&b""[..]).arg(&b"\x00bin\r\n"[..]).arg(&b"\x00bin"[..]).query(&mut con).unwrap();
+    let v: Value = redis::cmd("IDEM.BF.MEXISTS")
+        .arg("f")
+        .arg(&b""[..])
+        .arg(&b"\x00bin\r\n"[..])
+        .arg(&b"\x00bin"[..])
+        .query(&mut con)
+        .unwrap();
     assert_eq!(v, Value::Array([1, 1, 0].map(Value::Int).to_vec()));
     // Items: a b c single d "" "\0bin\r\n".
     assert_eq!(bf_info(&mut con, "f").items, 7);
 
     // Missing key: 0 / all zeros / nil, and nothing created.
     assert_eq!(q(&mut con, "IDEM.BF.EXISTS", ("missing", "a")).unwrap(), Value::Int(0));
-    assert_eq!(q(&mut con, "IDEM.BF.MEXISTS", ("missing", "a", "b", "c")).unwrap(), Value::Array([0, 0, 0].map(Value::Int).to_vec()));
+    assert_eq!(
+        q(&mut con, "IDEM.BF.MEXISTS", ("missing", "a", "b", "c")).unwrap(),
+        Value::Array([0, 0, 0].map(Value::Int).to_vec())
+    );
     assert_eq!(q(&mut con, "IDEM.BF.INFO", "missing").unwrap(), Value::Nil);
     assert!(!exists(&mut con, "missing"), "a read created the key");
 
@@ -757,7 +779,11 @@ fn madd_mexists_shapes_and_repeats() {
     // missing key: EXISTS miss + 3 MEXISTS misses.
     let c1 = bf_counters(&mut con);
     let delta: Vec<i64> = c1.iter().zip(&c0).map(|(a, b)| a - b).collect();
-    assert_eq!(delta, vec![3 + 1 + 1 + 2, 2 + 1, 6 + 1 + 2, 1 + 1 + 1 + 1 + 3], "INFO idem bf_add_new, bf_add_seen, bf_exists_hit, bf_exists_miss");
+    assert_eq!(
+        delta,
+        vec![3 + 1 + 1 + 2, 2 + 1, 6 + 1 + 2, 1 + 1 + 1 + 1 + 3],
+        "INFO idem bf_add_new, bf_add_seen, bf_exists_hit, bf_exists_miss"
+    );
 }
 
 #[test]
@@ -784,7 +810,11 @@ fn info_fields_types_and_defaults() {
     );
     let start = t / 3600 * 3600;
     assert_eq!(info.starts(), vec![start], "{info:?}");
-    assert_eq!(pexpiretime(&mut con, "r"), (start + 3 * 3600) * 1000, "PEXPIRETIME = (shard start + WINDOW*period)*1000");
+    assert_eq!(
+        pexpiretime(&mut con, "r"),
+        (start + 3 * 3600) * 1000,
+        "PEXPIRETIME = (shard start + WINDOW*period)*1000"
+    );
     let ty: String = redis::cmd("TYPE").arg("r").query(&mut con).unwrap();
     assert_eq!(ty, "idembloom");
 
@@ -818,13 +848,21 @@ fn info_fields_types_and_defaults() {
     assert_eq!(bf_add(&mut con, "auto", "x"), 1);
     let t = server_ms(&mut con) / 1000;
     let i = bf_info(&mut con, "auto");
-    assert_eq!((i.error_rate, i.capacity, i.window, i.shard, i.expansion, i.items), (0.01, 100_000, 7, 86_400, 2, 1), "{i:?}");
+    assert_eq!(
+        (i.error_rate, i.capacity, i.window, i.shard, i.expansion, i.items),
+        (0.01, 100_000, 7, 86_400, 2, 1),
+        "{i:?}"
+    );
     assert_eq!(i.starts(), vec![t / 86_400 * 86_400]);
     assert_eq!(pexpiretime(&mut con, "auto"), (t / 86_400 * 86_400 + 7 * 86_400) * 1000);
     // Bytes in INFO are real: about what capacity and the per-shard error need.
     let ideal_bits = 100_000.0 * -(0.01f64 / 7.0 / 2.0).ln() / std::f64::consts::LN_2.powi(2);
     let bytes = i.bytes as f64;
-    assert!(bytes > ideal_bits / 8.0 * 0.7 && bytes < ideal_bits / 8.0 * 1.4, "INFO bytes {bytes} for 100k at 0.01/7 (ideal {} B)", ideal_bits / 8.0);
+    assert!(
+        bytes > ideal_bits / 8.0 * 0.7 && bytes < ideal_bits / 8.0 * 1.4,
+        "INFO bytes {bytes} for 100k at 0.01/7 (ideal {} B)",
+        ideal_bits / 8.0
+    );
     let mu: i64 = redis::cmd("MEMORY").arg("USAGE").arg("auto").query(&mut con).unwrap();
     assert!(mu >= i.bytes, "MEMORY USAGE {mu} < INFO bytes {}", i.bytes);
 
@@ -878,7 +916,11 @@ fn configs_set_get_refuse_and_loadmodule_args() {
         let r: RedisResult<Value> = redis::cmd("CONFIG").arg("SET").arg(name).arg(value).query(&mut con);
         assert!(r.is_err(), "CONFIG SET {name} {value:?} accepted: {r:?}");
     }
-    assert_eq!(get(&mut con, "idem.bf-error-rate").parse::<f64>().unwrap(), 0.001, "a refused value changed the config");
+    assert_eq!(
+        get(&mut con, "idem.bf-error-rate").parse::<f64>().unwrap(),
+        0.001,
+        "a refused value changed the config"
+    );
     assert_eq!(get(&mut con, "idem.bf-capacity"), "5000");
     assert_eq!(get(&mut con, "idem.bf-window"), "3");
     // New filters from ADD, MADD and DONE ... BLOOM use them.
@@ -888,7 +930,11 @@ fn configs_set_get_refuse_and_loadmodule_args() {
     assert_eq!(done(&mut con, "rec", &tok, ("BLOOM", "a3")), Ok(1));
     for k in ["a1", "a2", "a3"] {
         let i = bf_info(&mut con, k);
-        assert_eq!((i.error_rate, i.capacity, i.window, i.shard, i.expansion), (0.001, 5000, 3, 86_400, 2), "{k}: {i:?}");
+        assert_eq!(
+            (i.error_rate, i.capacity, i.window, i.shard, i.expansion),
+            (0.001, 5000, 3, 86_400, 2),
+            "{k}: {i:?}"
+        );
     }
     // RESERVE's default WINDOW is the config too.
     reserve(&mut con, "r", "0.1", 10, &[]);
@@ -1005,10 +1051,7 @@ fn filters_survive_aof_rewrite_and_restart() {
         .collect();
     let base = names.iter().find(|n| n.ends_with(".base.aof")).unwrap_or_else(|| panic!("no .base.aof: {names:?}"));
     let text = std::fs::read(aofdir.join(base)).unwrap();
-    assert!(
-        text.windows(12).any(|w| w == b"IDEM.BF.LOAD"),
-        "the rewritten AOF should hold IDEM.BF.LOAD commands"
-    );
+    assert!(text.windows(12).any(|w| w == b"IDEM.BF.LOAD"), "the rewritten AOF should hold IDEM.BF.LOAD commands");
     drop(con);
     s.restart(Shutdown::NoSave);
     let mut con = s.conn();
@@ -1066,7 +1109,8 @@ fn filters_dump_restore_copy_and_migrate() {
     assert_eq!(copies, fx.snap_named(&mut con, |k| format!("{k}:copy")), "copies after writing to the originals");
     // RESTORE REPLACE over an existing filter, relative TTL.
     let payload: Vec<u8> = redis::cmd("DUMP").arg("bf:exp1:copy").query(&mut con).unwrap();
-    let _: () = redis::cmd("RESTORE").arg("bf:day").arg(60_000).arg(payload.as_slice()).arg("REPLACE").query(&mut con).unwrap();
+    let _: () =
+        redis::cmd("RESTORE").arg("bf:day").arg(60_000).arg(payload.as_slice()).arg("REPLACE").query(&mut con).unwrap();
     assert_eq!(digest_value(&mut con, "bf:day"), digest_value(&mut con, "bf:exp1:copy"));
     let ttl = pttl(&mut con, "bf:day");
     assert!(ttl > 55_000 && ttl <= 60_000, "RESTORE with a relative TTL: {ttl}");
@@ -1079,7 +1123,12 @@ fn filters_dump_restore_copy_and_migrate() {
     migrate_copy(&mut con, other.port, &keys);
     for snap in &snaps {
         let got = filter_snap(&mut oc, &snap.key, &fx.probes);
-        assert_eq!((&got.digest, &got.info, &got.answers), (&snap.digest, &snap.info, &snap.answers), "MIGRATE {}", snap.key);
+        assert_eq!(
+            (&got.digest, &got.info, &got.answers),
+            (&snap.digest, &snap.info, &snap.answers),
+            "MIGRATE {}",
+            snap.key
+        );
         assert!((got.pexpiretime - snap.pexpiretime).abs() < 5000, "MIGRATE TTL of {}", snap.key);
     }
     s.assert_alive();
@@ -1457,14 +1506,21 @@ fn replica_follows_background_shard_drops() {
         if digest_value(&mut pc, "sweep") != full {
             break now;
         }
-        assert!(now < deadline, "the idle filter's old shard was not dropped in the background within 2.5 s of leaving the window");
+        assert!(
+            now < deadline,
+            "the idle filter's old shard was not dropped in the background within 2.5 s of leaving the window"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     eprintln!("background drop {} ms after the shard left the window", dropped_at - leave);
     let usage: i64 = redis::cmd("MEMORY").arg("USAGE").arg("sweep").query(&mut pc).unwrap();
     assert!(usage < full_usage, "MEMORY USAGE after the drop {usage} vs {full_usage} before");
     wait_replicas(&mut pc, 1);
-    assert_eq!(digest_value(&mut rc, "sweep"), digest_value(&mut pc, "sweep"), "DEBUG DIGEST-VALUE after the background drop: replica vs primary");
+    assert_eq!(
+        digest_value(&mut rc, "sweep"),
+        digest_value(&mut pc, "sweep"),
+        "DEBUG DIGEST-VALUE after the background drop: replica vs primary"
+    );
     assert_eq!(bf_info(&mut pc, "sweep"), bf_info(&mut rc, "sweep"));
     assert_eq!(bf_info(&mut rc, "sweep").starts(), vec![start + 3]);
     assert_eq!(pexpiretime(&mut pc, "sweep"), (start + 7) * 1000);
@@ -1568,7 +1624,12 @@ fn claim_and_done_with_bloom() {
     let e = expect_err(&mut con, "IDEM.CLAIM", ("n", 10, "BLOOM", "live"));
     assert!(e.starts_with("WRONGTYPE"), "CLAIM ... BLOOM <record>: {e}");
     assert!(!exists(&mut con, "n"));
-    assert_same_record(&before, &snapshot(&mut con, "live"), 1000, "record after refused CLAIMs with a WRONGTYPE filter");
+    assert_same_record(
+        &before,
+        &snapshot(&mut con, "live"),
+        1000,
+        "record after refused CLAIMs with a WRONGTYPE filter",
+    );
     // DONE still completes its record: the filter add is best effort
     // (reply 1 + 4, "dropped"), and the string is left as it was.
     let finishing = claim_new(&mut con, "finishing", 100);
@@ -1591,8 +1652,11 @@ fn claim_and_done_with_bloom() {
         .query(&mut con)
         .unwrap();
     assert_eq!(keys, vec!["k", "f"]);
-    let keys: Vec<String> =
-        redis::cmd("COMMAND").arg("GETKEYS").arg(&["IDEM.CLAIM", "k", "10", "PAYLOAD", "BLOOM"]).query(&mut con).unwrap();
+    let keys: Vec<String> = redis::cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg(&["IDEM.CLAIM", "k", "10", "PAYLOAD", "BLOOM"])
+        .query(&mut con)
+        .unwrap();
     assert_eq!(keys, vec!["k"]);
     let keys: Vec<String> = redis::cmd("COMMAND")
         .arg("GETKEYS")
@@ -1600,8 +1664,11 @@ fn claim_and_done_with_bloom() {
         .query(&mut con)
         .unwrap();
     assert_eq!(keys, vec!["k", "g"]);
-    let keys: Vec<String> =
-        redis::cmd("COMMAND").arg("GETKEYS").arg(&["IDEM.CLAIM", "k", "10", "MAXTRIES", "2", "BLOOM", "h"]).query(&mut con).unwrap();
+    let keys: Vec<String> = redis::cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg(&["IDEM.CLAIM", "k", "10", "MAXTRIES", "2", "BLOOM", "h"])
+        .query(&mut con)
+        .unwrap();
     assert_eq!(keys, vec!["k", "h"]);
     for name in ["IDEM.CLAIM", "IDEM.DONE"] {
         let v: Value = redis::cmd("COMMAND").arg("INFO").arg(name).query(&mut con).unwrap();
@@ -1662,7 +1729,14 @@ struct KeyState {
 
 fn key_state(con: &mut redis::Connection, key: &str) -> KeyState {
     let ty: String = redis::cmd("TYPE").arg(key).query(con).unwrap();
-    let mut st = KeyState { pexpiretime: pexpiretime(con, key), digest: None, info: None, record: None, string: None, ty: ty.clone() };
+    let mut st = KeyState {
+        pexpiretime: pexpiretime(con, key),
+        digest: None,
+        info: None,
+        record: None,
+        string: None,
+        ty: ty.clone(),
+    };
     match ty.as_str() {
         "none" => {}
         "string" => st.string = Some(redis::cmd("GET").arg(key).query(con).unwrap()),
@@ -1767,13 +1841,34 @@ fn bad_bloom_inputs_are_refused_and_change_nothing() {
         }
         add(&["IDEM.BF.RESERVE", k, "0.01", "100", "EXPANSION", "x"], ek(k, not_int));
         // Options: unknown, repeated, missing a value.
-        add(&["IDEM.BF.RESERVE", k, "0.01", "100", "FOO", "1"], if k == "m" { Prefix("ERR syntax error") } else { Prefix("ERR") });
-        add(&["IDEM.BF.RESERVE", k, "0.01", "100", "WINDOW"], if k == "m" { Prefix("ERR syntax error") } else { Prefix("ERR") });
-        add(&["IDEM.BF.RESERVE", k, "0.01", "100", "WINDOW", "2", "window", "3"], if k == "m" { Prefix("ERR syntax error") } else { Prefix("ERR") });
-        add(&["IDEM.BF.RESERVE", k, "0.01", "100", "SHARD", "DAY", "SHARD", "HOUR"], if k == "m" { Prefix("ERR syntax error") } else { Prefix("ERR") });
-        add(&["IDEM.BF.RESERVE", k, "0.01", "100", "EXPANSION", "2", "EXPANSION", "2"], if k == "m" { Prefix("ERR syntax error") } else { Prefix("ERR") });
-        add(&["IDEM.BF.RESERVE", k, "0.01", "100", "WINDOW", "2", "SHARD"], if k == "m" { Prefix("ERR syntax error") } else { Prefix("ERR") });
-        add(&["IDEM.BF.RESERVE", k, "0.01", "100", "BLOOM", "x"], if k == "m" { Prefix("ERR syntax error") } else { Prefix("ERR") });
+        add(
+            &["IDEM.BF.RESERVE", k, "0.01", "100", "FOO", "1"],
+            if k == "m" { Prefix("ERR syntax error") } else { Prefix("ERR") },
+        );
+        add(
+            &["IDEM.BF.RESERVE", k, "0.01", "100", "WINDOW"],
+            if k == "m" { Prefix("ERR syntax error") } else { Prefix("ERR") },
+        );
+        add(
+            &["IDEM.BF.RESERVE", k, "0.01", "100", "WINDOW", "2", "window", "3"],
+            if k == "m" { Prefix("ERR syntax error") } else { Prefix("ERR") },
+        );
+        add(
+            &["IDEM.BF.RESERVE", k, "0.01", "100", "SHARD", "DAY", "SHARD", "HOUR"],
+            if k == "m" { Prefix("ERR syntax error") } else { Prefix("ERR") },
+        );
+        add(
+            &["IDEM.BF.RESERVE", k, "0.01", "100", "EXPANSION", "2", "EXPANSION", "2"],
+            if k == "m" { Prefix("ERR syntax error") } else { Prefix("ERR") },
+        );
+        add(
+            &["IDEM.BF.RESERVE", k, "0.01", "100", "WINDOW", "2", "SHARD"],
+            if k == "m" { Prefix("ERR syntax error") } else { Prefix("ERR") },
+        );
+        add(
+            &["IDEM.BF.RESERVE", k, "0.01", "100", "BLOOM", "x"],
+            if k == "m" { Prefix("ERR syntax error") } else { Prefix("ERR") },
+        );
     }
     // Too large to allocate.
     add(&["IDEM.BF.RESERVE", "m", "1e-9", "1000000000000000"], Prefix("ERR filter too large"));
@@ -1803,7 +1898,10 @@ fn bad_bloom_inputs_are_refused_and_change_nothing() {
     add(&["IDEM.CLAIM", "m", "10", "BLOOM", "s"], Prefix("WRONGTYPE"));
     add(&["IDEM.CLAIM", "m", "10", "BLOOM", "r"], Prefix("WRONGTYPE"));
     add(&["IDEM.CLAIM", "r", "10", "BLOOM", "s"], Prefix("WRONGTYPE"));
-    add(&["IDEM.DONE", "r", r_tok, "RESULT", "x", "BLOOM", "r"], e("ERR the BLOOM filter must be another key than the record"));
+    add(
+        &["IDEM.DONE", "r", r_tok, "RESULT", "x", "BLOOM", "r"],
+        e("ERR the BLOOM filter must be another key than the record"),
+    );
     add(&["IDEM.CLAIM", "m", "10", "BLOOM", "m"], e("ERR the BLOOM filter must be another key than the record"));
     add(&["IDEM.CLAIM", "m", "10", "BLOOM", "f", "BLOOM", "f"], Prefix("ERR syntax error"));
     add(&["IDEM.DONE", "r", r_tok, "BLOOM", "f", "bloom", "f"], Prefix("ERR syntax error"));
@@ -1828,8 +1926,13 @@ fn bad_bloom_inputs_are_refused_and_change_nothing() {
         for a in &args[1..] {
             c.arg(a);
         }
-        let shown: Vec<String> = args.iter().map(|a| if a.len() > 40 { format!("<{} bytes>", a.len()) } else { a.clone() }).collect();
-        let shown = if shown.len() > 12 { format!("{:?}... ({} args)", &shown[..6], shown.len()) } else { format!("{shown:?}") };
+        let shown: Vec<String> =
+            args.iter().map(|a| if a.len() > 40 { format!("<{} bytes>", a.len()) } else { a.clone() }).collect();
+        let shown = if shown.len() > 12 {
+            format!("{:?}... ({} args)", &shown[..6], shown.len())
+        } else {
+            format!("{shown:?}")
+        };
         match c.query::<Value>(&mut con) {
             Ok(v) => failures.push(format!("{shown}: expected an error, got {v:?}")),
             Err(err) => {
@@ -1892,7 +1995,16 @@ fn garbage_arguments_do_not_crash() {
         "é".repeat(20).into_bytes(),
         vec![b'a'; 10_000],
     ];
-    for name in ["IDEM.BF.RESERVE", "IDEM.BF.ADD", "IDEM.BF.MADD", "IDEM.BF.EXISTS", "IDEM.BF.MEXISTS", "IDEM.BF.INFO", "IDEM.BF.APPLY", "IDEM.BF.LOAD"] {
+    for name in [
+        "IDEM.BF.RESERVE",
+        "IDEM.BF.ADD",
+        "IDEM.BF.MADD",
+        "IDEM.BF.EXISTS",
+        "IDEM.BF.MEXISTS",
+        "IDEM.BF.INFO",
+        "IDEM.BF.APPLY",
+        "IDEM.BF.LOAD",
+    ] {
         for key in ["f", "new"] {
             for g in &garbage {
                 for n in 1..=7 {

@@ -22,7 +22,9 @@ fn run(what: &str, mut command: Command, expect: &str) {
 #[test]
 fn python_example() {
     let server = Server::start();
-    let python = std::env::var("REDIS_IDEM_PYTHON").map(PathBuf::from).unwrap_or_else(|_| root().join("target/py-venv/bin/python"));
+    let python = std::env::var("REDIS_IDEM_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root().join("target/py-venv/bin/python"));
     assert!(python.exists(), "{} is missing: run `make pyenv` (make test does)", python.display());
     let mut command = Command::new(python);
     command.arg(root().join("examples/clients/python_consumer.py")).arg(server.url()).arg("25");

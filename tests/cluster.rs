@@ -20,7 +20,8 @@ fn cq<C: ConnectionLike, A: redis::ToRedisArgs>(con: &mut C, name: &str, args: A
 
 /// `IDEM.CLAIM key lease opts...` → (status, value, attempt); panics on an error.
 fn cclaim<C: ConnectionLike>(con: &mut C, key: &str, lease: i64, opts: &[&str]) -> (String, Value, i64) {
-    let v = cq(con, "IDEM.CLAIM", (key, lease, opts)).unwrap_or_else(|e| panic!("IDEM.CLAIM {key} {lease} {opts:?}: {e}"));
+    let v =
+        cq(con, "IDEM.CLAIM", (key, lease, opts)).unwrap_or_else(|e| panic!("IDEM.CLAIM {key} {lease} {opts:?}: {e}"));
     parse_claim(v)
 }
 
@@ -30,7 +31,12 @@ fn cclaim_new<C: ConnectionLike>(con: &mut C, key: &str, lease: i64, opts: &[&st
     as_token(&v)
 }
 
-fn cdone<C: ConnectionLike, A: redis::ToRedisArgs>(con: &mut C, key: &str, token: &str, args: A) -> Result<i64, String> {
+fn cdone<C: ConnectionLike, A: redis::ToRedisArgs>(
+    con: &mut C,
+    key: &str,
+    token: &str,
+    args: A,
+) -> Result<i64, String> {
     cq(con, "IDEM.DONE", (key, token, args)).map(|v| as_int(&v)).map_err(|e| err_text(&e))
 }
 
@@ -51,7 +57,11 @@ fn dbsize(con: &mut redis::Connection) -> i64 {
 
 /// `COMMAND GETKEYS <args...>` on one node.
 fn getkeys(con: &mut redis::Connection, args: &[&str]) -> Vec<String> {
-    redis::cmd("COMMAND").arg("GETKEYS").arg(args).query(con).unwrap_or_else(|e| panic!("COMMAND GETKEYS {args:?}: {e}"))
+    redis::cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg(args)
+        .query(con)
+        .unwrap_or_else(|e| panic!("COMMAND GETKEYS {args:?}: {e}"))
 }
 
 /// `WAIT 1 10000` on the connection that wrote: the replica acknowledged.
@@ -256,7 +266,8 @@ fn populate_tag(con: &mut redis::Connection, tag: &str) -> (Fixture, Vec<String>
     let reserved = format!("{{{tag}}}:seen");
     let auto = format!("{{{tag}}}:auto");
     let grown = format!("{{{tag}}}:grown");
-    let _: () = redis::cmd("IDEM.BF.RESERVE").arg(&reserved).arg(0.001).arg(1000).arg("WINDOW").arg(3).query(con).unwrap();
+    let _: () =
+        redis::cmd("IDEM.BF.RESERVE").arg(&reserved).arg(0.001).arg(1000).arg("WINDOW").arg(3).query(con).unwrap();
     let items: Vec<String> = (0..200).map(|i| format!("item-{i}")).collect();
     let _: Vec<i64> = redis::cmd("IDEM.BF.MADD").arg(&reserved).arg(&items).query(con).unwrap();
     let _: () = redis::cmd("IDEM.BF.RESERVE")
@@ -291,7 +302,8 @@ fn error_stats(cluster: &Cluster) -> BTreeMap<String, i64> {
         let text: String = redis::cmd("INFO").arg("errorstats").query(&mut con).unwrap();
         for (k, v) in parse_info(&text) {
             let Some(code) = k.strip_prefix("errorstat_") else { continue };
-            let n: i64 = v.strip_prefix("count=").and_then(|v| v.split(',').next()).and_then(|v| v.parse().ok()).unwrap_or(0);
+            let n: i64 =
+                v.strip_prefix("count=").and_then(|v| v.split(',').next()).and_then(|v| v.parse().ok()).unwrap_or(0);
             if let Some(c) = out.get_mut(code) {
                 *c += n;
             }
@@ -359,8 +371,9 @@ fn resharding_under_load_keeps_records_and_grants_each_claim_once() {
     // The load: a fixed key set over every slot, one key in 10 in the hot
     // slot (which moves while the load runs).
     let n_keys = 3000;
-    let keys: Arc<Vec<String>> =
-        Arc::new((0..n_keys).map(|i| if i % 10 == 0 { format!("{{{hot}}}:load:{i}") } else { format!("load:{i}") }).collect());
+    let keys: Arc<Vec<String>> = Arc::new(
+        (0..n_keys).map(|i| if i % 10 == 0 { format!("{{{hot}}}:load:{i}") } else { format!("load:{i}") }).collect(),
+    );
     let load = Load::start(cluster.client(), keys.clone(), 3, 600.0);
     load.wait_progress(300, "before the reshard");
 
@@ -464,7 +477,10 @@ fn resharding_under_load_keeps_records_and_grants_each_claim_once() {
         let granted = report.grants.get(&idx);
         match (&f, granted) {
             (Some(f), _) => {
-                assert!(granted.is_some() || report.unknown.contains(&idx), "{key} has a record nobody was granted: {f:?}");
+                assert!(
+                    granted.is_some() || report.unknown.contains(&idx),
+                    "{key} has a record nobody was granted: {f:?}"
+                );
                 assert_eq!((f_str(f, "state").as_str(), f_int(f, "attempt")), ("processing", 1), "{key}");
                 if key.starts_with('{') {
                     hot_granted += 1;
@@ -534,7 +550,11 @@ fn check_shard(con: &mut redis::Connection, sf: &ShardFixture, what: &str) {
         match j % 4 {
             0 => {
                 let (s, v, a) = claim(con, key, 60);
-                assert_eq!((s, v, a), ("DONE".into(), Value::BulkString(format!("result-{j}").into_bytes()), 1), "{what}: {key}");
+                assert_eq!(
+                    (s, v, a),
+                    ("DONE".into(), Value::BulkString(format!("result-{j}").into_bytes()), 1),
+                    "{what}: {key}"
+                );
                 let hit: i64 = redis::cmd("IDEM.BF.EXISTS").arg(&seen).arg(key).query(con).unwrap();
                 assert_eq!(hit, 1, "{what}: {seen} has {key}");
                 assert_eq!(done(con, key, t, NONE), Ok(0), "{what}: {key} already done");

@@ -37,11 +37,7 @@ fn check_python(py: &Path) {
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}; {hint}", py.display()));
     if !out.status.success() {
-        panic!(
-            "{} cannot import redis-py ({}): {hint}",
-            py.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        panic!("{} cannot import redis-py ({}): {hint}", py.display(), String::from_utf8_lossy(&out.stderr).trim());
     }
 }
 
@@ -75,9 +71,7 @@ fn chaos_run_every_payment_takes_effect_exactly_once() {
     let py = python();
     check_python(&py);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
     let target = if target.is_absolute() { target } else { root.join(target) };
     let workdir = target.join("test-servers").join(format!("example-consumer-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&workdir);

@@ -57,7 +57,8 @@ fn thousands_of_corrupt_payloads_are_refused_or_load_as_usable_values() {
     let token = claim_new_opts(&mut con, "processing", 600, &["PAYLOAD", "body"]);
     let done_token = claim_new(&mut con, "done", 600);
     assert_eq!(done(&mut con, "done", &done_token, ("RESULT", "the result")), Ok(1));
-    let _: () = redis::cmd("IDEM.BF.RESERVE").arg("filter").arg(0.01).arg(200).arg("WINDOW").arg(3).query(&mut con).unwrap();
+    let _: () =
+        redis::cmd("IDEM.BF.RESERVE").arg("filter").arg(0.01).arg(200).arg("WINDOW").arg(3).query(&mut con).unwrap();
     let items: Vec<String> = (0..300).map(|n| format!("item:{n}")).collect();
     let _: Vec<i64> = redis::cmd("IDEM.BF.MADD").arg("filter").arg(&items).query(&mut con).unwrap();
     let originals: Vec<(&str, Vec<u8>, String)> = ["processing", "done", "filter"]
@@ -78,7 +79,8 @@ fn thousands_of_corrupt_payloads_are_refused_or_load_as_usable_values() {
         if rng.below(10) == 0 {
             corrupt.truncate(rng.below(corrupt.len()));
         }
-        let restored: RedisResult<()> = redis::cmd("RESTORE").arg("corrupt").arg(0).arg(corrupt).arg("REPLACE").query(&mut con);
+        let restored: RedisResult<()> =
+            redis::cmd("RESTORE").arg("corrupt").arg(0).arg(corrupt).arg("REPLACE").query(&mut con);
         match restored {
             Ok(()) => {
                 accepted += 1;
@@ -116,7 +118,9 @@ fn a_full_maxmemory_refuses_writes_but_never_a_completion() {
     for n in 0..300 {
         let _: () = redis::cmd("SET").arg(format!("fill:{n}")).arg(&filler).query(&mut con).unwrap();
     }
-    let used: i64 = parse_info(&redis::cmd("INFO").arg("memory").query::<String>(&mut con).unwrap())["used_memory"].parse().unwrap();
+    let used: i64 = parse_info(&redis::cmd("INFO").arg("memory").query::<String>(&mut con).unwrap())["used_memory"]
+        .parse()
+        .unwrap();
     let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(used / 2).query(&mut con).unwrap();
     let e = redis::cmd("SET").arg("one-more").arg("x").query::<()>(&mut con).unwrap_err();
     assert!(err_text(&e).starts_with("OOM"), "{e}");

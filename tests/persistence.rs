@@ -202,11 +202,7 @@ fn corrupt_restores(server_args: &[&str]) {
     let _: () = redis::cmd("SET").arg("str").arg("hello").query(&mut con).unwrap();
     let sp: Vec<u8> = redis::cmd("DUMP").arg("str").query(&mut con).unwrap();
     let n = sp.len();
-    assert_eq!(
-        crc64_redis(&sp[..n - 8]).to_le_bytes(),
-        sp[n - 8..],
-        "test's CRC64 does not match Redis's"
-    );
+    assert_eq!(crc64_redis(&sp[..n - 8]).to_le_bytes(), sp[n - 8..], "test's CRC64 does not match Redis's");
 
     let t = claim_new_opts(&mut con, "src1", 600, &["PAYLOAD", "body"]);
     assert_eq!(done(&mut con, "src1", &t, ("RESULT", "a-result\x00bin")), Ok(1));

@@ -768,9 +768,7 @@ fn keyspace_notifications() {
     // the key, 3 keyevent messages (claim, claim, done) naming the key.
     let mut keyspace: Vec<String> = Vec::new();
     let mut keyevent: Vec<(String, String)> = Vec::new();
-    while keyspace.iter().filter(|e| e.starts_with("idem.")).count() < 5
-        || keyevent.len() < 3
-    {
+    while keyspace.iter().filter(|e| e.starts_with("idem.")).count() < 5 || keyevent.len() < 3 {
         let msg = match ps.get_message() {
             Ok(m) => m,
             Err(e) => panic!("no more notifications ({e}); keyspace {keyspace:?}, keyevent {keyevent:?}"),
@@ -946,7 +944,10 @@ fn module_list_reports_the_crate_version() {
     let idem = modules
         .iter()
         .map(|fields| {
-            fields.chunks(2).map(|pair| (as_str(&pair[0]), pair[1].clone())).collect::<std::collections::HashMap<_, _>>()
+            fields
+                .chunks(2)
+                .map(|pair| (as_str(&pair[0]), pair[1].clone()))
+                .collect::<std::collections::HashMap<_, _>>()
         })
         .find(|fields| fields.get("name").map(as_str).as_deref() == Some("idem"))
         .expect("the module is listed as idem");

@@ -302,17 +302,21 @@ impl Run {
         }
         pipe.cmd("TIME");
         let packed = pipe.get_packed_pipeline();
-        let mut replies = match redis::ConnectionLike::req_packed_commands(&mut self.cons[conn], &packed, 0, cmds.len() + 2) {
-            Ok(r) => r,
-            Err(e) => {
-                let alive = match (self.primary.exited(), self.replica.exited()) {
-                    (None, None) => "both servers are running".to_string(),
-                    (p, r) => format!("primary exit status {p:?}, replica exit status {r:?}"),
-                };
-                let cmdline: Vec<String> = cmds.iter().map(|c| c.to_string()).collect();
-                self.fail(&format!("{cmdline:?}: connection error {e} ({alive}); primary log:\n{}", self.primary.log_tail(30)));
-            }
-        };
+        let mut replies =
+            match redis::ConnectionLike::req_packed_commands(&mut self.cons[conn], &packed, 0, cmds.len() + 2) {
+                Ok(r) => r,
+                Err(e) => {
+                    let alive = match (self.primary.exited(), self.replica.exited()) {
+                        (None, None) => "both servers are running".to_string(),
+                        (p, r) => format!("primary exit status {p:?}, replica exit status {r:?}"),
+                    };
+                    let cmdline: Vec<String> = cmds.iter().map(|c| c.to_string()).collect();
+                    self.fail(&format!(
+                        "{cmdline:?}: connection error {e} ({alive}); primary log:\n{}",
+                        self.primary.log_tail(30)
+                    ));
+                }
+            };
         let t1 = time_ms(&replies.pop().unwrap());
         let t0 = time_ms(&replies.remove(0));
         self.widest = self.widest.max(t1 - t0);
@@ -336,7 +340,8 @@ impl Run {
     }
 
     fn check(&mut self, db: usize, cmds: &[Cmd], replies: &[Value], t0: i64, t1: i64) {
-        let mut states: Vec<State> = self.worlds.iter().map(|w| State { w: w.clone(), tmin: t0, fp: 0, neg: 0 }).collect();
+        let mut states: Vec<State> =
+            self.worlds.iter().map(|w| State { w: w.clone(), tmin: t0, fp: 0, neg: 0 }).collect();
         for (cmd, reply) in cmds.iter().zip(replies) {
             let mut next: HashMap<World, State> = HashMap::new();
             let mut token = None;
@@ -434,9 +439,7 @@ impl Run {
             Value::Int(i) if i.abs() <= 10 => i.to_string(),
             Value::Int(_) => "n".into(),
             Value::Nil => "nil".into(),
-            Value::Array(items) if matches!(cmd, Cmd::Claim { .. }) => {
-                items.first().map(short).unwrap_or_default()
-            }
+            Value::Array(items) if matches!(cmd, Cmd::Claim { .. }) => items.first().map(short).unwrap_or_default(),
             Value::Array(_) | Value::Map(_) => "array".into(),
             _ => "ok".into(),
         };
@@ -781,7 +784,10 @@ impl Run {
         let covered: Vec<String> = self.seen.iter().map(|(k, v)| format!("{k}: {v}")).collect();
         eprintln!("stateful: replies seen: {}", covered.join(", "));
         if self.fp > allowed {
-            self.fail(&format!("{} false positives in {} negative Bloom answers (at most {allowed} allowed)", self.fp, self.neg));
+            self.fail(&format!(
+                "{} false positives in {} negative Bloom answers (at most {allowed} allowed)",
+                self.fp, self.neg
+            ));
         }
     }
 
@@ -803,7 +809,9 @@ impl Run {
             std::thread::sleep(Duration::from_millis(100));
         }
         let diff = self.diff_keys();
-        self.fail(&format!("the replica's DEBUG DIGEST never matched the primary's: {last}\nkeys that differ:\n{diff}"));
+        self.fail(&format!(
+            "the replica's DEBUG DIGEST never matched the primary's: {last}\nkeys that differ:\n{diff}"
+        ));
     }
 
     /// Every key whose digest, expiry or type differs between the primary
@@ -876,7 +884,11 @@ fn stateful_seed_2() {
 fn stateful_random_seeds() {
     let mut seeds: Vec<u64> = Vec::new();
     if let Ok(list) = std::env::var("IDEM_STATEFUL_SEED") {
-        seeds.extend(list.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse::<u64>().expect("IDEM_STATEFUL_SEED: integers")));
+        seeds.extend(
+            list.split(',')
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| s.trim().parse::<u64>().expect("IDEM_STATEFUL_SEED: integers")),
+        );
     }
     if let Ok(n) = std::env::var("IDEM_STATEFUL_SEEDS") {
         let n: u64 = n.trim().parse().expect("IDEM_STATEFUL_SEEDS: a number of seeds");

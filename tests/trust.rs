@@ -354,7 +354,16 @@ fn a_filter_never_outlives_its_window() {
     let mut con = s.conn();
     // A user's EXPIRE past the window: the filter still goes when its
     // last shard leaves the window, never lingering empty without a TTL.
-    let _: () = redis::cmd("IDEM.BF.RESERVE").arg("f").arg(0.01).arg(100).arg("WINDOW").arg(2).arg("SHARD").arg(1).query(&mut con).unwrap();
+    let _: () = redis::cmd("IDEM.BF.RESERVE")
+        .arg("f")
+        .arg(0.01)
+        .arg(100)
+        .arg("WINDOW")
+        .arg(2)
+        .arg("SHARD")
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
     let _: i64 = redis::cmd("IDEM.BF.ADD").arg("f").arg("x").query(&mut con).unwrap();
     let _: i64 = redis::cmd("EXPIRE").arg("f").arg(600).query(&mut con).unwrap();
     std::thread::sleep(Duration::from_millis(3500));
@@ -397,8 +406,13 @@ fn a_filter_never_outlives_its_window() {
 fn assert_moves(con: &mut redis::Connection, key: &str, other: &Server) {
     let payload: Vec<u8> = redis::cmd("DUMP").arg(key).query(con).expect("DUMP");
     let expire_at = pexpiretime(con, key);
-    let _: () =
-        redis::cmd("RESTORE").arg(format!("{key}:copy")).arg(expire_at).arg(&payload).arg("ABSTTL").query(con).expect("RESTORE");
+    let _: () = redis::cmd("RESTORE")
+        .arg(format!("{key}:copy"))
+        .arg(expire_at)
+        .arg(&payload)
+        .arg("ABSTTL")
+        .query(con)
+        .expect("RESTORE");
     assert_eq!(digest_value(con, key), digest_value(con, &format!("{key}:copy")));
     drop(payload);
     let reply: String = redis::cmd("MIGRATE")

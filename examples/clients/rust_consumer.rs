@@ -16,7 +16,11 @@ enum Outcome {
     DeadLetter,
 }
 
-fn handle(con: &mut Connection, business_id: u32, work: &mut impl FnMut(u32, i64) -> Result<String, String>) -> RedisResult<Outcome> {
+fn handle(
+    con: &mut Connection,
+    business_id: u32,
+    work: &mut impl FnMut(u32, i64) -> Result<String, String>,
+) -> RedisResult<Outcome> {
     let key = format!("example:rust:{business_id}");
     let (status, value, attempt): (String, Value, i64) = redis::cmd("IDEM.CLAIM").arg(&key).arg(30).query(con)?;
     match status.as_str() {

@@ -136,7 +136,13 @@ impl Bits {
 /// `true` if it never did. A 64-bit value's position is its high bits
 /// scaled onto the array (a multiply-shift, no division).
 #[inline(always)]
-fn probe_positions(words: usize, hashes: u32, scheme: Scheme, item: ItemHash, mut probe: impl FnMut(usize, u64) -> bool) -> bool {
+fn probe_positions(
+    words: usize,
+    hashes: u32,
+    scheme: Scheme,
+    item: ItemHash,
+    mut probe: impl FnMut(usize, u64) -> bool,
+) -> bool {
     let bits = words as u128 * 64;
     let position = |value: u64| {
         let position = ((value as u128 * bits) >> 64) as u64;

@@ -26,8 +26,8 @@
 use super::bits::{Bits, Scheme};
 use super::{
     FORMAT_1_MAX_WINDOW, MAX_BYTES, MAX_HASHES, MAX_SUB_FILTERS, MAX_TOTAL_SUB_FILTERS, MAX_WINDOW, PROTO_MAX_BULK_LEN,
-    Params, Shard, Share, ShardedBloom, SubFilter, allocation_class, false_positive_rate, format_1_class_below, hash_count,
-    sub_filter_bytes,
+    Params, Shard, ShardedBloom, Share, SubFilter, allocation_class, false_positive_rate, format_1_class_below,
+    hash_count, sub_filter_bytes,
 };
 use crate::record::Millis;
 use crate::record::codec::{DecodeError, Reader};
@@ -143,9 +143,7 @@ fn decode_with(bytes: &[u8], stored: bool) -> Result<ShardedBloom, DecodeError> 
         // room for growth, but no window of full stacks, which no traffic
         // builds and which makes every query probe hundreds of thousands
         // of sub-filters (the 8,784 x 32).
-        Scheme::DoubleHashing if stored => {
-            (FORMAT_1_MAX_BYTES, FORMAT_1_MAX_WINDOW as usize + 1 + 2 * MAX_SUB_FILTERS)
-        }
+        Scheme::DoubleHashing if stored => (FORMAT_1_MAX_BYTES, FORMAT_1_MAX_WINDOW as usize + 1 + 2 * MAX_SUB_FILTERS),
         _ => (MAX_BYTES, MAX_TOTAL_SUB_FILTERS),
     };
     let shard_count = input.u32()?;

@@ -60,7 +60,10 @@ fn allocation_classes_are_jemallocs() {
     assert_eq!(allocation_class_below(163839), 131072);
     for size in 8..1 << 20 {
         let below = allocation_class_below(size);
-        assert!(allocation_class(below) == below && below <= size && allocation_class(below + 1) > size, "{size}: {below}");
+        assert!(
+            allocation_class(below) == below && below <= size && allocation_class(below + 1) > size,
+            "{size}: {below}"
+        );
     }
     assert_eq!(format_1_class_below(12), 9, "format 1's sizing, kept");
     assert_eq!(allocation_class_below(163840), 163840);
@@ -84,10 +87,15 @@ fn parameters_out_of_range_are_refused() {
         assert!(matches!(bad.check(), Err(BloomError::Invalid(_))), "{bad:?}");
     }
     let huge = params(0.01, u64::MAX / 2, 1, DAY);
-    assert!(matches!(new_filter(huge, SEED, T0).err(), Some(BloomError::SizeLimit { needed, limit: MAX_BYTES }) if needed > MAX_BYTES));
+    assert!(
+        matches!(new_filter(huge, SEED, T0).err(), Some(BloomError::SizeLimit { needed, limit: MAX_BYTES }) if needed > MAX_BYTES)
+    );
     for rate in [1e-300, 5e-324, 1e-15, 1e-10] {
         let tiny_rate = params(rate, 1, 1, DAY);
-        assert_eq!(new_filter(tiny_rate, SEED, T0).err(), Some(BloomError::Invalid("error_rate must be at least 1e-9")));
+        assert_eq!(
+            new_filter(tiny_rate, SEED, T0).err(),
+            Some(BloomError::Invalid("error_rate must be at least 1e-9"))
+        );
     }
     assert!(new_filter(params(MIN_ERROR_RATE, 1, 1, DAY), SEED, T0).is_ok());
 }
@@ -218,7 +226,10 @@ fn check_room_refuses_growth_past_the_limits_before_anything_changes() {
     }
     assert_eq!(filter.check_room(1, T0, MAX_BYTES), Err(BloomError::StackFull));
     let big = new_filter(params(0.01, 100_000_000, 1, DAY), SEED, T0).unwrap();
-    assert!(matches!(big.check_room(10_000_000_000, T0, MAX_BYTES), Err(BloomError::SizeLimit { limit: MAX_BYTES, .. })));
+    assert!(matches!(
+        big.check_room(10_000_000_000, T0, MAX_BYTES),
+        Err(BloomError::SizeLimit { limit: MAX_BYTES, .. })
+    ));
 }
 
 #[test]
@@ -440,44 +451,53 @@ fn a_drop_then_a_recovery_keeps_the_rate() {
 /// whose collapse floor doubles each sub-filter; three daily shards sized
 /// from the previous one's count.
 const FORMAT_1_PAYLOADS: [(&[&str], u64); 3] = [
-    (&[
-    "019a9999999999b93f0400000000000000030000000a00000000000000020000000b30557a9fc4e90e33587da2c7ec11",
-    "365b80a5caef14395e83a8cdf2173c6186020000008061496b0000000014000000000000000300000004000000000000",
-    "000400000000000000ef84e7beafb1853f0c0000000800000075ddf7c3485dd2d4080000000000000008000000000000",
-    "009c0f6539fee0793f0b000000100000005b53838e389ce36c694d2a7ce2e3de0e100000000000000008000000000000",
-    "00381fca72fcc16b3f0b0000002000000043402c1001113018108c2144fc158101343448c0087002146411142a784b90",
-    "118a61496b000000000a000000000000000100000016000000000000000a00000000000000743d8a08114a7b3f080000",
-    "0020000000c9120400548ab0c3b004044a0180232802000f2418080c0bb144283400618102",
-    ], 0x7ebb3f4f09d60a0a),
-    (&[
-    "017b14ae47e17a843f0100000000000000010000008051010000000000010000000b30557a9fc4e90e33587da2c7ec11",
-    "365b80a5caef14395e83a8cdf2173c6186010000008061496b0000000006000000000000000600000001000000000000",
-    "000100000000000000000000000000683f1400000020000000000a00080030002000c000000100010004000400100020",
-    "00600080008001000201000000000000000100000000000000000000000000603f140000003000000000000001020408",
-    "000000008000010408000000000000010204080000000000000102041000000000800002040800000001000000000000",
-    "000100000000000000000000000000583f14000000400000000000000400000000020000008000020000400001000010",
-    "400000000820000000040800000001040000800002000000800000000040000000002000000000080001000000000000",
-    "000100000000000000000000000000503f14000000600000000800000000000002000000080000010000000400000000",
-    "000001000000040040000000000100000000008000000000020020000000800000000000002000000080000010000000",
-    "400000000000001000000000000008000000100000000000000100000000000000010000000000000000000000000048",
-    "3f1400000080000000000000000000000000000008000008000004000004000004000000000000000000000000000000",
-    "000000200000200000100000100000100000000000000000000000000000000000008000008000004000004000004000",
-    "000000000000000000000000000000000000020000020000020000010000010000000000000000000001000000000000",
-    "000100000000000000000000000000403f14000000c00000000000000004000000000008000000000000000000000004",
-    "000000000008000000000000000000000000000000000004000000000008000000000000000000000004000000000008",
-    "000000000000000000000000000000000004000000000008000000000000000000000004000000000008000000000000",
-    "000000000000000000000004000000000008000000000000000000000004000000000008000000000008000000000000",
-    "00000000000400000000000800000000000000000000000400",
-    ], 0x2f4ee357b81c5e98),
-    (&[
-    "019a9999999999c93f0300000000000000020000008051010000000000030000000b30557a9fc4e90e33587da2c7ec11",
-    "365b80a5caef14395e83a8cdf2173c6186030000008061496b0000000007000000000000000200000003000000000000",
-    "00030000000000000042f4d1428e12883f0f000000080000008d9dab46c5767376090000000000000004000000000000",
-    "003e65a14768cfa63f05000000080000003a10d0302818102000b34a6b00000000050000000000000001000000080000",
-    "0000000000050000000000000058f4d9b9280ca13f06000000080000000231d488920587e380044c6b00000000020000",
-    "000000000001000000060000000000000002000000000000003405ff3d411e923f070000000800000009c80884048401",
-    "48",
-    ], 0xca1ae192442e80bf),
+    (
+        &[
+            "019a9999999999b93f0400000000000000030000000a00000000000000020000000b30557a9fc4e90e33587da2c7ec11",
+            "365b80a5caef14395e83a8cdf2173c6186020000008061496b0000000014000000000000000300000004000000000000",
+            "000400000000000000ef84e7beafb1853f0c0000000800000075ddf7c3485dd2d4080000000000000008000000000000",
+            "009c0f6539fee0793f0b000000100000005b53838e389ce36c694d2a7ce2e3de0e100000000000000008000000000000",
+            "00381fca72fcc16b3f0b0000002000000043402c1001113018108c2144fc158101343448c0087002146411142a784b90",
+            "118a61496b000000000a000000000000000100000016000000000000000a00000000000000743d8a08114a7b3f080000",
+            "0020000000c9120400548ab0c3b004044a0180232802000f2418080c0bb144283400618102",
+        ],
+        0x7ebb3f4f09d60a0a,
+    ),
+    (
+        &[
+            "017b14ae47e17a843f0100000000000000010000008051010000000000010000000b30557a9fc4e90e33587da2c7ec11",
+            "365b80a5caef14395e83a8cdf2173c6186010000008061496b0000000006000000000000000600000001000000000000",
+            "000100000000000000000000000000683f1400000020000000000a00080030002000c000000100010004000400100020",
+            "00600080008001000201000000000000000100000000000000000000000000603f140000003000000000000001020408",
+            "000000008000010408000000000000010204080000000000000102041000000000800002040800000001000000000000",
+            "000100000000000000000000000000583f14000000400000000000000400000000020000008000020000400001000010",
+            "400000000820000000040800000001040000800002000000800000000040000000002000000000080001000000000000",
+            "000100000000000000000000000000503f14000000600000000800000000000002000000080000010000000400000000",
+            "000001000000040040000000000100000000008000000000020020000000800000000000002000000080000010000000",
+            "400000000000001000000000000008000000100000000000000100000000000000010000000000000000000000000048",
+            "3f1400000080000000000000000000000000000008000008000004000004000004000000000000000000000000000000",
+            "000000200000200000100000100000100000000000000000000000000000000000008000008000004000004000004000",
+            "000000000000000000000000000000000000020000020000020000010000010000000000000000000001000000000000",
+            "000100000000000000000000000000403f14000000c00000000000000004000000000008000000000000000000000004",
+            "000000000008000000000000000000000000000000000004000000000008000000000000000000000004000000000008",
+            "000000000000000000000000000000000004000000000008000000000000000000000004000000000008000000000000",
+            "000000000000000000000004000000000008000000000000000000000004000000000008000000000008000000000000",
+            "00000000000400000000000800000000000000000000000400",
+        ],
+        0x2f4ee357b81c5e98,
+    ),
+    (
+        &[
+            "019a9999999999c93f0300000000000000020000008051010000000000030000000b30557a9fc4e90e33587da2c7ec11",
+            "365b80a5caef14395e83a8cdf2173c6186030000008061496b0000000007000000000000000200000003000000000000",
+            "00030000000000000042f4d1428e12883f0f000000080000008d9dab46c5767376090000000000000004000000000000",
+            "003e65a14768cfa63f05000000080000003a10d0302818102000b34a6b00000000050000000000000001000000080000",
+            "0000000000050000000000000058f4d9b9280ca13f06000000080000000231d488920587e380044c6b00000000020000",
+            "000000000001000000060000000000000002000000000000003405ff3d411e923f070000000800000009c80884048401",
+            "48",
+        ],
+        0xca1ae192442e80bf,
+    ),
 ];
 
 /// The filters behind [`FORMAT_1_PAYLOADS`], built by today's code.
@@ -486,7 +506,10 @@ type Adds = Vec<(Millis, &'static str, u64)>;
 
 fn format_1_builds() -> [ShardedBloom; 3] {
     let cases: [(Params, Adds); 3] = [
-        (Params { error_rate: 0.1, capacity: 4, window: 3, period: 10, expansion: 2 }, vec![(T0, "x", 20), (T0 + 10_000, "y", 10)]),
+        (
+            Params { error_rate: 0.1, capacity: 4, window: 3, period: 10, expansion: 2 },
+            vec![(T0, "x", 20), (T0 + 10_000, "y", 10)],
+        ),
         (Params { error_rate: 0.01, capacity: 1, window: 1, period: DAY, expansion: 1 }, vec![(T0, "e", 6)]),
         (
             Params { error_rate: 0.2, capacity: 3, window: 2, period: DAY, expansion: 3 },
@@ -665,7 +688,6 @@ fn measured_rate(scheme: Scheme, bytes: u64, items: u64, arrays: u64, queries: u
     hits as f64 / (arrays as f64 * queries as f64)
 }
 
-
 /// The costliest filter to query that the decoder accepts with `shards`
 /// shards of `height` sub-filters each, all of `capacity` items (period
 /// 1 s, expansion 1, the lowest error rate, so every sub-filter probes
@@ -689,7 +711,9 @@ fn costliest_filter(shards: u32, height: usize, capacity: u64, adversarial: bool
             if adversarial {
                 queries.iter().for_each(|&q| sub.bits.set_first(q, sub.bits.hashes() - 1));
             } else {
-                hashes(start as u64 * 1000 + level as u64, capacity as usize).into_iter().for_each(|item| sub.bits.set(item));
+                hashes(start as u64 * 1000 + level as u64, capacity as usize)
+                    .into_iter()
+                    .for_each(|item| sub.bits.set(item));
             }
             filters.push(sub);
         }
@@ -769,7 +793,6 @@ fn stack_bits_per_item(error_rate: f64, window: u32, capacity: u64, level: usize
     bytes as f64 * 8.0 / capacity as f64
 }
 
-
 #[test]
 fn sizes_at_the_rate_bound_stay_in_proportion() {
     // The figures behind MIN_ERROR_RATE's comment (bits an item, first
@@ -785,7 +808,10 @@ fn sizes_at_the_rate_bound_stay_in_proportion() {
         for capacity in [1, 10, 1_000, 100_000] {
             for level in [0, 1, 15, 31] {
                 let bits = stack_bits_per_item(MIN_ERROR_RATE, window, capacity, level);
-                assert!(bits <= 130.0 || bits * capacity as f64 <= 128.0, "window {window} capacity {capacity} level {level}: {bits:.1}");
+                assert!(
+                    bits <= 130.0 || bits * capacity as f64 <= 128.0,
+                    "window {window} capacity {capacity} level {level}: {bits:.1}"
+                );
             }
         }
     }
@@ -807,7 +833,10 @@ fn sizes_follow_capacity_with_no_floor() {
                 let capped = -20.0 / (1.0 - target.powf(1.0 / 20.0)).ln();
                 let needed = capacity as f64 * optimum.max(capped) / 8.0;
                 let bound = allocation_class((1.3 * needed).ceil() as u64).max(16);
-                assert!(bytes <= bound, "{rate:e} window {window} capacity {capacity}: {bytes} bytes, {needed:.0} needed");
+                assert!(
+                    bytes <= bound,
+                    "{rate:e} window {window} capacity {capacity}: {bytes} bytes, {needed:.0} needed"
+                );
             }
         }
     }
@@ -855,7 +884,9 @@ fn mean_rate(params: Params, items: u64, filters: u64, queries: u64) -> f64 {
 fn mixed_probes_keep_the_rate_in_tiny_and_large_arrays() {
     // At capacity: (capacity, filters of it, queries each).
     for rate in [0.1, 0.01, 0.001] {
-        for (capacity, filters, queries) in [(1, 2_000, 500), (10, 2_000, 500), (1_000, 50, 20_000), (100_000, 1, 1_000_000)] {
+        for (capacity, filters, queries) in
+            [(1, 2_000, 500), (10, 2_000, 500), (1_000, 50, 20_000), (100_000, 1, 1_000_000)]
+        {
             let measured = mean_rate(params(rate, capacity, 1, DAY), capacity, filters, queries);
             let total = filters * queries;
             eprintln!("rate {rate}, capacity {capacity}: {measured:.6}");
@@ -871,13 +902,19 @@ fn mixed_probes_keep_the_rate_in_stacked_sub_filters() {
     // rate is a mean over fills: one filter's varies by a few percent
     // around it (each query's probes meet its particular set bits), so
     // several filters are averaged.
-    for (capacity, expansion, items, filters, queries) in
-        [(1, 1, 32, 2_000, 500), (10, 1, 320, 500, 2_000), (1, 2, 100_000, 16, 100_000), (1_000, 2, 200_000, 16, 100_000)]
-    {
+    for (capacity, expansion, items, filters, queries) in [
+        (1, 1, 32, 2_000, 500),
+        (10, 1, 320, 500, 2_000),
+        (1, 2, 100_000, 16, 100_000),
+        (1_000, 2, 200_000, 16, 100_000),
+    ] {
         let params = Params { expansion, ..params(0.01, capacity, 1, DAY) };
         let measured = mean_rate(params, items, filters, queries);
         eprintln!("capacity {capacity}, expansion {expansion}, {items} items: {measured:.6}");
-        assert!(measured <= 0.01 + slack(0.01, filters * queries), "capacity {capacity} expansion {expansion}: {measured}");
+        assert!(
+            measured <= 0.01 + slack(0.01, filters * queries),
+            "capacity {capacity} expansion {expansion}: {measured}"
+        );
     }
 }
 
@@ -890,7 +927,10 @@ fn the_mixed_rate_model_bounds_what_small_arrays_measure() {
             let model = false_positive_rate(m, items, Scheme::Mixed);
             let queries = 1_000 * 1_000;
             let measured = measured_rate(Scheme::Mixed, bytes, items, 1_000, 1_000);
-            assert!(measured <= model + slack(model, queries), "{m} bits, {items} items: measured {measured}, model {model}");
+            assert!(
+                measured <= model + slack(model, queries),
+                "{m} bits, {items} items: measured {measured}, model {model}"
+            );
         }
     }
 }
@@ -901,7 +941,10 @@ fn check_room_names_each_limit_and_add_keeps_the_hard_ones() {
     let p = params(0.01, 1_000, 1, DAY);
     let needed = ShardedBloom::plan_new(&p, T0, MAX_BYTES).unwrap().allocate;
     assert_eq!(new_filter(p, SEED, T0).unwrap().bytes(), needed);
-    assert_eq!(ShardedBloom::new(p, SEED, T0, needed - 1).err(), Some(BloomError::SizeLimit { needed, limit: needed - 1 }));
+    assert_eq!(
+        ShardedBloom::new(p, SEED, T0, needed - 1).err(),
+        Some(BloomError::SizeLimit { needed, limit: needed - 1 })
+    );
     assert_eq!(ShardedBloom::plan_new(&p, T0, u64::MAX).unwrap(), Room { allocate: needed, sub_filters: 1 });
     let filter = new_filter(p, SEED, T0).unwrap();
     assert_eq!(filter.check_room(1_000, T0, needed), Ok(Room::default()), "fits the top sub-filter");
@@ -915,15 +958,24 @@ fn check_room_names_each_limit_and_add_keeps_the_hard_ones() {
     let huge = params(0.01, 1 << 40, 1, DAY);
     assert!(matches!(ShardedBloom::plan_new(&huge, T0, u64::MAX), Err(BloomError::SizeLimit { limit: MAX_BYTES, .. })));
     // Invalid settings.
-    assert!(matches!(ShardedBloom::plan_new(&params(0.01, 1, MAX_WINDOW + 1, DAY), T0, MAX_BYTES), Err(BloomError::Invalid(_))));
+    assert!(matches!(
+        ShardedBloom::plan_new(&params(0.01, 1, MAX_WINDOW + 1, DAY), T0, MAX_BYTES),
+        Err(BloomError::Invalid(_))
+    ));
     let old_window = params(0.01, 1, FORMAT_1_MAX_WINDOW, HOUR);
     assert!(ShardedBloom::with_scheme(old_window, Scheme::DoubleHashing, SEED, T0, MAX_BYTES).is_ok());
-    assert!(matches!(ShardedBloom::with_scheme(old_window, Scheme::Mixed, SEED, T0, MAX_BYTES), Err(BloomError::Invalid(_))));
+    assert!(matches!(
+        ShardedBloom::with_scheme(old_window, Scheme::Mixed, SEED, T0, MAX_BYTES),
+        Err(BloomError::Invalid(_))
+    ));
     // Format 1 filters had no lower bound on the rate (though their floor
     // made one this low too large to build).
     let old_rate = params(1e-12, 1, 1, DAY);
     assert_eq!(old_rate.check_for(Scheme::DoubleHashing), Ok(()));
-    assert!(matches!(ShardedBloom::with_scheme(old_rate, Scheme::DoubleHashing, SEED, T0, MAX_BYTES), Err(BloomError::SizeLimit { .. })));
+    assert!(matches!(
+        ShardedBloom::with_scheme(old_rate, Scheme::DoubleHashing, SEED, T0, MAX_BYTES),
+        Err(BloomError::SizeLimit { .. })
+    ));
 
     // Too many sub-filters in all: shards of 1 s taking 1 item, then 4,
     // by turns; a 4 outgrows a shard sized after a 1, and stacks.
@@ -1026,8 +1078,6 @@ proptest! {
     }
 }
 
-
-
 #[test]
 fn mixed_probes_fill_arrays_as_independent_probes_would() {
     // 1,000 items in 10,240 bits with 7 probes each: the set bits and the
@@ -1050,7 +1100,10 @@ fn mixed_probes_fill_arrays_as_independent_probes_would() {
         }
         let model = false_positive_rate(m as u64, n as u64, scheme);
         assert!((ones - expected_ones).abs() < 2.0, "{scheme:?}: {ones} bits set, {expected_ones} expected");
-        assert!((measured / predicted - 1.0).abs() < 0.02, "{scheme:?}: {measured} measured, {predicted} from the fill");
+        assert!(
+            (measured / predicted - 1.0).abs() < 0.02,
+            "{scheme:?}: {measured} measured, {predicted} from the fill"
+        );
         assert!((measured / model - 1.0).abs() < 0.02, "{scheme:?}: {measured} measured, model {model}");
     }
 }
@@ -1087,7 +1140,8 @@ fn stacked(scheme: Scheme, error_rate: f64, window: u32, shards: i64, height: us
             })
             .collect()
     };
-    let shards = (0..shards).map(|start| Shard { start, items: capacity * height as u64, filters: filters(start) }).collect();
+    let shards =
+        (0..shards).map(|start| Shard { start, items: capacity * height as u64, filters: filters(start) }).collect();
     ShardedBloom { params, seed: SEED, scheme, shards }
 }
 
@@ -1202,7 +1256,9 @@ fn the_issues_payload_of_8784_shards_of_32_is_refused_at_once() {
         sub.items = 1;
         sub
     };
-    let shards = (0..FORMAT_1_MAX_WINDOW as i64).map(|start| Shard { start, items: 32, filters: (0..32).map(|_| sub()).collect() }).collect();
+    let shards = (0..FORMAT_1_MAX_WINDOW as i64)
+        .map(|start| Shard { start, items: 32, filters: (0..32).map(|_| sub()).collect() })
+        .collect();
     let attack = ShardedBloom { params, seed: SEED, scheme: Scheme::DoubleHashing, shards };
     let payload = encoded(&attack);
     for decode in [codec::decode, codec::decode_stored] {
@@ -1222,8 +1278,10 @@ fn the_issues_payload_of_8784_shards_of_32_is_refused_at_once() {
 
 #[test]
 fn format_1_class_below_strays_from_classes_only_up_to_64_bytes() {
-    let strays: Vec<(u64, u64)> =
-        (8..1 << 20).map(|size| (size, format_1_class_below(size))).filter(|&(_, below)| allocation_class(below) != below).collect();
+    let strays: Vec<(u64, u64)> = (8..1 << 20)
+        .map(|size| (size, format_1_class_below(size)))
+        .filter(|&(_, below)| allocation_class(below) != below)
+        .collect();
     eprintln!("{strays:?}");
     assert!(strays.iter().all(|&(size, _)| size <= 64), "{strays:?}");
 }
@@ -1264,7 +1322,6 @@ proptest! {
         }
     }
 }
-
 
 #[test]
 fn format_1_filters_with_stray_sizes_decode() {
@@ -1326,7 +1383,6 @@ fn write_fuzz_corpus() {
     }
 }
 
-
 #[test]
 #[ignore = "a benchmark: cargo test --release --lib -- --ignored bench_ --nocapture"]
 fn bench_worst_format_1_stored() {
@@ -1340,7 +1396,8 @@ fn bench_worst_format_1_stored() {
         filter.bytes() * (FORMAT_1_MAX_WINDOW as u64 + 1) <= 512 * 1024 * 1024 - 64 * 1024
     };
     let height = (1..=MAX_SUB_FILTERS).take_while(|&h| fits(h)).last().unwrap();
-    let mut filter = stacked(Scheme::DoubleHashing, 0.999, FORMAT_1_MAX_WINDOW, FORMAT_1_MAX_WINDOW as i64 + 1, height, 950);
+    let mut filter =
+        stacked(Scheme::DoubleHashing, 0.999, FORMAT_1_MAX_WINDOW, FORMAT_1_MAX_WINDOW as i64 + 1, height, 950);
     for (n, sub) in filter.shards.iter_mut().flat_map(|s| &mut s.filters).enumerate() {
         hashes(n as u64 + 5_000_000, 950).into_iter().for_each(|item| sub.bits.set(item));
     }

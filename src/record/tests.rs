@@ -233,7 +233,10 @@ fn once_marks_absent_keys_only() {
     let (created, write) = once(None, 5_000, T0);
     assert!(created);
     let Write::Create { record, expire_at } = write else { panic!() };
-    assert_eq!((record.phase, record.attempt, record.claimed_at, record.done_at, expire_at), (Phase::Done, 0, 0, T0, T0 + 5_000));
+    assert_eq!(
+        (record.phase, record.attempt, record.claimed_at, record.done_at, expire_at),
+        (Phase::Done, 0, 0, T0, T0 + 5_000)
+    );
     assert_eq!(once(Some(&record), 5_000, T0), (false, Write::None));
 }
 
@@ -285,7 +288,8 @@ fn packing_keeps_plain_records_in_16_or_32_bytes_and_round_trips() {
     assert_eq!(codec::pack(&long_lease), None);
     let many_attempts = Record { attempt: 1 << 32, ..Record::done_without_claim(T0, None) };
     assert_eq!(codec::pack(&many_attempts), None);
-    let edges = Record { attempt: u32::MAX as u64, claimed_at: (1 << 44) - 1, lease_end: (1 << 44) - 1, ..records[1].clone() };
+    let edges =
+        Record { attempt: u32::MAX as u64, claimed_at: (1 << 44) - 1, lease_end: (1 << 44) - 1, ..records[1].clone() };
     assert_eq!(codec::unpack(codec::pack(&edges).unwrap()), edges);
 }
 
@@ -373,11 +377,24 @@ impl Model {
 #[derive(Clone, Debug)]
 enum Op {
     Wait(Millis),
-    Claim { lease_s: i64, payload: Option<u8>, max_tries: Option<u64> },
+    Claim {
+        lease_s: i64,
+        payload: Option<u8>,
+        max_tries: Option<u64>,
+    },
     /// Which token: 0 = the latest issued, n = the n-th most recent.
-    Done { which: usize, result: Option<u8>, retain_s: i64 },
-    Release { which: usize },
-    Extend { which: usize, lease_s: i64 },
+    Done {
+        which: usize,
+        result: Option<u8>,
+        retain_s: i64,
+    },
+    Release {
+        which: usize,
+    },
+    Extend {
+        which: usize,
+        lease_s: i64,
+    },
     Delete,
 }
 
@@ -389,8 +406,11 @@ fn op() -> impl Strategy<Value = Op> {
         (0i64..HISTORY / 500 * 2).prop_map(|halves| Op::Wait(halves * 500)),
         (1i64..4, proptest::option::of(0u8..2), proptest::option::of(1u64..4))
             .prop_map(|(lease_s, payload, max_tries)| Op::Claim { lease_s, payload, max_tries }),
-        (0usize..3, proptest::option::of(any::<u8>()), 1i64..5000)
-            .prop_map(|(which, result, retain_s)| Op::Done { which, result, retain_s }),
+        (0usize..3, proptest::option::of(any::<u8>()), 1i64..5000).prop_map(|(which, result, retain_s)| Op::Done {
+            which,
+            result,
+            retain_s
+        }),
         (0usize..3).prop_map(|which| Op::Release { which }),
         (0usize..3, 1i64..4).prop_map(|(which, lease_s)| Op::Extend { which, lease_s }),
         Just(Op::Delete),

@@ -268,8 +268,7 @@ impl Topology {
 
     /// Primaries that own slots, ordered by their first slot.
     pub fn primaries(&self) -> Vec<&NodeInfo> {
-        let mut v: Vec<&NodeInfo> =
-            self.nodes.iter().filter(|n| n.primary && !n.down && !n.slots.is_empty()).collect();
+        let mut v: Vec<&NodeInfo> = self.nodes.iter().filter(|n| n.primary && !n.down && !n.slots.is_empty()).collect();
         v.sort_by_key(|n| n.slots[0].0);
         v
     }
@@ -446,7 +445,9 @@ impl Cluster {
                 }
             }
             let me = view.nodes.iter().find(|n| n.id == view.myself).ok_or("no myself")?.clone();
-            let repl = parse_info(&redis::cmd("INFO").arg("replication").query::<String>(&mut con).map_err(|e| e.to_string())?);
+            let repl = parse_info(
+                &redis::cmd("INFO").arg("replication").query::<String>(&mut con).map_err(|e| e.to_string())?,
+            );
             let role = repl.get("role").cloned().unwrap_or_default();
             if me.primary != (role == "master") {
                 return Err(format!("node {} has role {role}, its view says primary={}", s.port, me.primary));
@@ -570,7 +571,13 @@ pub fn filter_snapshot(con: &mut redis::Connection, key: &str, probe: &[String])
     let info: Value = redis::cmd("IDEM.BF.INFO").arg(key).query(con).expect("IDEM.BF.INFO");
     assert_ne!(info, Value::Nil, "IDEM.BF.INFO {key}: nil");
     let mexists: Vec<i64> = redis::cmd("IDEM.BF.MEXISTS").arg(key).arg(probe).query(con).expect("IDEM.BF.MEXISTS");
-    FilterSnap { key: key.to_string(), info, mexists, digest: digest_value(con, key), pexpiretime: pexpiretime(con, key) }
+    FilterSnap {
+        key: key.to_string(),
+        info,
+        mexists,
+        digest: digest_value(con, key),
+        pexpiretime: pexpiretime(con, key),
+    }
 }
 
 pub fn assert_same_moved_filter(b: &FilterSnap, a: &FilterSnap, expiry_slack_ms: i64, what: &str) {

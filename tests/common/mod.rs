@@ -40,16 +40,9 @@ pub fn module_path() -> PathBuf {
             target.join("release").join("libredis_idem.so")
         }
     };
-    let path = if path.is_absolute() {
-        path
-    } else {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
-    };
+    let path = if path.is_absolute() { path } else { Path::new(env!("CARGO_MANIFEST_DIR")).join(path) };
     if !path.is_file() {
-        panic!(
-            "module not found at {}: run `cargo build --release` first (or `make test`)",
-            path.display()
-        );
+        panic!("module not found at {}: run `cargo build --release` first (or `make test`)", path.display());
     }
     path
 }
@@ -62,11 +55,7 @@ fn test_servers_root() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
-    let target = if target.is_absolute() {
-        target
-    } else {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(target)
-    };
+    let target = if target.is_absolute() { target } else { Path::new(env!("CARGO_MANIFEST_DIR")).join(target) };
     target.join("test-servers")
 }
 
@@ -266,9 +255,9 @@ impl Server {
 
     fn connect(&self, url: &str) -> redis::Connection {
         let client = redis::Client::open(url).expect("client");
-        let con = client.get_connection().unwrap_or_else(|e| {
-            panic!("connect to {url}: {e}; server log:\n{}", self.log_tail(40))
-        });
+        let con = client
+            .get_connection()
+            .unwrap_or_else(|e| panic!("connect to {url}: {e}; server log:\n{}", self.log_tail(40)));
         con.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
         con.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
         con
@@ -289,11 +278,7 @@ impl Server {
     /// Panics, with the server's log, if the server died or does not answer.
     pub fn assert_alive(&mut self) {
         if let Some(status) = self.exited() {
-            panic!(
-                "redis-server on port {} died ({status}); its log:\n{}",
-                self.port,
-                self.log_tail(80)
-            );
+            panic!("redis-server on port {} died ({status}); its log:\n{}", self.port, self.log_tail(80));
         }
         match ping_pid(self.port) {
             Some(pid) if Some(pid) == self.pid() => {}
@@ -367,11 +352,7 @@ impl Server {
     /// Makes this server a replica of `primary` and waits for the full sync.
     pub fn replicaof(&self, primary: &Server) {
         let mut con = self.conn();
-        let _: () = redis::cmd("REPLICAOF")
-            .arg("127.0.0.1")
-            .arg(primary.port)
-            .query(&mut con)
-            .expect("REPLICAOF");
+        let _: () = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port).query(&mut con).expect("REPLICAOF");
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let info = self.info(&mut con, "replication");
@@ -555,10 +536,7 @@ pub fn as_token(v: &Value) -> String {
         other => panic!("expected a token (bulk string), got {other:?}"),
     };
     assert_eq!(t.len(), 32, "token {t:?} is not 32 characters");
-    assert!(
-        t.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)),
-        "token {t:?} is not lowercase hex"
-    );
+    assert!(t.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)), "token {t:?} is not lowercase hex");
     t
 }
 
@@ -613,13 +591,13 @@ pub fn claim_new_opts(con: &mut redis::Connection, key: &str, lease: i64, opts: 
 }
 
 /// `IDEM.DONE key token [args...]` → reply integer, or the error text.
-pub fn done<A: redis::ToRedisArgs>(con: &mut redis::Connection, key: &str, token: &str, args: A) -> Result<i64, String> {
-    redis::cmd("IDEM.DONE")
-        .arg(key)
-        .arg(token)
-        .arg(args)
-        .query::<i64>(con)
-        .map_err(|e| err_text(&e))
+pub fn done<A: redis::ToRedisArgs>(
+    con: &mut redis::Connection,
+    key: &str,
+    token: &str,
+    args: A,
+) -> Result<i64, String> {
+    redis::cmd("IDEM.DONE").arg(key).arg(token).arg(args).query::<i64>(con).map_err(|e| err_text(&e))
 }
 
 /// `IDEM.RELEASE key token` → 0/1 (panics on an error).
@@ -633,21 +611,12 @@ pub fn release(con: &mut redis::Connection, key: &str, token: &str) -> i64 {
 
 /// `IDEM.EXTEND key token lease` → 1, or the error text.
 pub fn extend(con: &mut redis::Connection, key: &str, token: &str, lease: i64) -> Result<i64, String> {
-    redis::cmd("IDEM.EXTEND")
-        .arg(key)
-        .arg(token)
-        .arg(lease)
-        .query::<i64>(con)
-        .map_err(|e| err_text(&e))
+    redis::cmd("IDEM.EXTEND").arg(key).arg(token).arg(lease).query::<i64>(con).map_err(|e| err_text(&e))
 }
 
 /// `IDEM.ONCE key retain` → 0/1.
 pub fn once(con: &mut redis::Connection, key: &str, retain: i64) -> i64 {
-    redis::cmd("IDEM.ONCE")
-        .arg(key)
-        .arg(retain)
-        .query::<i64>(con)
-        .unwrap_or_else(|e| panic!("IDEM.ONCE {key}: {e}"))
+    redis::cmd("IDEM.ONCE").arg(key).arg(retain).query::<i64>(con).unwrap_or_else(|e| panic!("IDEM.ONCE {key}: {e}"))
 }
 
 /// The fields of `IDEM.GET`, in the order the spec lists them.
@@ -659,10 +628,7 @@ pub type Fields = HashMap<String, Value>;
 /// `IDEM.GET key` as a map (RESP2 flat array or RESP3 map); `None` for nil.
 /// Checks the reply shape: every field once, in the spec's order for RESP2.
 pub fn get_opt(con: &mut redis::Connection, key: &str) -> Option<Fields> {
-    let v: Value = redis::cmd("IDEM.GET")
-        .arg(key)
-        .query(con)
-        .unwrap_or_else(|e| panic!("IDEM.GET {key}: {e}"));
+    let v: Value = redis::cmd("IDEM.GET").arg(key).query(con).unwrap_or_else(|e| panic!("IDEM.GET {key}: {e}"));
     fields_from_reply(v)
 }
 

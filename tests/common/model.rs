@@ -184,8 +184,7 @@ impl Entry {
                 r.token
             ),
             Val::Filt(f) => {
-                let shards: Vec<String> =
-                    f.shards.iter().map(|(s, sh)| format!("{s}: {:?}", sh.items)).collect();
+                let shards: Vec<String> = f.shards.iter().map(|(s, sh)| format!("{s}: {:?}", sh.items)).collect();
                 format!(
                     "filter rate={} capacity={} window={} shard={}s expansion={} user_expiry={} ever_dropped={} shards=[{}]",
                     f.rate(),
@@ -331,38 +330,124 @@ pub fn variants(w: &World, db: usize, keys: &[&str], shows_expiry: bool) -> Vec<
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Cmd {
-    Claim { key: String, lease: i64, payload: Option<Vec<u8>>, maxtries: Option<i64>, bloom: Option<String> },
-    Done { key: String, token: String, result: Option<Vec<u8>>, retain: Option<i64>, bloom: Option<String> },
-    Release { key: String, token: String },
-    Extend { key: String, token: String, lease: i64 },
-    Get { key: String },
-    Once { key: String, retain: i64 },
-    BfReserve { key: String, rate: f64, capacity: i64, window: Option<i64>, shard: Option<i64>, expansion: Option<i64> },
-    BfAdd { key: String, item: String },
-    BfMadd { key: String, items: Vec<String> },
-    BfExists { key: String, item: String },
-    BfMexists { key: String, items: Vec<String> },
-    BfInfo { key: String },
-    Del { key: String },
-    Unlink { key: String },
-    Exists { key: String },
-    Type { key: String },
-    Pttl { key: String },
-    Pexpiretime { key: String },
-    Pexpire { key: String, ms: i64 },
-    Expire { key: String, secs: i64 },
-    Persist { key: String },
-    Copy { src: String, dst: String, replace: bool },
-    Rename { src: String, dst: String },
-    Dump { key: String, slot: usize },
+    Claim {
+        key: String,
+        lease: i64,
+        payload: Option<Vec<u8>>,
+        maxtries: Option<i64>,
+        bloom: Option<String>,
+    },
+    Done {
+        key: String,
+        token: String,
+        result: Option<Vec<u8>>,
+        retain: Option<i64>,
+        bloom: Option<String>,
+    },
+    Release {
+        key: String,
+        token: String,
+    },
+    Extend {
+        key: String,
+        token: String,
+        lease: i64,
+    },
+    Get {
+        key: String,
+    },
+    Once {
+        key: String,
+        retain: i64,
+    },
+    BfReserve {
+        key: String,
+        rate: f64,
+        capacity: i64,
+        window: Option<i64>,
+        shard: Option<i64>,
+        expansion: Option<i64>,
+    },
+    BfAdd {
+        key: String,
+        item: String,
+    },
+    BfMadd {
+        key: String,
+        items: Vec<String>,
+    },
+    BfExists {
+        key: String,
+        item: String,
+    },
+    BfMexists {
+        key: String,
+        items: Vec<String>,
+    },
+    BfInfo {
+        key: String,
+    },
+    Del {
+        key: String,
+    },
+    Unlink {
+        key: String,
+    },
+    Exists {
+        key: String,
+    },
+    Type {
+        key: String,
+    },
+    Pttl {
+        key: String,
+    },
+    Pexpiretime {
+        key: String,
+    },
+    Pexpire {
+        key: String,
+        ms: i64,
+    },
+    Expire {
+        key: String,
+        secs: i64,
+    },
+    Persist {
+        key: String,
+    },
+    Copy {
+        src: String,
+        dst: String,
+        replace: bool,
+    },
+    Rename {
+        src: String,
+        dst: String,
+    },
+    Dump {
+        key: String,
+        slot: usize,
+    },
     /// `ttl` 0: no expiry; else ms from now, or a Unix ms with ABSTTL.
-    Restore { key: String, slot: usize, ttl: i64, replace: bool, absttl: bool },
+    Restore {
+        key: String,
+        slot: usize,
+        ttl: i64,
+        replace: bool,
+        absttl: bool,
+    },
     /// MOVE key 1 (from db 0).
-    Move { key: String },
+    Move {
+        key: String,
+    },
     Swapdb,
     DebugReload,
     /// SET key plain PX ms: a key of another type, for a while.
-    SetStr { key: String, px: i64 },
+    SetStr {
+        key: String,
+        px: i64,
+    },
 }
 
 impl Cmd {
@@ -618,7 +703,14 @@ impl Cmd {
         use Cmd::*;
         matches!(
             self,
-            Get { .. } | BfExists { .. } | BfMexists { .. } | BfInfo { .. } | Exists { .. } | Type { .. } | Pttl { .. } | Pexpiretime { .. }
+            Get { .. }
+                | BfExists { .. }
+                | BfMexists { .. }
+                | BfInfo { .. }
+                | Exists { .. }
+                | Type { .. }
+                | Pttl { .. }
+                | Pexpiretime { .. }
         )
     }
 }
@@ -707,11 +799,19 @@ pub enum Exp {
     /// A Bloom answer. `seen`: what the model knows (the item is in a live
     /// shard). `add`: the reply of ADD (1 = new), else of EXISTS (1 = maybe
     /// seen).
-    Bloom { seen: bool, add: bool },
+    Bloom {
+        seen: bool,
+        add: bool,
+    },
     Array(Vec<Exp>),
     /// `[status, value, attempt]`; `seen_ok`: NEW may come as SEEN (a false
     /// positive of the BLOOM filter).
-    Claim { status: &'static str, seen_ok: bool, value: CVal, attempt: i64 },
+    Claim {
+        status: &'static str,
+        seen_ok: bool,
+        value: CVal,
+        attempt: i64,
+    },
     Get(Box<GetExp>),
     Info(Box<InfoExp>),
 }
@@ -886,7 +986,8 @@ pub fn matches(exp: &Exp, v: &Value, m: &mut Matched) -> Result<(), String> {
             Ok(())
         }
         Exp::Get(g) => {
-            let f = fields(v, &["state", "attempt", "lease_ms", "pttl", "claimed_at", "done_at", "result", "fingerprint"])?;
+            let f =
+                fields(v, &["state", "attempt", "lease_ms", "pttl", "claimed_at", "done_at", "result", "fingerprint"])?;
             let state = text_of(&f[0]).ok_or("state not a string")?;
             let got = GetExp {
                 state: match state.as_str() {
@@ -905,7 +1006,11 @@ pub fn matches(exp: &Exp, v: &Value, m: &mut Matched) -> Result<(), String> {
                 fingerprint: bytes_of(&f[7])?.map(|b| String::from_utf8_lossy(&b).into_owned()),
                 pttl_slack: g.pttl_slack,
             };
-            let pttl_ok = if g.pttl < 0 { got.pttl == g.pttl } else { (g.pttl - g.pttl_slack.0..=g.pttl + g.pttl_slack.1).contains(&got.pttl) };
+            let pttl_ok = if g.pttl < 0 {
+                got.pttl == g.pttl
+            } else {
+                (g.pttl - g.pttl_slack.0..=g.pttl + g.pttl_slack.1).contains(&got.pttl)
+            };
             let same = GetExp { pttl: g.pttl, ..got.clone() };
             (same == **g && pttl_ok).then_some(()).ok_or_else(|| format!("IDEM.GET {got:?}, expected {g:?}"))
         }
@@ -920,7 +1025,10 @@ pub fn matches(exp: &Exp, v: &Value, m: &mut Matched) -> Result<(), String> {
             }
             let head = [int_of(&f[1])?, int_of(&f[2])?, int_of(&f[3])?, int_of(&f[4])?];
             if head != [i.capacity, i.window, i.shard, i.expansion] {
-                return Err(format!("capacity/window/shard/expansion {head:?}, expected {:?}", [i.capacity, i.window, i.shard, i.expansion]));
+                return Err(format!(
+                    "capacity/window/shard/expansion {head:?}, expected {:?}",
+                    [i.capacity, i.window, i.shard, i.expansion]
+                ));
             }
             let Value::Array(list) = &f[7] else { return Err("shards is not an array".into()) };
             let mut shards = Vec::new();
@@ -1109,9 +1217,19 @@ fn apply_documented(w: &World, db: usize, cmd: &Cmd, t: i64, cfg: &Cfg) -> Vec<(
             {
                 same(Exp::Claim { status: "MISMATCH", seen_ok: false, value: CVal::Nil, attempt: r.attempt })
             } else if r.phase == Phase::Done {
-                same(Exp::Claim { status: "DONE", seen_ok: false, value: CVal::Result(r.result.clone()), attempt: r.attempt })
+                same(Exp::Claim {
+                    status: "DONE",
+                    seen_ok: false,
+                    value: CVal::Result(r.result.clone()),
+                    attempt: r.attempt,
+                })
             } else if r.phase == Phase::Processing && t < r.lease_end {
-                same(Exp::Claim { status: "BUSY", seen_ok: false, value: CVal::Ms(r.lease_end - t), attempt: r.attempt })
+                same(Exp::Claim {
+                    status: "BUSY",
+                    seen_ok: false,
+                    value: CVal::Ms(r.lease_end - t),
+                    attempt: r.attempt,
+                })
             } else if maxtries.is_some_and(|n| r.attempt >= n) {
                 same(Exp::Claim { status: "EXHAUSTED", seen_ok: false, value: CVal::Nil, attempt: r.attempt })
             } else {
@@ -1145,13 +1263,9 @@ fn apply_documented(w: &World, db: usize, cmd: &Cmd, t: i64, cfg: &Cfg) -> Vec<(
                     token: None,
                 }),
                 Some(r) if r.phase == Phase::Done => None,
-                Some(r) if r.token.as_deref() == Some(token.as_str()) => Some(Rec {
-                    phase: Phase::Done,
-                    lease_end: 0,
-                    done_at: t,
-                    result: result.clone(),
-                    ..r.clone()
-                }),
+                Some(r) if r.token.as_deref() == Some(token.as_str()) => {
+                    Some(Rec { phase: Phase::Done, lease_end: 0, done_at: t, result: result.clone(), ..r.clone() })
+                }
                 Some(_) => None,
             };
             let not_done = if rec.is_some_and(|r| r.phase == Phase::Done) { Exp::Int(0) } else { Exp::Err("STALE") };
@@ -1176,7 +1290,9 @@ fn apply_documented(w: &World, db: usize, cmd: &Cmd, t: i64, cfg: &Cfg) -> Vec<(
         }
         Release { key, token } => match rec_of(w, db, key) {
             Err(()) => same(wrongtype()),
-            Ok(Some(r)) if r.phase == Phase::Processing && t < r.lease_end && r.token.as_deref() == Some(token.as_str()) => {
+            Ok(Some(r))
+                if r.phase == Phase::Processing && t < r.lease_end && r.token.as_deref() == Some(token.as_str()) =>
+            {
                 let mut w2 = w.clone();
                 let r2 = Rec { phase: Phase::Released, lease_end: 0, ..r.clone() };
                 put_rec(&mut w2, db, key, r2, Some(t + cfg.history_ms));
@@ -1241,7 +1357,13 @@ fn apply_documented(w: &World, db: usize, cmd: &Cmd, t: i64, cfg: &Cfg) -> Vec<(
         },
         BfReserve { key, rate, capacity, window, shard, expansion } => {
             let create = || {
-                let mut f = Filt::new(*rate, *capacity, window.unwrap_or(cfg.bf_window), shard.unwrap_or(DAY), expansion.unwrap_or(2));
+                let mut f = Filt::new(
+                    *rate,
+                    *capacity,
+                    window.unwrap_or(cfg.bf_window),
+                    shard.unwrap_or(DAY),
+                    expansion.unwrap_or(2),
+                );
                 f.shards.insert(f.current_start(t), Shard { items: BTreeSet::new() });
                 let mut w2 = w.clone();
                 let expire = f.newest_end();
@@ -1269,7 +1391,11 @@ fn apply_documented(w: &World, db: usize, cmd: &Cmd, t: i64, cfg: &Cfg) -> Vec<(
                     .into_iter()
                     .map(|(seen, w2)| {
                         let bits: Vec<Exp> = seen.iter().map(|&s| Exp::Bloom { seen: s, add: true }).collect();
-                        let exp = if matches!(cmd, BfAdd { .. }) { bits.into_iter().next().unwrap() } else { Exp::Array(bits) };
+                        let exp = if matches!(cmd, BfAdd { .. }) {
+                            bits.into_iter().next().unwrap()
+                        } else {
+                            Exp::Array(bits)
+                        };
                         (exp, w2)
                     })
                     .collect(),
@@ -1283,7 +1409,9 @@ fn apply_documented(w: &World, db: usize, cmd: &Cmd, t: i64, cfg: &Cfg) -> Vec<(
         BfMexists { key, items } => match fkey(w, db, key) {
             FKey::Other => same(wrongtype()),
             FKey::Missing => same(Exp::Array(items.iter().map(|_| Exp::Bloom { seen: false, add: false }).collect())),
-            FKey::Filter(f) => same(Exp::Array(items.iter().map(|i| Exp::Bloom { seen: f.contains(i), add: false }).collect())),
+            FKey::Filter(f) => {
+                same(Exp::Array(items.iter().map(|i| Exp::Bloom { seen: f.contains(i), add: false }).collect()))
+            }
         },
         BfInfo { key } => match fkey(w, db, key) {
             FKey::Other => same(wrongtype()),
