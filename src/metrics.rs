@@ -2,8 +2,6 @@
 
 use std::cell::Cell;
 
-use redis_module::raw;
-
 macro_rules! metrics {
     ($($variant:ident => $name:literal,)*) => {
         #[derive(Clone, Copy)]
@@ -50,15 +48,11 @@ pub fn count(metric: Metric) {
     });
 }
 
-/// Registered with `RedisModule_RegisterInfoFunc`.
-///
-/// # Safety
-/// Called by Redis with a valid info context.
-pub unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i32) {
-    raw::add_info_section(ctx, None);
+/// The `INFO idem` fields: each counter's name and value.
+pub fn fields(field: &mut dyn FnMut(&str, u64)) {
     COUNTERS.with(|counters| {
         for (name, counter) in NAMES.iter().zip(counters) {
-            raw::add_info_field_unsigned_long_long(ctx, name, counter.get());
+            field(name, counter.get());
         }
     });
 }

@@ -6,9 +6,9 @@
 //! stays decodable after the writes the commands make to it.
 #![no_main]
 
+use idem_core::bloom::{MAX_BYTES, MAX_HASHES, MAX_SUB_FILTERS, MAX_TOTAL_SUB_FILTERS, Scheme, ShardedBloom, codec};
+use idem_core::decode::{DecodeError, Reader};
 use libfuzzer_sys::fuzz_target;
-use redis_idem::bloom::{MAX_BYTES, MAX_HASHES, MAX_SUB_FILTERS, MAX_TOTAL_SUB_FILTERS, Scheme, ShardedBloom, codec};
-use redis_idem::record::codec::{DecodeError, Reader};
 
 /// The size limit for the writes: a configured one, small enough that a
 /// valid filter reserved huge (the decoder accepts it: it is only
@@ -49,9 +49,10 @@ fuzz_target!(|data: &[u8]| {
             let item = filter.hash(&n.to_le_bytes());
             let _ = filter.contains(item, now);
             filter.drop_expired(now);
-            if filter.check_room(n, now, WRITE_LIMIT).is_ok() {
+            if let Ok(mut plan) = filter.check_room(n, now, WRITE_LIMIT) {
                 for i in 0..n {
-                    filter.add(filter.hash(&(i + 100 * n).to_le_bytes()), now).expect("room was checked");
+                    let item = filter.hash(&(i + 100 * n).to_le_bytes());
+                    filter.add_planned(&mut plan, item, now);
                 }
             }
             decode(&encode(&filter)).expect("what the commands build decodes");
@@ -59,4 +60,5 @@ fuzz_target!(|data: &[u8]| {
     }
     let mut input = Reader(data);
     let _ = codec::decode_params(&mut input);
+    let _ = codec::decode_effect_header(data);
 });

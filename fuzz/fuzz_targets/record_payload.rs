@@ -3,9 +3,8 @@
 //! decodes encodes back to the same bytes.
 #![no_main]
 
+use idem_core::record::codec;
 use libfuzzer_sys::fuzz_target;
-use redis_idem::record::codec;
-use redis_idem::record_type::parse_effect_blob;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(record) = codec::decode(data) {
@@ -16,5 +15,5 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(codec::unpack(packed), record);
         }
     }
-    let _ = parse_effect_blob(data);
+    let _ = codec::decode_effect(data);
 });

@@ -2,10 +2,12 @@
 //!
 //! One filter holds a shard per period (a UTC day by default). An item is
 //! "seen" when any shard of the last `window` periods holds it; older shards
-//! are dropped. Each shard stacks sub-filters as it fills, each taking half
-//! of what is left of the shard's error budget, so a shard never exceeds
-//! `error_rate / window` and the whole window never exceeds `error_rate`,
-//! however many items arrive.
+//! are dropped. Each shard stacks sub-filters as it fills, each taking a
+//! share of what is left of the shard's error budget (half when its
+//! capacity is a guess, nine tenths when it follows the previous shard's
+//! count: see [`Share`]), so a shard never exceeds `error_rate / window`
+//! and the whole window never exceeds `error_rate`, however many items
+//! arrive.
 //!
 //! Every decision depends only on the filter's state and the `now` passed
 //! in, so a replica or an AOF replay given the primary's `now` ends up with
@@ -18,7 +20,9 @@ use bits::Bits;
 pub use bits::Scheme;
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
-use crate::record::Millis;
+use crate::Millis;
+use crate::args::{ArgList, parse_options, require};
+use crate::error::CmdError;
 
 /// Unix time or a duration in whole seconds.
 pub type Seconds = i64;
@@ -131,9 +135,10 @@ pub enum BloomError {
     TooManySubFilters,
 }
 
-/// What a write will allocate, as [`ShardedBloom::check_room`] foresees
-/// it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// A write as [`ShardedBloom::check_room`] planned it: what it will
+/// allocate, and the sub-filters it will stack, already sized and checked
+/// against the limits. [`ShardedBloom::add_planned`] executes it.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Room {
     /// Bytes of new bit arrays; 0 when the items fit the current shard's
     /// top sub-filter. Each is one allocation of exactly this many bytes
@@ -141,6 +146,8 @@ pub struct Room {
     pub allocate: u64,
     /// New sub-filters (a new shard's first one included).
     pub sub_filters: u32,
+    /// Those sub-filters, last to be stacked first.
+    planned: Vec<Planned>,
 }
 
 impl Params {
@@ -446,6 +453,7 @@ struct Growth {
 }
 
 /// A sub-filter [`Growth`] sized.
+#[derive(Clone, Debug, PartialEq)]
 struct Planned {
     capacity: u64,
     /// What [`sub_filter_bytes`] gave, and the array's bytes.
@@ -503,8 +511,8 @@ impl ShardedBloom {
     ) -> Result<ShardedBloom, BloomError> {
         params.check_for(scheme)?;
         let mut filter = ShardedBloom { params, seed, scheme, shards: Vec::new() };
-        filter.check_room(1, now, max_bytes)?;
-        filter.open_shard(now)?;
+        let first = filter.check_room(1, now, max_bytes)?.planned.pop().ok_or(BloomError::StackFull)?;
+        filter.open_shard(now, first);
         Ok(filter)
     }
 
@@ -524,6 +532,13 @@ impl ShardedBloom {
     /// Start of the shard that `now` falls in.
     pub fn shard_start(&self, now: Millis) -> Seconds {
         now.div_euclid(1000).div_euclid(self.params.period) * self.params.period
+    }
+
+    /// Whether any shard is still in the window at `now`. A filter with
+    /// none is gone for every command, even while its key lingers (a
+    /// user's TTL can outlast the window).
+    pub fn is_alive(&self, now: Millis) -> bool {
+        self.shards.iter().any(|shard| self.is_live(shard, now))
     }
 
     /// Whether `shard` is still in the window at `now`.
@@ -637,19 +652,23 @@ impl ShardedBloom {
             plan.allocate += next.bytes;
             plan.sub_filters += 1;
             room = next.capacity;
+            plan.planned.push(next);
         }
+        plan.planned.reverse();
         Ok(plan)
     }
 
-    /// Starts the shard for `now`: its first sub-filter, within the hard
-    /// limits.
-    fn open_shard(&mut self, now: Millis) -> Result<(), BloomError> {
-        let (mut growth, _) = self.growth(now);
-        let first = growth.allocate(MAX_BYTES)?;
+    /// The next sub-filter for the stack that takes items at `now`, sized
+    /// within the hard limits.
+    fn next_sub_filter(&self, now: Millis) -> Result<Planned, BloomError> {
+        self.growth(now).0.allocate(MAX_BYTES)
+    }
+
+    /// Starts the shard for `now` with `first` as its first sub-filter.
+    fn open_shard(&mut self, now: Millis, first: Planned) {
         let first = SubFilter::new(first.capacity, first.sizing, self.scheme);
         let start = self.shard_start(now);
         self.shards.push(Shard { start, items: 0, filters: vec![first] });
-        Ok(())
     }
 
     /// Records the item in the current shard unless it is already there.
@@ -661,11 +680,33 @@ impl ShardedBloom {
     ///
     /// One pass over the shards, each sub-filter probed once.
     pub fn add(&mut self, item: ItemHash, now: Millis) -> Result<bool, BloomError> {
+        self.insert(item, now, |filter| filter.next_sub_filter(now))
+    }
+
+    /// [`add`](Self::add) as `plan` foresaw it: the plan's sub-filters are
+    /// stacked as the items need them, so nothing is sized or checked
+    /// again and nothing can fail. Adds at most the `n` items planned for,
+    /// at the `now` planned for, with nothing else changed in between: a
+    /// sub-filter needed past the plan is sized within the hard limits
+    /// as [`add`](Self::add) would, and where those refuse it the item is
+    /// not stored (and answered as new, which it was).
+    pub fn add_planned(&mut self, plan: &mut Room, item: ItemHash, now: Millis) -> bool {
+        self.insert(item, now, |filter| plan.planned.pop().map_or_else(|| filter.next_sub_filter(now), Ok))
+            .unwrap_or(true)
+    }
+
+    fn insert(
+        &mut self,
+        item: ItemHash,
+        now: Millis,
+        mut next: impl FnMut(&Self) -> Result<Planned, BloomError>,
+    ) -> Result<bool, BloomError> {
         // Every shard left is live, so the limits below, counted over
         // live shards, hold for the whole filter as stored.
         self.drop_expired(now);
         if self.shard_for(now).is_none() {
-            self.open_shard(now)?;
+            let first = next(self)?;
+            self.open_shard(now, first);
         }
         let scheme = self.scheme;
         let span = self.params.span();
@@ -678,8 +719,7 @@ impl ShardedBloom {
             if top.bits.check(item) {
                 return Ok(false);
             }
-            let (mut growth, _) = self.growth(now);
-            let next = growth.allocate(MAX_BYTES)?;
+            let next = next(self)?;
             let next = SubFilter::new(next.capacity, next.sizing, scheme);
             self.shards.last_mut().expect("a shard exists").filters.push(next);
         }
@@ -705,6 +745,60 @@ impl ShardedBloom {
     pub fn sub_filter_count(&self) -> usize {
         self.shards.iter().map(|shard| shard.filters.len()).sum()
     }
+}
+
+impl From<BloomError> for CmdError {
+    /// The error reply of a refused filter write, naming its cause.
+    fn from(error: BloomError) -> CmdError {
+        match error {
+            BloomError::Invalid(message) => CmdError::new(format!("ERR {message}")),
+            BloomError::SizeLimit { needed, .. } if needed > MAX_BYTES => CmdError::new(format!(
+                "ERR filter too large: it would need {needed} bytes, over the largest filter ({MAX_BYTES}); \
+                 lower its capacity or raise its error rate"
+            )),
+            BloomError::SizeLimit { needed, limit } => {
+                CmdError::new(format!("ERR the filter would grow to {needed} bytes, over idem.bf-max-bytes ({limit})"))
+            }
+            BloomError::StackFull => CmdError::new(format!(
+                "ERR filter full: the current shard already stacks {MAX_SUB_FILTERS} sub-filters; \
+                 reserve a larger capacity or EXPANSION"
+            )),
+            BloomError::TooManySubFilters => CmdError::new(format!(
+                "ERR filter full: it would hold more than {MAX_TOTAL_SUB_FILTERS} sub-filters in all; \
+                 reserve a larger capacity or a shorter WINDOW"
+            )),
+        }
+    }
+}
+
+/// `IDEM.BF.RESERVE key error_rate capacity [WINDOW n] [SHARD
+/// DAY|HOUR|seconds] [EXPANSION n]`, checked; `window` is the default
+/// `WINDOW`.
+pub fn parse_reserve<A: ArgList + ?Sized>(args: &A, window: u32) -> Result<Params, CmdError> {
+    require(args, 4)?;
+    let mut params =
+        Params { error_rate: args.double(2)?, capacity: args.int(3)?.max(0) as u64, window, period: DAY, expansion: 2 };
+    let to_u32 = |value: i64| u32::try_from(value).unwrap_or(0);
+    parse_options(args, 4, &["WINDOW", "SHARD", "EXPANSION"], |option, value| {
+        match option {
+            0 => params.window = to_u32(args.int(value)?),
+            1 => {
+                let text = args.bytes(value);
+                params.period = if text.eq_ignore_ascii_case(b"DAY") {
+                    DAY
+                } else if text.eq_ignore_ascii_case(b"HOUR") {
+                    HOUR
+                } else {
+                    args.int(value)
+                        .map_err(|_| CmdError::Static(c"ERR SHARD must be DAY, HOUR or a number of seconds >= 1"))?
+                };
+            }
+            _ => params.expansion = to_u32(args.int(value)?),
+        }
+        Ok(())
+    })?;
+    params.check()?;
+    Ok(params)
 }
 
 #[cfg(test)]

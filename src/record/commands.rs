@@ -1,5 +1,6 @@
 //! The record commands: parse arguments, run the transition from
-//! `record.rs` on the key's record, reply, and propagate the effect.
+//! `idem_core::record` on the key's record, reply, and propagate the
+//! effect; and their rows of the command table.
 //!
 //! Every write is propagated as one `IDEM.APPLY key blob` carrying the
 //! record and its absolute expiry, never the command itself: replaying
@@ -8,14 +9,21 @@
 
 use std::ffi::CStr;
 
-use crate::args::{ArgList, parse_options, require, seconds_arg};
+use idem_core::args::{ArgList, seconds_arg};
+use idem_core::error::{CmdError, CmdResult};
+use idem_core::record::codec::{self as record_codec, RECORD_OVERHEAD};
+use idem_core::record::{self, ClaimReply, DoneArgs, DoneReply, Millis, Token, Write, token_arg};
+
+use super::data_type::{self, Slot};
+use crate::bloom::commands as bloom_commands;
+use crate::bloom::data_type as bloom_data_type;
 use crate::config;
+use crate::host::command::{
+    ACCESS, CommandSpec, INCOMPLETE, INSERT, KeyArg, KeyAt, OW, RO, RW, UPDATE, command_entry, key,
+};
+use crate::host::{Args, Ctx, KeyMode};
 use crate::limits;
 use crate::metrics::{Metric, count};
-use crate::record::{self, ClaimArgs, ClaimReply, DoneReply, Millis, Token, Write};
-use crate::record_type::{self, Slot};
-use crate::server::{Args, CmdError, CmdResult, Ctx, KeyMode};
-use crate::{bloom_commands, bloom_type};
 
 /// 128 bits from the thread's CSPRNG (seeded from the OS, reseeded
 /// periodically): unique across keys, restarts and primaries without any
@@ -24,82 +32,42 @@ fn new_token() -> Token {
     Token(rand::random())
 }
 
-/// Issued tokens are exactly 32 hex digits; anything longer is not a token.
-fn token_arg<A: ArgList + ?Sized>(args: &A, index: usize) -> Result<Option<Token>, CmdError> {
-    let text = args.bytes(index);
-    if text.len() > Token::HEX_LEN {
-        return Err(CmdError::Static(c"ERR invalid token"));
-    }
-    Ok(Token::from_hex(text))
-}
-
-/// The `BLOOM filterkey` option's value index, refused when it names the
-/// record's own key.
-fn bloom_key<A: ArgList + ?Sized>(args: &A, value: usize) -> Result<Option<usize>, CmdError> {
-    if args.bytes(value) == args.bytes(1) {
-        return Err(CmdError::Static(c"ERR the BLOOM filter must be another key than the record"));
-    }
-    Ok(Some(value))
-}
-
 /// Stores a transition's write, propagates it and notifies `event`.
 fn commit(ctx: Ctx, mut slot: Slot, write: Write, event: &'static CStr) {
-    let key = slot.key();
+    let name = slot.name();
     match write {
         Write::None => return,
         // Redis copies the blob when it is replicated, before the command
         // ends and the effect is propagated.
         Write::Update { expire_at } => {
-            let record = slot.record().expect("an updated record exists");
-            record_type::with_effect_blob(record, Some(expire_at), |blob| {
-                ctx.replicate_key_blob(c"IDEM.APPLY", key.name(), blob)
-            });
+            if let Some(record) = slot.record() {
+                record_codec::with_effect(record, Some(expire_at), |blob| {
+                    ctx.replicate_key_blob(c"IDEM.APPLY", name, blob)
+                });
+            }
             slot.store_updated(expire_at);
         }
         Write::Create { record, expire_at } => {
-            record_type::with_effect_blob(&record, Some(expire_at), |blob| {
-                ctx.replicate_key_blob(c"IDEM.APPLY", key.name(), blob)
+            record_codec::with_effect(&record, Some(expire_at), |blob| {
+                ctx.replicate_key_blob(c"IDEM.APPLY", name, blob)
             });
-            record_type::store_new(key, record, Some(expire_at));
+            slot.store_new(record, expire_at);
         }
     }
-    ctx.notify(event, key.name());
-}
-
-/// IDEM.CLAIM's arguments: the claim, and the index of the `BLOOM`
-/// filter key if given.
-pub fn parse_claim<A: ArgList + ?Sized>(args: &A, now: Millis) -> Result<(ClaimArgs, Option<usize>), CmdError> {
-    require(args, 3)?;
-    let mut claim = ClaimArgs { lease: seconds_arg(args, 2, now)?, ..ClaimArgs::default() };
-    let mut bloom = None;
-    parse_options(args, 3, &["PAYLOAD", "MAXTRIES", "BLOOM"], |option, value| {
-        match option {
-            0 => claim.fingerprint = Some(record::fingerprint(args.bytes(value))),
-            1 => {
-                let max = args.int(value)?;
-                if max < 1 {
-                    return Err(CmdError::Static(c"ERR MAXTRIES must be a positive integer"));
-                }
-                claim.max_tries = Some(max as u64);
-            }
-            _ => bloom = bloom_key(args, value)?,
-        }
-        Ok(())
-    })?;
-    Ok((claim, bloom))
+    ctx.notify(event, name);
 }
 
 /// IDEM.CLAIM key lease [PAYLOAD data] [MAXTRIES n] [BLOOM filterkey]
 pub fn claim(ctx: Ctx, args: &Args) -> CmdResult {
     let now = ctx.now();
-    let (mut claim, bloom) = parse_claim(args, now)?;
-    let key = ctx.open_key(args.raw(1), KeyMode::Write);
-    let mut slot = Slot::open(&key)?;
-    if let Some(filter_key) = bloom {
+    let (mut claim, bloom) = record::parse_claim(args, now)?;
+    let mut key = ctx.open_key(args.arg(1), KeyMode::Write);
+    let mut slot = Slot::open(&mut key)?;
+    if let Some(filter_index) = bloom {
         // Only a missing record consults the filter: "may have completed
         // within its window" turns NEW into SEEN.
-        let filter_key = ctx.open_key(args.raw(filter_key), KeyMode::Read);
-        let filter = bloom_type::open(&filter_key)?;
+        let mut filter_key = ctx.open_key(args.arg(filter_index), KeyMode::Read);
+        let filter = bloom_data_type::open(&mut filter_key)?;
         claim.maybe_seen =
             slot.record().is_none() && filter.is_some_and(|filter| filter.contains(filter.hash(args.bytes(1)), now));
     }
@@ -150,37 +118,6 @@ pub fn claim(ctx: Ctx, args: &Args) -> CmdResult {
     Ok(())
 }
 
-/// IDEM.DONE's arguments, checked.
-pub struct DoneArgs<'a> {
-    pub token: Option<Token>,
-    pub result: Option<&'a [u8]>,
-    pub retain: Millis,
-    /// Index of the `BLOOM` filter key.
-    pub bloom: Option<usize>,
-}
-
-pub fn parse_done<A: ArgList + ?Sized>(args: &A, now: Millis, max_result: usize) -> Result<DoneArgs<'_>, CmdError> {
-    require(args, 3)?;
-    let mut done = DoneArgs { token: token_arg(args, 2)?, result: None, retain: config::retain(), bloom: None };
-    parse_options(args, 3, &["RESULT", "RETAIN", "BLOOM"], |option, value| {
-        match option {
-            0 => {
-                let bytes = args.bytes(value);
-                if bytes.len() > max_result {
-                    return Err(CmdError::new(format!(
-                        "ERR RESULT is larger than idem.max-result ({max_result} bytes)"
-                    )));
-                }
-                done.result = Some(bytes);
-            }
-            1 => done.retain = seconds_arg(args, value, now)?,
-            _ => done.bloom = bloom_key(args, value)?,
-        }
-        Ok(())
-    })?;
-    Ok(done)
-}
-
 /// IDEM.DONE's reply when it completed the record: `1`, plus these bits
 /// for what could not be stored (docs/commands.md).
 const DONE_RESULT_DROPPED: i64 = 2;
@@ -195,12 +132,13 @@ const DONE_BLOOM_DROPPED: i64 = 4;
 /// counted, logged and told in the reply, never an error.
 pub fn done(ctx: Ctx, args: &Args) -> CmdResult {
     let now = ctx.now();
-    let DoneArgs { token, result, retain, bloom } = parse_done(args, now, config::max_result())?;
+    let DoneArgs { token, result, retain, bloom } =
+        record::parse_done(args, now, config::retain(), config::max_result())?;
     if let Some(result) = result {
-        limits::check_value_size(ctx, result.len() as u64 + limits::RECORD_OVERHEAD, "RESULT")?;
+        limits::check_value_size(ctx, result.len() as u64 + RECORD_OVERHEAD, "RESULT")?;
     }
-    let key = ctx.open_key(args.raw(1), KeyMode::Write);
-    let mut slot = Slot::open(&key)?;
+    let mut key = ctx.open_key(args.arg(1), KeyMode::Write);
+    let mut slot = Slot::open(&mut key)?;
     let memory_full = ctx.memory_full();
     let kept_result = if memory_full { None } else { result };
     let (reply, write) = record::done(slot.record(), token, kept_result, retain, now);
@@ -223,12 +161,12 @@ pub fn done(ctx: Ctx, args: &Args) -> CmdResult {
         limits::log_drop(ctx, "dropped the RESULT of a completed IDEM.DONE: used memory is over maxmemory");
         completed |= DONE_RESULT_DROPPED;
     }
-    if let Some(filter_index) = bloom {
-        if let Err(why) = add_completed_to_filter(ctx, args, filter_index, now, memory_full) {
-            count(Metric::DoneBloomDropped);
-            limits::log_drop(ctx, &format!("dropped the BLOOM add of a completed IDEM.DONE: {}", why.message()));
-            completed |= DONE_BLOOM_DROPPED;
-        }
+    if let Some(filter_index) = bloom
+        && let Err(why) = add_completed_to_filter(ctx, args, filter_index, now, memory_full)
+    {
+        count(Metric::DoneBloomDropped);
+        limits::log_drop(ctx, &format!("dropped the BLOOM add of a completed IDEM.DONE: {}", why.message()));
+        completed |= DONE_BLOOM_DROPPED;
     }
     ctx.reply_int(completed);
     Ok(())
@@ -237,16 +175,18 @@ pub fn done(ctx: Ctx, args: &Args) -> CmdResult {
 /// Adds a completed record's key name to its `BLOOM` filter: `Err` says
 /// why the add was dropped, with nothing changed in the filter.
 fn add_completed_to_filter(ctx: Ctx, args: &Args, filter_index: usize, now: Millis, memory_full: bool) -> CmdResult {
-    let filter_key = ctx.open_key(args.raw(filter_index), KeyMode::Write);
-    let item = [args.raw(1)];
-    let prepared = bloom_commands::prepare(ctx, &filter_key, item.len(), now, || bloom_commands::from_configs(now))?;
+    let mut filter_key = ctx.open_key(args.arg(filter_index), KeyMode::Write);
+    let item = [args.arg(1)];
+    let prepared =
+        bloom_commands::prepare(ctx, &mut filter_key, item.len(), now, || bloom_commands::from_configs(now))?;
     // Under a full memory only an add that allocates nothing goes ahead.
     if memory_full && prepared.allocates() {
         return Err(CmdError::Static(c"OOM the filter needs memory and used memory is over maxmemory"));
     }
-    bloom_commands::add_and_propagate(ctx, &filter_key, prepared, now, &item, |new| {
+    let change = bloom_commands::add_prepared(prepared, now, &item, |new| {
         count(if new { Metric::BfAddNew } else { Metric::BfAddSeen });
     });
+    bloom_commands::commit(ctx, &mut filter_key, change, now, &item);
     Ok(())
 }
 
@@ -254,8 +194,8 @@ fn add_completed_to_filter(ctx: Ctx, args: &Args, filter_index: usize, now: Mill
 pub fn release(ctx: Ctx, args: &Args) -> CmdResult {
     let now = ctx.now();
     let token = token_arg(args, 2)?;
-    let key = ctx.open_key(args.raw(1), KeyMode::Write);
-    let mut slot = Slot::open(&key)?;
+    let mut key = ctx.open_key(args.arg(1), KeyMode::Write);
+    let mut slot = Slot::open(&mut key)?;
     let (released, write) = record::release(slot.record(), token, now, config::lifetimes());
     count(if released { Metric::ReleaseOk } else { Metric::ReleaseMiss });
     ctx.reply_int(released as i64);
@@ -268,8 +208,8 @@ pub fn extend(ctx: Ctx, args: &Args) -> CmdResult {
     let now = ctx.now();
     let token = token_arg(args, 2)?;
     let lease = seconds_arg(args, 3, now)?;
-    let key = ctx.open_key(args.raw(1), KeyMode::Write);
-    let mut slot = Slot::open(&key)?;
+    let mut key = ctx.open_key(args.arg(1), KeyMode::Write);
+    let mut slot = Slot::open(&mut key)?;
     let (extended, write) = record::extend(slot.record(), token, lease, now, config::lifetimes());
     if extended.is_err() {
         count(Metric::ExtendStale);
@@ -285,8 +225,8 @@ pub fn extend(ctx: Ctx, args: &Args) -> CmdResult {
 pub fn once(ctx: Ctx, args: &Args) -> CmdResult {
     let now = ctx.now();
     let retain = seconds_arg(args, 2, now)?;
-    let key = ctx.open_key(args.raw(1), KeyMode::Write);
-    let mut slot = Slot::open(&key)?;
+    let mut key = ctx.open_key(args.arg(1), KeyMode::Write);
+    let mut slot = Slot::open(&mut key)?;
     let (created, write) = record::once(slot.record().as_deref(), retain, now);
     count(if created { Metric::OnceNew } else { Metric::OnceExists });
     ctx.reply_int(created as i64);
@@ -297,26 +237,21 @@ pub fn once(ctx: Ctx, args: &Args) -> CmdResult {
 /// IDEM.GET key
 pub fn get(ctx: Ctx, args: &Args) -> CmdResult {
     let now = ctx.now();
-    let key = ctx.open_key(args.raw(1), KeyMode::Read);
-    let mut slot = Slot::open(&key)?;
-    let Some(record) = slot.record() else {
+    let mut key = ctx.open_key(args.arg(1), KeyMode::Read);
+    let mut slot = Slot::open(&mut key)?;
+    let Some((record, pttl)) = slot.record_and_pttl() else {
         ctx.reply_null();
         return Ok(());
     };
     ctx.reply_map(8);
     ctx.reply_simple(c"state");
-    ctx.reply_simple(match record.state_at(now) {
-        record::State::Processing => c"processing",
-        record::State::Expired => c"expired",
-        record::State::Released => c"released",
-        record::State::Done => c"done",
-    });
+    ctx.reply_simple(record.state_at(now).name());
     ctx.reply_simple(c"attempt");
     ctx.reply_int(record.attempt as i64);
     ctx.reply_simple(c"lease_ms");
     ctx.reply_int(record.lease_left(now));
     ctx.reply_simple(c"pttl");
-    ctx.reply_int(key.pttl());
+    ctx.reply_int(pttl);
     ctx.reply_simple(c"claimed_at");
     ctx.reply_int(record.claimed_at);
     ctx.reply_simple(c"done_at");
@@ -337,13 +272,121 @@ pub fn get(ctx: Ctx, args: &Args) -> CmdResult {
 /// damaged.
 pub fn apply(ctx: Ctx, args: &Args) -> CmdResult {
     ctx.require_primary_or_aof()?;
-    let (record, expire_at) = record_type::decode_effect(args.bytes(2))?;
-    let key = ctx.open_key(args.raw(1), KeyMode::Write);
-    Slot::open(&key)?;
-    record_type::store_new(&key, record, expire_at);
+    let (record, expire_at) = data_type::decode_effect(args.bytes(2))?;
+    let mut key = ctx.open_key(args.arg(1), KeyMode::Write);
+    Slot::open(&mut key)?;
+    data_type::store_new(&mut key, record, expire_at);
     // On a primary this reaches replicas and the AOF; on a replica, its own
     // AOF (sub-replicas get the primary's stream as it is).
     ctx.replicate_verbatim();
     ctx.reply_simple(c"OK");
     Ok(())
 }
+
+/// For `getkeys-api` commands: the positions of the record key and of the
+/// `BLOOM` option's value, with their access flags, found by walking the
+/// options in pairs so that a value spelling "BLOOM" is never taken for the
+/// option.
+fn record_and_bloom_keys(args: &Args, record: u32, bloom: u32) -> Vec<(usize, u32)> {
+    let mut keys = vec![(1, record)];
+    let mut index = 3;
+    while index + 1 < args.len() {
+        if args.bytes(index).eq_ignore_ascii_case(b"BLOOM") {
+            keys.push((index + 1, bloom));
+        }
+        index += 2;
+    }
+    keys
+}
+
+const CLAIM_RECORD: u32 = RW | ACCESS | UPDATE;
+/// CLAIM only reads the filter: a user with read access to it may claim.
+const CLAIM_FILTER: u32 = RO | ACCESS;
+const DONE_RECORD: u32 = RW | UPDATE;
+/// DONE adds the record's key name to the filter (Redis allows one of
+/// INSERT and UPDATE; adding to a filter is mostly the latter).
+const DONE_FILTER: u32 = RW | UPDATE;
+
+fn claim_keys(args: &Args) -> Vec<(usize, u32)> {
+    record_and_bloom_keys(args, CLAIM_RECORD, CLAIM_FILTER)
+}
+
+fn done_keys(args: &Args) -> Vec<(usize, u32)> {
+    record_and_bloom_keys(args, DONE_RECORD, DONE_FILTER)
+}
+
+/// The record commands as registered.
+pub static COMMANDS: [CommandSpec; 7] = [
+    CommandSpec {
+        name: c"IDEM.CLAIM",
+        entry: command_entry!(claim, keys: claim_keys),
+        flags: c"write deny-oom fast getkeys-api",
+        acl: "write fast",
+        arity: -3,
+        summary: c"Claims a key for processing: check, mark and lease in one step; replies [status, value, attempt].",
+        complexity: c"O(1)",
+        keys: &[key(1, CLAIM_RECORD), KeyArg { at: KeyAt::Option(c"BLOOM"), flags: CLAIM_FILTER | INCOMPLETE }],
+    },
+    CommandSpec {
+        name: c"IDEM.DONE",
+        entry: command_entry!(done, keys: done_keys),
+        // Not deny-oom: completing work must not fail on a full memory
+        // (what cannot be stored is dropped, see `done`).
+        flags: c"write getkeys-api",
+        acl: "write slow",
+        arity: -3,
+        summary: c"Completes a claim and stores its result for replay by later claims.",
+        complexity: c"O(N) where N is the size of the result",
+        keys: &[key(1, DONE_RECORD), KeyArg { at: KeyAt::Option(c"BLOOM"), flags: DONE_FILTER | INCOMPLETE }],
+    },
+    CommandSpec {
+        name: c"IDEM.RELEASE",
+        entry: command_entry!(release),
+        flags: c"write fast",
+        acl: "write fast",
+        arity: 3,
+        summary: c"Gives up a live claim so that a retry can claim the key at once.",
+        complexity: c"O(1)",
+        keys: &[key(1, RW | UPDATE)],
+    },
+    CommandSpec {
+        name: c"IDEM.EXTEND",
+        entry: command_entry!(extend),
+        flags: c"write fast",
+        acl: "write fast",
+        arity: 4,
+        summary: c"Extends the lease of the current claim.",
+        complexity: c"O(1)",
+        keys: &[key(1, RW | UPDATE)],
+    },
+    CommandSpec {
+        name: c"IDEM.GET",
+        entry: command_entry!(get),
+        flags: c"readonly fast",
+        acl: "read fast",
+        arity: 2,
+        summary: c"Shows a record's state, attempt, times, result and fingerprint (never its token).",
+        complexity: c"O(1)",
+        keys: &[key(1, RO | ACCESS)],
+    },
+    CommandSpec {
+        name: c"IDEM.ONCE",
+        entry: command_entry!(once),
+        flags: c"write deny-oom fast",
+        acl: "write fast",
+        arity: 3,
+        summary: c"Marks a key done if it has no record, in one step, for consumers that need no lease.",
+        complexity: c"O(1)",
+        keys: &[key(1, RW | INSERT)],
+    },
+    CommandSpec {
+        name: c"IDEM.APPLY",
+        entry: command_entry!(apply),
+        flags: c"write",
+        acl: "write slow admin dangerous",
+        arity: 3,
+        summary: c"Internal: stores a record exactly as the primary wrote it (replication and AOF).",
+        complexity: c"O(N) where N is the size of the record",
+        keys: &[key(1, OW | UPDATE)],
+    },
+];

@@ -1,6 +1,6 @@
 //! The idempotency record: a pure state machine, with the clock passed in.
 //!
-//! Nothing here knows Redis. The command layer (`commands.rs`) looks the key
+//! Nothing here knows Redis. The module's command layer looks the key
 //! up, calls one of the transitions below with the current time, and applies
 //! the returned [`Write`] (store the record, set the key's absolute expiry,
 //! replicate the effect). Every decision is made here, so it is unit- and
@@ -15,10 +15,18 @@
 
 pub mod codec;
 
+use std::ffi::CStr;
+
 use xxhash_rust::xxh3::xxh3_128;
 
-/// Unix time or a duration, in milliseconds (Redis's `mstime_t`).
-pub type Millis = i64;
+use crate::args::{ArgList, parse_options, require, seconds_arg};
+use crate::error::CmdError;
+
+pub use crate::Millis;
+
+/// Longest `retain`/`history` config: 100 years. Time arguments are checked
+/// against it, so `now + argument + history` can never overflow.
+pub const MAX_SECONDS: i64 = 100 * 365 * 24 * 3600;
 
 /// A 128-bit xxh3 of a claim's `PAYLOAD`.
 pub type Fingerprint = u128;
@@ -80,12 +88,13 @@ pub enum State {
 }
 
 impl State {
-    pub fn name(self) -> &'static str {
+    /// The name `IDEM.GET` replies.
+    pub fn name(self) -> &'static CStr {
         match self {
-            State::Processing => "processing",
-            State::Expired => "expired",
-            State::Released => "released",
-            State::Done => "done",
+            State::Processing => c"processing",
+            State::Expired => c"expired",
+            State::Released => c"released",
+            State::Done => c"done",
         }
     }
 }
@@ -264,10 +273,10 @@ pub fn claim(
         return (reply, Write::Create { record: created, expire_at });
     };
     let attempt = record.attempt;
-    if let (Some(given), Some(stored)) = (args.fingerprint, record.fingerprint) {
-        if given != stored {
-            return (ClaimReply::Mismatch { attempt }, Write::None);
-        }
+    if let (Some(given), Some(stored)) = (args.fingerprint, record.fingerprint)
+        && given != stored
+    {
+        return (ClaimReply::Mismatch { attempt }, Write::None);
     }
     match record.state_at(now) {
         State::Done => (ClaimReply::Done { attempt }, Write::None),
@@ -357,6 +366,86 @@ pub fn once(record: Option<&Record>, retain: Millis, now: Millis) -> (bool, Writ
     }
     let record = Record::done_without_claim(now, None);
     (true, Write::Create { record, expire_at: after(now, retain) })
+}
+
+/// Issued tokens are exactly 32 hex digits; anything longer is not a token.
+pub fn token_arg<A: ArgList + ?Sized>(args: &A, index: usize) -> Result<Option<Token>, CmdError> {
+    let text = args.bytes(index);
+    if text.len() > Token::HEX_LEN {
+        return Err(CmdError::Static(c"ERR invalid token"));
+    }
+    Ok(Token::from_hex(text))
+}
+
+/// The `BLOOM filterkey` option's value index, refused when it names the
+/// record's own key.
+fn bloom_key<A: ArgList + ?Sized>(args: &A, value: usize) -> Result<Option<usize>, CmdError> {
+    if args.bytes(value) == args.bytes(1) {
+        return Err(CmdError::Static(c"ERR the BLOOM filter must be another key than the record"));
+    }
+    Ok(Some(value))
+}
+
+/// `IDEM.CLAIM key lease [PAYLOAD data] [MAXTRIES n] [BLOOM filterkey]`:
+/// the claim, and the index of the `BLOOM` filter key if given.
+pub fn parse_claim<A: ArgList + ?Sized>(args: &A, now: Millis) -> Result<(ClaimArgs, Option<usize>), CmdError> {
+    require(args, 3)?;
+    let mut claim = ClaimArgs { lease: seconds_arg(args, 2, now)?, ..ClaimArgs::default() };
+    let mut bloom = None;
+    parse_options(args, 3, &["PAYLOAD", "MAXTRIES", "BLOOM"], |option, value| {
+        match option {
+            0 => claim.fingerprint = Some(fingerprint(args.bytes(value))),
+            1 => {
+                let max = args.int(value)?;
+                if max < 1 {
+                    return Err(CmdError::Static(c"ERR MAXTRIES must be a positive integer"));
+                }
+                claim.max_tries = Some(max as u64);
+            }
+            _ => bloom = bloom_key(args, value)?,
+        }
+        Ok(())
+    })?;
+    Ok((claim, bloom))
+}
+
+/// `IDEM.DONE`'s arguments, checked.
+pub struct DoneArgs<'a> {
+    pub token: Option<Token>,
+    pub result: Option<&'a [u8]>,
+    pub retain: Millis,
+    /// Index of the `BLOOM` filter key.
+    pub bloom: Option<usize>,
+}
+
+/// `IDEM.DONE key token [RESULT value] [RETAIN seconds] [BLOOM filterkey]`,
+/// `retain` being the default `RETAIN` and `max_result` the largest
+/// `RESULT`.
+pub fn parse_done<A: ArgList + ?Sized>(
+    args: &A,
+    now: Millis,
+    retain: Millis,
+    max_result: usize,
+) -> Result<DoneArgs<'_>, CmdError> {
+    require(args, 3)?;
+    let mut done = DoneArgs { token: token_arg(args, 2)?, result: None, retain, bloom: None };
+    parse_options(args, 3, &["RESULT", "RETAIN", "BLOOM"], |option, value| {
+        match option {
+            0 => {
+                let bytes = args.bytes(value);
+                if bytes.len() > max_result {
+                    return Err(CmdError::new(format!(
+                        "ERR RESULT is larger than idem.max-result ({max_result} bytes)"
+                    )));
+                }
+                done.result = Some(bytes);
+            }
+            1 => done.retain = seconds_arg(args, value, now)?,
+            _ => done.bloom = bloom_key(args, value)?,
+        }
+        Ok(())
+    })?;
+    Ok(done)
 }
 
 #[cfg(test)]

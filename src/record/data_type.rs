@@ -1,4 +1,4 @@
-//! The record as a Redis data type: its in-memory representation and the
+//! The record as a Redis data type: how a key holds one, and the
 //! `unsafe extern "C"` callbacks Redis calls for persistence, copying,
 //! digests and memory accounting.
 //!
@@ -7,16 +7,19 @@
 //! record in 16 bytes, so it costs no more than `SET key <16-byte token> NX
 //! PX`, a claimed one in 32; every other record is a boxed [`Record`].
 
-use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
 use std::ptr;
 
+use idem_core::Millis;
+use idem_core::error::CmdError;
+use idem_core::record::Record;
+use idem_core::record::codec::{self, Packed};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use crate::record::codec::{self, Packed};
-use crate::record::{Millis, Record};
-use crate::server::{CmdError, Key, RawString, allocation_size, api, c_bytes};
+use crate::host::io::{Aof, Digest, Rdb};
+use crate::host::key::TypeHandle;
+use crate::host::{Arg, Key, allocation_size};
 
 /// Encoding version of the RDB payload; a newer one is refused on load.
 /// 2: the record's format 2 (varints), which format 1 readers refuse.
@@ -48,7 +51,7 @@ pub static RECORD_TYPE: RedisType = RedisType::new(
     },
 );
 
-fn module_type() -> *mut raw::RedisModuleType {
+fn module_type() -> TypeHandle {
     *RECORD_TYPE.raw_type.borrow()
 }
 
@@ -80,12 +83,18 @@ enum Value<'a> {
 }
 
 /// # Safety
-/// `value` must come from [`into_value`] and not be freed yet.
+/// `value` must come from [`into_value`] and not be freed yet; the borrow
+/// must end before anything else reads or frees it.
 unsafe fn value_ref<'a>(value: *mut c_void) -> Value<'a> {
     let address = untagged(value);
+    // SAFETY, for each: the tag says which of `into_value`'s boxes the
+    // address is, live as the caller promises.
     match value as usize & TAG_MASK {
+        // SAFETY: see above.
         DONE_TAG => Value::Packed(Packed::Done(unsafe { *(address as *const [u64; 2]) })),
+        // SAFETY: see above.
         CLAIM_TAG => Value::Packed(Packed::Claim(unsafe { *(address as *const [u64; 4]) })),
+        // SAFETY: see above; the caller keeps the borrow exclusive.
         _ => Value::Full(unsafe { &mut *(address as *mut Record) }),
     }
 }
@@ -94,9 +103,14 @@ unsafe fn value_ref<'a>(value: *mut c_void) -> Value<'a> {
 /// `value` must come from [`into_value`]; it is invalid afterwards.
 unsafe fn drop_value(value: *mut c_void) {
     let address = untagged(value);
+    // The tag says which of `into_value`'s boxes the address is, freed
+    // once as the caller promises.
     match value as usize & TAG_MASK {
+        // SAFETY: see above.
         DONE_TAG => drop(unsafe { Box::from_raw(address as *mut [u64; 2]) }),
+        // SAFETY: see above.
         CLAIM_TAG => drop(unsafe { Box::from_raw(address as *mut [u64; 4]) }),
+        // SAFETY: see above.
         _ => drop(unsafe { Box::from_raw(address as *mut Record) }),
     }
 }
@@ -106,38 +120,41 @@ unsafe fn drop_value(value: *mut c_void) {
 /// # Safety
 /// As [`value_ref`].
 unsafe fn to_record(value: *mut c_void) -> Record {
+    // SAFETY: as the caller promises.
     match unsafe { value_ref(value) } {
         Value::Packed(packed) => codec::unpack(packed),
         Value::Full(record) => record.clone(),
     }
 }
 
-/// The record under an open key, ready for a transition of `record.rs`.
-/// Boxed records are changed in place; a packed one is unpacked into
-/// `unpacked` and stored again only if a transition changes it.
-pub struct Slot<'k> {
-    key: &'k Key,
+/// The record under an open key, ready for a transition of
+/// `idem_core::record`. Boxed records are changed in place; a packed one is
+/// unpacked into `unpacked` and stored again only if a transition changes
+/// it.
+pub struct Slot<'k, 'a> {
+    key: &'k mut Key<'a>,
     full: Option<&'k mut Record>,
     unpacked: Option<Record>,
 }
 
-impl<'k> Slot<'k> {
+impl<'k, 'a> Slot<'k, 'a> {
     /// `Err(WRONGTYPE)` for a key of another type.
-    pub fn open(key: &'k Key) -> Result<Slot<'k>, CmdError> {
-        let mut slot = Slot { key, full: None, unpacked: None };
+    pub fn open(key: &'k mut Key<'a>) -> Result<Slot<'k, 'a>, CmdError> {
+        let (mut full, mut unpacked) = (None, None);
         if let Some(value) = key.module_value(module_type())? {
             // SAFETY: a value of our type was made by `into_value`; it lives
-            // while the key is open and nothing else touches it meanwhile.
-            match unsafe { value_ref(value) } {
-                Value::Packed(packed) => slot.unpacked = Some(codec::unpack(packed)),
-                Value::Full(record) => slot.full = Some(record),
+            // while the key is open, and the slot's `&mut` on the key keeps
+            // anything else from reaching it meanwhile.
+            match unsafe { value_ref(value.as_ptr()) } {
+                Value::Packed(packed) => unpacked = Some(codec::unpack(packed)),
+                Value::Full(record) => full = Some(record),
             }
         }
-        Ok(slot)
+        Ok(Slot { key, full, unpacked })
     }
 
-    pub fn key(&self) -> &'k Key {
-        self.key
+    pub fn name(&self) -> Arg<'a> {
+        self.key.name()
     }
 
     pub fn record(&mut self) -> Option<&mut Record> {
@@ -147,21 +164,40 @@ impl<'k> Slot<'k> {
         }
     }
 
+    /// The record, with the milliseconds its key has to live as PTTL counts
+    /// them.
+    pub fn record_and_pttl(&mut self) -> Option<(&mut Record, Millis)> {
+        let record = match &mut self.full {
+            Some(record) => record,
+            None => self.unpacked.as_mut()?,
+        };
+        Some((record, self.key.pttl()))
+    }
+
+    /// Makes the key, which held no record, hold `record` until `expire_at`.
+    pub fn store_new(self, record: Record, expire_at: Millis) {
+        store_new(self.key, record, Some(expire_at));
+    }
+
     /// Stores the record after an in-place transition and sets the key's
     /// expiry: a packed one is packed again, a boxed one that now packs
     /// shrinks.
-    pub fn store_updated(mut self, expire_at: Millis) {
-        let key = self.key;
-        if let Some(record) = self.unpacked.take() {
-            let old = key.replace_module_value(module_type(), into_value(record));
+    pub fn store_updated(self, expire_at: Millis) {
+        let Slot { key, full, unpacked } = self;
+        let record = match (unpacked, full) {
+            (Some(record), _) => Some(record),
+            (None, Some(record)) if codec::pack(record).is_some() => {
+                Some(std::mem::replace(record, Record::done_without_claim(0, None)))
+            }
+            _ => None,
+        };
+        if let Some(record) = record {
+            // SAFETY: the key holds a record (the slot found one), and the
+            // new value is one `into_value` made; `full`'s borrow of the
+            // old value ended above.
+            let old = unsafe { key.replace_module_value(module_type(), into_value(record)) };
             // SAFETY: `old` was this key's value, now detached from it.
             unsafe { drop_value(old) };
-        } else if let Some(record) = self.full.take() {
-            if codec::pack(record).is_some() {
-                let record = std::mem::replace(record, Record::done_without_claim(0, None));
-                let old = key.replace_module_value(module_type(), into_value(record));
-                unsafe { drop_value(old) };
-            }
         }
         key.set_expire_at(Some(expire_at));
     }
@@ -169,91 +205,46 @@ impl<'k> Slot<'k> {
 
 /// Makes `key` hold `record` until `expire_at` (`None`: no expiry),
 /// replacing whatever record it held.
-pub fn store_new(key: &Key, record: Record, expire_at: Option<Millis>) {
-    key.set_module_value(module_type(), into_value(record));
+pub fn store_new(key: &mut Key<'_>, record: Record, expire_at: Option<Millis>) {
+    // SAFETY: a value `into_value` made, of this type.
+    unsafe { key.set_module_value(module_type(), into_value(record)) };
     key.set_expire_at(expire_at);
 }
 
-/// The replicated effect of a write: the record with its absolute expiry
-/// (-1: none), applied as is by `IDEM.APPLY`.
-pub fn effect_blob(record: &Record, expire_at: Option<Millis>) -> Vec<u8> {
-    let mut blob = Vec::new();
-    write_effect(record, expire_at, &mut blob);
-    blob
-}
-
-fn write_effect(record: &Record, expire_at: Option<Millis>, out: &mut Vec<u8>) {
-    out.reserve(8 + codec::max_encoded_len(record));
-    out.extend_from_slice(&expire_at.unwrap_or(-1).to_le_bytes());
-    codec::encode(record, out);
-}
-
-/// Calls `use_blob` with [`effect_blob`]'s bytes, written into a buffer
-/// that commands (all on Redis's main thread) reuse: no allocation per
-/// write on the hot path.
-pub fn with_effect_blob<R>(record: &Record, expire_at: Option<Millis>, use_blob: impl FnOnce(&[u8]) -> R) -> R {
-    thread_local! {
-        static BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-    }
-    BUFFER.with_borrow_mut(|buffer| {
-        buffer.clear();
-        write_effect(record, expire_at, buffer);
-        let result = use_blob(buffer);
-        // A large RESULT passed through: do not keep its memory.
-        if buffer.capacity() > 64 * 1024 {
-            *buffer = Vec::new();
-        }
-        result
-    })
-}
-
-pub fn parse_effect_blob(blob: &[u8]) -> Result<(Record, Option<Millis>), codec::DecodeError> {
-    let mut input = codec::Reader(blob);
-    let expire_at = i64::from_le_bytes(input.array()?);
-    if expire_at < -1 {
-        return Err(codec::DecodeError("bad expiry"));
-    }
-    Ok((codec::decode(input.0)?, (expire_at >= 0).then_some(expire_at)))
-}
-
-/// Logs why a payload was refused; the load then fails with an error.
-fn log_refused(rdb: *mut raw::RedisModuleIO, why: &'static std::ffi::CStr) {
-    unsafe {
-        api!(RedisModule_LogIOError)(
-            rdb,
-            c"warning".as_ptr(),
-            c"redis-idem: refused a record payload: %s".as_ptr(),
-            why.as_ptr(),
-        )
-    };
+/// Decodes a replicated effect, for `IDEM.APPLY`.
+pub fn decode_effect(blob: &[u8]) -> Result<(Record, Option<Millis>), CmdError> {
+    codec::decode_effect(blob).map_err(|e| CmdError::new(format!("ERR invalid IDEM.APPLY payload: {}", e.0)))
 }
 
 /// # Safety
 /// Called by Redis with a valid `rdb` handle; module IO errors are handled
 /// (`HANDLE_IO_ERRORS`), so a failed read returns an error, never aborts.
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    // SAFETY: the handle Redis passed to this callback.
+    let Some(mut rdb) = (unsafe { Rdb::from_raw(rdb) }) else { return ptr::null_mut() };
     if encver > ENCODING_VERSION {
-        log_refused(rdb, c"encoding version newer than this module");
+        rdb.log_refused(c"record", c"encoding version newer than this module");
         return ptr::null_mut();
     }
-    let Ok(buffer) = raw::load_string_buffer(rdb) else {
-        return ptr::null_mut();
-    };
+    let Some(buffer) = rdb.load_bytes() else { return ptr::null_mut() };
     match codec::decode(buffer.as_ref()) {
         Ok(record) => into_value(record),
         Err(_) => {
-            log_refused(rdb, c"corrupt record");
+            rdb.log_refused(c"record", c"corrupt record");
             ptr::null_mut()
         }
     }
 }
 
 /// # Safety
-/// `value` is a live value of this type.
+/// `value` is a live value of this type; `rdb` the callback's handle.
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    // SAFETY: the handle Redis passed to this callback.
+    let Some(mut rdb) = (unsafe { Rdb::from_raw(rdb) }) else { return };
     let mut bytes = Vec::new();
+    // SAFETY: a live value of this type, only read.
     codec::encode(&unsafe { to_record(value) }, &mut bytes);
-    raw::save_slice(rdb, &bytes);
+    rdb.save_bytes(&bytes);
 }
 
 /// Rewrites the key as one `IDEM.APPLY` without expiry; Redis appends the
@@ -261,10 +252,12 @@ unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) 
 ///
 /// # Safety
 /// `value` is a live value of this type; `key` is its key name.
-unsafe extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: RawString, value: *mut c_void) {
-    let blob = effect_blob(&unsafe { to_record(value) }, None);
-    let (ptr, len) = c_bytes(&blob);
-    unsafe { api!(RedisModule_EmitAOF)(aof, c"IDEM.APPLY".as_ptr(), c"sb".as_ptr(), key, ptr, len) };
+unsafe extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, value: *mut c_void) {
+    // SAFETY: the handle and key name Redis passed to this callback.
+    let (Some(mut aof), Some(key)) = (unsafe { Aof::from_raw(aof) }, unsafe { Arg::from_raw(key) }) else { return };
+    // SAFETY: a live value of this type, only read.
+    let blob = codec::effect(&unsafe { to_record(value) }, None);
+    aof.emit_key_blob(c"IDEM.APPLY", key, &blob);
 }
 
 /// Size of Redis's `moduleValue` wrapper around our pointer.
@@ -273,24 +266,28 @@ const MODULE_VALUE_SIZE: usize = 16;
 /// # Safety
 /// `value` is a live value of this type, allocated by Redis's allocator.
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
-    let own = MODULE_VALUE_SIZE + allocation_size(untagged(value) as *const u8, 1);
+    // SAFETY: the untagged address is the box `into_value` allocated.
+    let own = MODULE_VALUE_SIZE + unsafe { allocation_size(untagged(value) as *const u8, 1) };
+    // SAFETY: a live value of this type, only read.
     match unsafe { value_ref(value as *mut c_void) } {
         Value::Packed(_) => own,
         // An empty RESULT is an empty boxed slice: no allocation behind it.
-        Value::Full(record) => own + record.result.as_ref().map_or(0, |r| allocation_size(r.as_ptr(), r.len())),
+        Value::Full(record) => {
+            // SAFETY: a boxed slice's own allocation, `len` elements long.
+            own + record.result.as_ref().map_or(0, |r| unsafe { allocation_size(r.as_ptr(), r.len()) })
+        }
     }
 }
 
 /// # Safety
 /// `md` is a valid digest context; `value` a live value of this type.
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    // SAFETY: the digest Redis passed to this callback.
+    let Some(mut digest) = (unsafe { Digest::from_raw(md) }) else { return };
     let mut bytes = Vec::new();
+    // SAFETY: a live value of this type, only read.
     codec::encode(&unsafe { to_record(value) }, &mut bytes);
-    let (ptr, len) = c_bytes(&bytes);
-    unsafe {
-        api!(RedisModule_DigestAddStringBuffer)(md, ptr, len);
-        api!(RedisModule_DigestEndSequence)(md);
-    }
+    digest.add_sequence(&bytes);
 }
 
 /// May run on the lazy-free thread: no Redis API calls here.
@@ -298,6 +295,7 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
 /// # Safety
 /// `value` is a live value of this type, not used after this call.
 unsafe extern "C" fn free(value: *mut c_void) {
+    // SAFETY: as above; Redis frees each value once.
     unsafe { drop_value(value) };
 }
 
@@ -305,7 +303,7 @@ unsafe extern "C" fn free(value: *mut c_void) {
 ///
 /// # Safety
 /// No pointer is dereferenced.
-unsafe extern "C" fn free_effort(_key: RawString, _value: *const c_void) -> usize {
+unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, _value: *const c_void) -> usize {
     1
 }
 
@@ -313,11 +311,11 @@ unsafe extern "C" fn free_effort(_key: RawString, _value: *const c_void) -> usiz
 ///
 /// # Safety
 /// `value` is a live value of this type.
-unsafe extern "C" fn copy(_from: RawString, _to: RawString, value: *const c_void) -> *mut c_void {
+unsafe extern "C" fn copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    // SAFETY: a live value of this type, only read.
     into_value(unsafe { to_record(value as *mut c_void) })
-}
-
-/// Decodes a replicated effect, for `IDEM.APPLY`.
-pub fn decode_effect(blob: &[u8]) -> Result<(Record, Option<Millis>), CmdError> {
-    parse_effect_blob(blob).map_err(|e| CmdError::new(format!("ERR invalid IDEM.APPLY payload: {}", e.0)))
 }

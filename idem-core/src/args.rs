@@ -4,14 +4,18 @@
 //! Parsing is pure Rust over [`ArgList`], so every command's parser runs
 //! (and is fuzzed) without a server.
 
-use crate::config;
-use crate::record::Millis;
-use crate::server::{CmdError, CmdResult, NOT_AN_INTEGER};
+use crate::Millis;
+use crate::error::{CmdError, CmdResult, NOT_AN_INTEGER};
+use crate::record::MAX_SECONDS;
 
 /// A command's arguments as bytes, `0` being the command name.
 pub trait ArgList {
     fn len(&self) -> usize;
     fn bytes(&self, index: usize) -> &[u8];
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 
     /// An integer as Redis reads one: optional `-`, digits, no leading
     /// zeros or spaces, within i64.
@@ -76,7 +80,7 @@ pub fn parse_i64(text: &[u8]) -> Option<i64> {
 /// longest configurable history or retention.
 pub fn seconds_arg<A: ArgList + ?Sized>(args: &A, index: usize, now: Millis) -> Result<Millis, CmdError> {
     let seconds = args.int(index)?;
-    let limit = (i64::MAX - now) / 1000 - config::MAX_SECONDS;
+    let limit = (i64::MAX - now) / 1000 - MAX_SECONDS;
     if seconds < 1 || seconds > limit {
         // Named as registered, as Redis names it in its own errors.
         let command = String::from_utf8_lossy(args.bytes(0)).to_uppercase();

@@ -6,8 +6,9 @@ use std::collections::HashSet;
 
 use proptest::prelude::*;
 
-use super::codec::{self, DecodeError, Packed};
+use super::codec::{self, Packed};
 use super::*;
+use crate::decode::DecodeError;
 
 const HISTORY: Millis = 3_600_000;
 const LIFETIMES: Lifetimes = Lifetimes { history: HISTORY };

@@ -7,10 +7,10 @@
 //! accepts any bytes), so every field is checked and nothing is allocated
 //! before its length is known to be present.
 
-use unsigned_varint::decode as read_varint;
 use unsigned_varint::encode as varint;
 
 use super::{Fingerprint, Millis, Phase, Record, Token};
+use crate::decode::{DecodeError, Reader, VARINT_MAX};
 
 /// First byte of every serialized record.
 pub const FORMAT_VERSION: u8 = 2;
@@ -21,14 +21,9 @@ const HAS_RESULT: u8 = 2;
 /// none), so its 16 bytes follow.
 const HAS_TOKEN: u8 = 4;
 
-/// Most bytes of a varint of a u64.
-const VARINT_MAX: usize = 10;
 /// Most bytes of a record without result: version, phase, flags, four
 /// numbers as varints, token and fingerprint.
 const MAX_FIXED_LEN: usize = 3 + 4 * VARINT_MAX + 16 + 16;
-
-#[derive(Debug, PartialEq, Eq)]
-pub struct DecodeError(pub &'static str);
 
 /// Room to reserve for a record's encoding (at most this many bytes).
 pub fn max_encoded_len(record: &Record) -> usize {
@@ -87,53 +82,6 @@ pub fn encode(record: &Record, out: &mut Vec<u8>) {
     out.extend_from_slice(&head.bytes[..head.len]);
     if let Some(result) = &record.result {
         out.extend_from_slice(result);
-    }
-}
-
-/// Reads fixed-size fields off the front of a slice.
-pub struct Reader<'a>(pub &'a [u8]);
-
-impl<'a> Reader<'a> {
-    pub fn take(&mut self, len: usize) -> Result<&'a [u8], DecodeError> {
-        if self.0.len() < len {
-            return Err(DecodeError("truncated"));
-        }
-        let (head, rest) = self.0.split_at(len);
-        self.0 = rest;
-        Ok(head)
-    }
-    pub fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
-        Ok(self.take(N)?.try_into().expect("length checked"))
-    }
-    pub fn u8(&mut self) -> Result<u8, DecodeError> {
-        Ok(self.array::<1>()?[0])
-    }
-    pub fn u32(&mut self) -> Result<u32, DecodeError> {
-        Ok(u32::from_le_bytes(self.array()?))
-    }
-    pub fn u64(&mut self) -> Result<u64, DecodeError> {
-        Ok(u64::from_le_bytes(self.array()?))
-    }
-    /// A minimal LEB128 varint: overlong or overflowing ones are refused,
-    /// so what decodes encodes back to the same bytes.
-    pub fn varint(&mut self) -> Result<u64, DecodeError> {
-        let (value, rest) = read_varint::u64(self.0).map_err(|error| match error {
-            read_varint::Error::Insufficient => DecodeError("truncated"),
-            _ => DecodeError("bad varint"),
-        })?;
-        // The crate drops the bits of a tenth byte above the 64th.
-        let used = &self.0[..self.0.len() - rest.len()];
-        if used.len() == VARINT_MAX && used[VARINT_MAX - 1] > 1 {
-            return Err(DecodeError("bad varint"));
-        }
-        self.0 = rest;
-        Ok(value)
-    }
-    pub fn varint_time(&mut self) -> Result<Millis, DecodeError> {
-        Millis::try_from(self.varint()?).map_err(|_| DecodeError("time out of range"))
-    }
-    pub fn finish(&self) -> Result<(), DecodeError> {
-        if self.0.is_empty() { Ok(()) } else { Err(DecodeError("trailing bytes")) }
     }
 }
 
@@ -284,4 +232,53 @@ pub fn unpack(packed: Packed) -> Record {
             }
         }
     }
+}
+
+/// What a record's `DUMP` payload and replicated effect add to its RESULT:
+/// the encoded fields (under 100 bytes), the RDB framing and checksum, and
+/// `IDEM.APPLY`'s expiry; rounded up generously.
+pub const RECORD_OVERHEAD: u64 = 1024;
+
+/// The replicated effect of a write, `IDEM.APPLY key <effect>`: the
+/// record's absolute expiry (8 bytes little-endian, -1 for none), then the
+/// record. Applied as is by replicas and AOF replay.
+pub fn effect(record: &Record, expire_at: Option<Millis>) -> Vec<u8> {
+    let mut blob = Vec::new();
+    write_effect(record, expire_at, &mut blob);
+    blob
+}
+
+fn write_effect(record: &Record, expire_at: Option<Millis>, out: &mut Vec<u8>) {
+    out.reserve(8 + max_encoded_len(record));
+    out.extend_from_slice(&expire_at.unwrap_or(-1).to_le_bytes());
+    encode(record, out);
+}
+
+/// Calls `use_effect` with [`effect`]'s bytes, written into a buffer that
+/// commands (all on Redis's main thread) reuse: no allocation per write on
+/// the hot path.
+pub fn with_effect<R>(record: &Record, expire_at: Option<Millis>, use_effect: impl FnOnce(&[u8]) -> R) -> R {
+    thread_local! {
+        static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    BUFFER.with_borrow_mut(|buffer| {
+        buffer.clear();
+        write_effect(record, expire_at, buffer);
+        let result = use_effect(buffer);
+        // A large RESULT passed through: do not keep its memory.
+        if buffer.capacity() > 64 * 1024 {
+            *buffer = Vec::new();
+        }
+        result
+    })
+}
+
+/// Reads an [`effect`].
+pub fn decode_effect(blob: &[u8]) -> Result<(Record, Option<Millis>), DecodeError> {
+    let mut input = Reader(blob);
+    let expire_at = i64::from_le_bytes(input.array()?);
+    if expire_at < -1 {
+        return Err(DecodeError("bad expiry"));
+    }
+    Ok((decode(input.0)?, (expire_at >= 0).then_some(expire_at)))
 }

@@ -215,6 +215,50 @@ fn a_clock_that_steps_back_writes_into_the_newest_shard() {
 }
 
 #[test]
+fn add_planned_executes_the_plan_as_add_would() {
+    // A plan spanning a new day's shard and several stacked sub-filters.
+    let mut planned = new_filter(params(0.01, 10, 7, DAY), SEED, T0).unwrap();
+    add_all(&mut planned, "old", 0..5, T0);
+    let mut plain = planned.clone();
+    let now = T0 + DAY * 1000;
+    let mut plan = planned.check_room(200, now, MAX_BYTES).unwrap();
+    assert!(plan.sub_filters >= 3, "{plan:?}");
+    let (bytes, allocate) = (planned.bytes(), plan.allocate);
+    for n in 0..200 {
+        let hash = planned.hash(&item("p", n));
+        assert_eq!(planned.add_planned(&mut plan, hash, now), plain.add(hash, now).unwrap());
+    }
+    assert_eq!(planned.bytes() - bytes, allocate, "allocated exactly the plan");
+    let encode = |filter: &ShardedBloom| {
+        let mut bytes = Vec::new();
+        codec::encode(filter, &mut bytes);
+        bytes
+    };
+    assert_eq!(encode(&planned), encode(&plain), "the same filter, bit for bit");
+    // Past its plan an add sizes its sub-filter as `add` would.
+    let extra = planned.hash(b"extra");
+    assert_eq!(planned.add_planned(&mut Room::default(), extra, now), plain.add(extra, now).unwrap());
+    assert_eq!(encode(&planned), encode(&plain));
+}
+
+#[test]
+fn add_planned_past_the_hard_limits_stores_nothing_and_never_panics() {
+    let mut filter = new_filter(Params { expansion: 1, ..params(0.01, 1, 1, DAY) }, SEED, T0).unwrap();
+    let mut plan = filter.check_room(MAX_SUB_FILTERS as u64, T0, MAX_BYTES).unwrap();
+    for n in 0..MAX_SUB_FILTERS as u64 {
+        filter.add_planned(&mut plan, filter.hash(&item("f", n)), T0);
+    }
+    assert_eq!(filter.items(), MAX_SUB_FILTERS as u64);
+    // The stack is full: an item no plan allowed for is not stored, and is
+    // answered as new (no shard had seen it).
+    let before = filter.clone();
+    let fresh = filter.hash(b"fresh");
+    assert!(filter.add_planned(&mut Room::default(), fresh, T0));
+    assert_eq!((filter.items(), filter.sub_filter_count()), (before.items(), before.sub_filter_count()));
+    assert!(!filter.contains(fresh, T0) || before.contains(fresh, T0));
+}
+
+#[test]
 fn check_room_refuses_growth_past_the_limits_before_anything_changes() {
     let mut filter = new_filter(Params { expansion: 1, ..params(0.01, 1, 1, DAY) }, SEED, T0).unwrap();
     assert!(filter.check_room(MAX_SUB_FILTERS as u64, T0, MAX_BYTES).is_ok());
@@ -945,7 +989,8 @@ fn check_room_names_each_limit_and_add_keeps_the_hard_ones() {
         ShardedBloom::new(p, SEED, T0, needed - 1).err(),
         Some(BloomError::SizeLimit { needed, limit: needed - 1 })
     );
-    assert_eq!(ShardedBloom::plan_new(&p, T0, u64::MAX).unwrap(), Room { allocate: needed, sub_filters: 1 });
+    let plan = ShardedBloom::plan_new(&p, T0, u64::MAX).unwrap();
+    assert_eq!((plan.allocate, plan.sub_filters), (needed, 1));
     let filter = new_filter(p, SEED, T0).unwrap();
     assert_eq!(filter.check_room(1_000, T0, needed), Ok(Room::default()), "fits the top sub-filter");
     let grow = filter.check_room(1_001, T0, MAX_BYTES).unwrap();
@@ -1217,7 +1262,7 @@ fn the_decoder_refuses_every_shape_the_commands_cannot_build() {
     old.scheme = Scheme::DoubleHashing;
     let mut header = Vec::new();
     codec::encode_params(&old.params, old.scheme, &old.seed, &mut header);
-    assert!(codec::decode_params(&mut crate::record::codec::Reader(&header)).is_ok());
+    assert!(codec::decode_params(&mut crate::decode::Reader(&header)).is_ok());
     // An unknown format.
     let mut unknown = encoded(&good);
     unknown[0] = 3;

@@ -3,9 +3,9 @@
 //! Every sub-filter of every shard probes with the same hash, computed once
 //! per item, and maps each probe onto its array with a multiply-shift
 //! instead of a division. (The `bloomfilter` crate, tried first, hashes an
-//! item twice per sub-filter, divides twice per probe, and lets a query
-//! cover a whole residue class of a small array: 4-25% false positives
-//! where 1% was due; measured in this repository's tests and benchmarks.)
+//! item twice per sub-filter and divides twice per probe; and its layout
+//! and hashing are its own to change, while RDB files keep a filter's for
+//! years.)
 
 use super::ItemHash;
 
@@ -80,14 +80,9 @@ impl Bits {
         self.scheme
     }
 
-    /// Number of 64-bit words, for memory accounting.
-    pub fn words(&self) -> usize {
-        self.words.len()
-    }
-
-    /// Start of the allocation, for memory accounting.
-    pub fn as_ptr(&self) -> *const u64 {
-        self.words.as_ptr()
+    /// The 64-bit words, one boxed slice: for memory accounting.
+    pub fn words(&self) -> &[u64] {
+        &self.words
     }
 
     /// Bits set.

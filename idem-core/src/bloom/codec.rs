@@ -29,8 +29,8 @@ use super::{
     Params, Shard, ShardedBloom, Share, SubFilter, allocation_class, false_positive_rate, format_1_class_below,
     hash_count, sub_filter_bytes,
 };
-use crate::record::Millis;
-use crate::record::codec::{DecodeError, Reader};
+use crate::Millis;
+use crate::decode::{DecodeError, Reader};
 
 /// The format of filters probed by [`Scheme::DoubleHashing`].
 pub const FORMAT_DOUBLE_HASHING: u8 = 1;
@@ -273,4 +273,29 @@ fn check_sizing(sub: &SubFilter, budget: f64, scheme: Scheme) -> Result<(), Deco
         return Err(DecodeError("sub-filter larger than its sizing"));
     }
     Ok(())
+}
+
+/// The header of a replicated filter write, `IDEM.BF.APPLY key <header>
+/// item...`: the primary's time `now` (8 bytes, little-endian ms) and, for
+/// a write that created the filter, its parameters, scheme and seed, which
+/// a replica needs to create the same one. The time travels inside the
+/// header because `RM_Replicate` turns a number argument into a string
+/// object of its own.
+pub fn effect_header(now: Millis, created: Option<&ShardedBloom>) -> Vec<u8> {
+    let mut header = now.to_le_bytes().to_vec();
+    if let Some(filter) = created {
+        encode_params(&filter.params, filter.scheme, &filter.seed, &mut header);
+    }
+    header
+}
+
+/// The time of an [`effect_header`], and the creation parameters after it
+/// (empty for a write to an existing filter).
+pub fn decode_effect_header(header: &[u8]) -> Result<(Millis, &[u8]), DecodeError> {
+    let (time, create) = header.split_first_chunk::<8>().ok_or(DecodeError("truncated header"))?;
+    let now = Millis::from_le_bytes(*time);
+    if now < 0 {
+        return Err(DecodeError("negative time"));
+    }
+    Ok((now, create))
 }

@@ -1,0 +1,10 @@
+//! Idempotency records: `IDEM.CLAIM`, `DONE`, `RELEASE`, `EXTEND`, `GET`,
+//! `ONCE` and the internal `IDEM.APPLY`.
+//!
+//! A command's whole path is three files: its arguments and transition in
+//! `idem_core::record` (the state machine, no Redis), its handler and
+//! command-table row in [`commands`], and the stored value in
+//! [`data_type`].
+
+pub mod commands;
+pub mod data_type;
