@@ -82,6 +82,7 @@ macro_rules! command_entry {
         $crate::host::command::command_entry!(@entry $handler, Some($keys as $crate::host::command::KeyFinder))
     };
     (@entry $handler:path, $keys:expr) => {{
+        #[allow(unsafe_code)]
         extern "C" fn entry(
             ctx: *mut redis_module::raw::RedisModuleCtx,
             argv: *mut *mut redis_module::raw::RedisModuleString,

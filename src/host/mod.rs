@@ -1,5 +1,5 @@
 //! The host layer: the one place that talks to Redis's C module API, and
-//! the only one with `unsafe` besides the data types' C callbacks.
+//! the only one with `unsafe`.
 //!
 //! Everything here hands the rest of the module safe types whose
 //! lifetimes are tied to the call Redis made: a [`Ctx`] for one command,
@@ -11,7 +11,9 @@
 //!   notifications, logging, server settings.
 //! - [`key`]: command arguments and open keys (expiry, module values).
 //! - [`command`]: command registration and dispatch (panics become errors).
-//! - [`io`]: what the data types' persistence callbacks read and write.
+//! - [`data_type`]: module data types in safe Rust: the value behind
+//!   Redis's pointer, and the C callbacks, once for every type.
+//! - [`io`]: what those callbacks read and write.
 //! - [`background`]: the timer and keyspace walk of the filter sweeper.
 //! - [`info`]: the `INFO idem` section.
 //!
@@ -22,11 +24,12 @@
 pub mod background;
 pub mod command;
 pub mod context;
+pub mod data_type;
 pub mod info;
 pub mod io;
 pub mod key;
 
-use std::ffi::{c_char, c_void};
+use std::ffi::c_char;
 
 pub use context::Ctx;
 pub use key::{Arg, Args, Key, KeyMode};
@@ -53,23 +56,6 @@ pub fn c_bytes(bytes: &[u8]) -> (*const c_char, usize) {
     static EMPTY: [u8; 1] = [0];
     let bytes = if bytes.is_empty() { &EMPTY[..0] } else { bytes };
     (bytes.as_ptr().cast(), bytes.len())
-}
-
-/// Bytes Redis's allocator really holds for an allocation of `len`
-/// elements starting at `ptr`. A Rust value with nothing in it (an empty
-/// boxed slice, a `Vec` without capacity) holds no allocation at all, and
-/// its dangling pointer must never reach the allocator: 0 for those.
-///
-/// # Safety
-/// With `len > 0`, `ptr` must be the start of a live heap allocation of
-/// `len` elements made by the module's global allocator (Redis's): a
-/// `Box` or a `Vec`'s buffer.
-pub unsafe fn allocation_size<T>(ptr: *const T, len: usize) -> usize {
-    if len == 0 || size_of::<T>() == 0 {
-        return 0;
-    }
-    // SAFETY: the caller promises a live allocation of Redis's allocator.
-    unsafe { api!(RedisModule_MallocSize)(ptr as *mut c_void) }
 }
 
 /// Whether the server can set a key's absolute expiry (Redis 7.0.5+,

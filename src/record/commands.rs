@@ -51,7 +51,7 @@ fn commit(ctx: Ctx, mut slot: Slot, write: Write, event: &'static CStr) {
             record_codec::with_effect(&record, Some(expire_at), |blob| {
                 ctx.replicate_key_blob(c"IDEM.APPLY", name, blob)
             });
-            slot.store_new(record, expire_at);
+            slot.store_new(record, Some(expire_at));
         }
     }
     ctx.notify(event, name);
@@ -274,8 +274,7 @@ pub fn apply(ctx: Ctx, args: &Args) -> CmdResult {
     ctx.require_primary_or_aof()?;
     let (record, expire_at) = data_type::decode_effect(args.bytes(2))?;
     let mut key = ctx.open_key(args.arg(1), KeyMode::Write);
-    Slot::open(&mut key)?;
-    data_type::store_new(&mut key, record, expire_at);
+    Slot::open(&mut key)?.store_new(record, expire_at);
     // On a primary this reaches replicas and the AOF; on a replica, its own
     // AOF (sub-replicas get the primary's stream as it is).
     ctx.replicate_verbatim();

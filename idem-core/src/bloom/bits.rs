@@ -80,8 +80,10 @@ impl Bits {
         self.scheme
     }
 
-    /// The 64-bit words, one boxed slice: for memory accounting.
-    pub fn words(&self) -> &[u64] {
+    /// The 64-bit words, one boxed slice: for memory accounting, which
+    /// needs the allocation.
+    #[allow(clippy::borrowed_box, reason = "the box, not the slice, is what is allocated")]
+    pub fn words(&self) -> &Box<[u64]> {
         &self.words
     }
 

@@ -242,6 +242,33 @@ fn add_planned_executes_the_plan_as_add_would() {
 }
 
 #[test]
+fn add_planned_in_batches_builds_the_filter_add_builds() {
+    let encode = |filter: &ShardedBloom| {
+        let mut bytes = Vec::new();
+        codec::encode(filter, &mut bytes);
+        bytes
+    };
+    let cases = [
+        (Params { expansion: 1, ..params(0.01, 100, 1, DAY) }, 3000, 1000),
+        (params(0.01, 1, 1, DAY), 10_000, 1000),
+        (params(0.01, 10, 7, DAY), 10_000, 7),
+    ];
+    for (params, items, batch) in cases {
+        let mut planned = new_filter(params, SEED, T0).unwrap();
+        let mut plain = planned.clone();
+        for start in (0..items).step_by(batch) {
+            let end = (start + batch).min(items) as u64;
+            let mut plan = planned.check_room(end - start as u64, T0, MAX_BYTES).unwrap();
+            for n in start as u64..end {
+                let hash = planned.hash(&item("b", n));
+                assert_eq!(planned.add_planned(&mut plan, hash, T0), plain.add(hash, T0).unwrap());
+            }
+        }
+        assert_eq!(encode(&planned), encode(&plain), "{params:?}");
+    }
+}
+
+#[test]
 fn add_planned_past_the_hard_limits_stores_nothing_and_never_panics() {
     let mut filter = new_filter(Params { expansion: 1, ..params(0.01, 1, 1, DAY) }, SEED, T0).unwrap();
     let mut plan = filter.check_room(MAX_SUB_FILTERS as u64, T0, MAX_BYTES).unwrap();
