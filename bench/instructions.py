@@ -282,6 +282,10 @@ def measure(row, module, requests):
         run(counted)
         subprocess.run(["callgrind_control", "-d", str(server.pid)], check=True, capture_output=True)
         total, costs = inclusive_costs(Path(f"{out}.{server.pid}.1"))
+        # IDEM_CALLGRIND_KEEP=dir keeps each profile, for callgrind_annotate.
+        if keep := os.environ.get("IDEM_CALLGRIND_KEEP"):
+            name = re.sub(r"[^A-Za-z0-9]+", "_", f"{row.label}_{Path(module).parent.name}_{Path(module).name}")
+            shutil.copy(f"{out}.{server.pid}.1", Path(keep) / f"{name}.callgrind")
     finally:
         subprocess.run(["redis-cli", "-p", str(port), "SHUTDOWN", "NOSAVE"], capture_output=True)
         server.wait()
