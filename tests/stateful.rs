@@ -38,6 +38,7 @@
 //! A failure prints the seed, the server, the last steps (each with its
 //! TIME bracket and reply), the history of the keys involved and the
 //! model's worlds.
+#[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
 use common::model::*;
