@@ -216,10 +216,6 @@ impl NodeInfo {
         v.sort();
         v
     }
-
-    pub fn slot_count(&self) -> usize {
-        self.slots.iter().map(|&(a, b)| (b - a) as usize + 1).sum()
-    }
 }
 
 /// A node's view of the cluster.
