@@ -371,45 +371,7 @@ fn resharding_under_load_keeps_records_and_grants_each_claim_once() {
     let hot = tag_where("hot-", |s| moving[n_move / 2..].contains(&s));
     let mut sc = cluster.conn(src.port);
     let mut sc2 = cluster.conn(src.port);
-
-    // Ballast in the hot slot: its migration takes many MIGRATE batches,
-    // while the load claims keys of that slot (ASK / TRYAGAIN for them).
-    let ballast = 5000;
-    let mut pipe = redis::pipe();
-    for i in 0..ballast {
-        pipe.cmd("IDEM.ONCE").arg(format!("{{{hot}}}:ballast:{i}")).arg(3600);
-    }
-    let ones: Vec<i64> = pipe.query(&mut sc).expect("ballast");
-    assert!(ones.iter().all(|&x| x == 1));
-    // The load claims hot keys with BLOOM {hot}:seen; the filter moves too.
-    let hot_seen = format!("{{{hot}}}:seen");
-    let _: () = redis::cmd("IDEM.BF.RESERVE").arg(&hot_seen).arg(0.0001).arg(1000).query(&mut sc).unwrap();
-    let hot_items: Vec<String> = (0..100).map(|i| format!("{{{hot}}}:done:{i}")).collect();
-    let _: Vec<i64> = redis::cmd("IDEM.BF.MADD").arg(&hot_seen).arg(&hot_items).query(&mut sc).unwrap();
-
-    // Records in every state and filters, in two slots that will move.
-    let ((fx_a, filters_a, probe_a), (fx_b, filters_b, probe_b)) = std::thread::scope(|s| {
-        let a = s.spawn(|| populate_tag(&mut sc, &tag_a));
-        let b = populate_tag(&mut sc2, &tag_b);
-        (a.join().unwrap(), b)
-    });
-    let mut records: Vec<String> = fx_a.keys.clone();
-    records.extend(fx_b.keys.iter().cloned());
-    records.push(format!("{{{tag_a}}}:bf-order"));
-    records.push(format!("{{{tag_b}}}:bf-order"));
-    // Each filter with the items to probe it with (added ones first).
-    let filters: Vec<(String, Vec<String>)> = filters_a
-        .iter()
-        .map(|f| (f.clone(), probe_a.clone()))
-        .chain(filters_b.iter().map(|f| (f.clone(), probe_b.clone())))
-        .chain([(hot_seen.clone(), hot_items.iter().cloned().chain(["absent".to_string()]).collect())])
-        .collect();
-    let rec_before: Vec<TimedSnap> = records.iter().map(|k| timed_snapshot(&mut sc, k)).collect();
-    let filt_before: Vec<FilterSnap> = filters.iter().map(|(k, probe)| filter_snap(&mut sc, k, probe)).collect();
-    let count_before: Vec<i64> = [&tag_a, &tag_b]
-        .iter()
-        .map(|t| redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(key_slot(t)).query(&mut sc).unwrap())
-        .collect();
+    let m = seed_moving_slots(&mut sc, &mut sc2, [tag_a, tag_b], hot.clone());
 
     // The load: a fixed key set over every slot, one key in 10 in the hot
     // slot (which moves while the load runs).
@@ -461,10 +423,104 @@ fn resharding_under_load_keeps_records_and_grants_each_claim_once() {
         assert_eq!(after.owner(slot).id, dst.id, "slot {slot} did not move");
     }
     let mut dc = cluster.conn(dst.port);
-    for (t, n) in [&tag_a, &tag_b].iter().zip(&count_before) {
+    moved_records_and_filters_are_intact(&mut sc, &mut dc, &m);
+    each_claim_was_granted_once(&cluster, &mut dc, &m, &keys, &report, &redirects);
+    eprintln!("resharding test: {:?}", started.elapsed());
+}
+
+/// What the reshard moves besides the load: ballast and a filter in the
+/// hot slot, records in every state and filters in two more slots, with
+/// snapshots of each taken before.
+struct Moving {
+    hot: String,
+    hot_seen: String,
+    ballast: i64,
+    tags: [String; 2],
+    fixtures: [Fixture; 2],
+    records: Vec<String>,
+    /// Each filter with the items to probe it with (added ones first).
+    filters: Vec<(String, Vec<String>)>,
+    rec_before: Vec<TimedSnap>,
+    filt_before: Vec<FilterSnap>,
+    count_before: Vec<i64>,
+}
+
+fn seed_moving_slots(
+    sc: &mut redis::Connection,
+    sc2: &mut redis::Connection,
+    [tag_a, tag_b]: [String; 2],
+    hot: String,
+) -> Moving {
+    // Ballast in the hot slot: its migration takes many MIGRATE batches,
+    // while the load claims keys of that slot (ASK / TRYAGAIN for them).
+    let ballast = 5000;
+    let mut pipe = redis::pipe();
+    for i in 0..ballast {
+        pipe.cmd("IDEM.ONCE").arg(format!("{{{hot}}}:ballast:{i}")).arg(3600);
+    }
+    let ones: Vec<i64> = pipe.query(sc).expect("ballast");
+    assert!(ones.iter().all(|&x| x == 1));
+    // The load claims hot keys with BLOOM {hot}:seen; the filter moves too.
+    let hot_seen = format!("{{{hot}}}:seen");
+    let _: () = redis::cmd("IDEM.BF.RESERVE").arg(&hot_seen).arg(0.0001).arg(1000).query(sc).unwrap();
+    let hot_items: Vec<String> = (0..100).map(|i| format!("{{{hot}}}:done:{i}")).collect();
+    let _: Vec<i64> = redis::cmd("IDEM.BF.MADD").arg(&hot_seen).arg(&hot_items).query(sc).unwrap();
+
+    // Records in every state and filters, in two slots that will move.
+    let ((fx_a, filters_a, probe_a), (fx_b, filters_b, probe_b)) = std::thread::scope(|s| {
+        let a = s.spawn(|| populate_tag(sc, &tag_a));
+        let b = populate_tag(sc2, &tag_b);
+        (a.join().unwrap(), b)
+    });
+    let mut records: Vec<String> = fx_a.keys.clone();
+    records.extend(fx_b.keys.iter().cloned());
+    records.push(format!("{{{tag_a}}}:bf-order"));
+    records.push(format!("{{{tag_b}}}:bf-order"));
+    // Each filter with the items to probe it with (added ones first).
+    let filters: Vec<(String, Vec<String>)> = filters_a
+        .iter()
+        .map(|f| (f.clone(), probe_a.clone()))
+        .chain(filters_b.iter().map(|f| (f.clone(), probe_b.clone())))
+        .chain([(hot_seen.clone(), hot_items.iter().cloned().chain(["absent".to_string()]).collect())])
+        .collect();
+    let rec_before: Vec<TimedSnap> = records.iter().map(|k| timed_snapshot(sc, k)).collect();
+    let filt_before: Vec<FilterSnap> = filters.iter().map(|(k, probe)| filter_snap(sc, k, probe)).collect();
+    let count_before: Vec<i64> = [&tag_a, &tag_b]
+        .iter()
+        .map(|t| redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(key_slot(t)).query(sc).unwrap())
+        .collect();
+    Moving {
+        hot,
+        hot_seen,
+        ballast,
+        tags: [tag_a, tag_b],
+        fixtures: [fx_a, fx_b],
+        records,
+        filters,
+        rec_before,
+        filt_before,
+        count_before,
+    }
+}
+
+/// On the target: every key of the moved slots, every record and filter
+/// as it was, the records' tokens still working.
+fn moved_records_and_filters_are_intact(sc: &mut redis::Connection, dc: &mut redis::Connection, m: &Moving) {
+    let Moving {
+        hot_seen,
+        tags: [tag_a, tag_b],
+        fixtures: [fx_a, fx_b],
+        records,
+        filters,
+        rec_before,
+        filt_before,
+        count_before,
+        ..
+    } = m;
+    for (t, n) in [&tag_a, &tag_b].iter().zip(count_before.iter()) {
         let slot = key_slot(t);
-        let on_src: i64 = redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(&mut sc).unwrap();
-        let on_dst: i64 = redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(&mut dc).unwrap();
+        let on_src: i64 = redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(sc).unwrap();
+        let on_dst: i64 = redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(dc).unwrap();
         assert_eq!((on_src, on_dst), (0, *n), "keys of slot {slot} on source / target");
     }
 
@@ -472,13 +528,13 @@ fn resharding_under_load_keeps_records_and_grants_each_claim_once() {
     let tol_ms = 300;
     let expiry_slack_ms = 2000;
     let mut expiry_shift = Vec::new();
-    for (b, key) in rec_before.iter().zip(&records) {
-        let a = timed_snapshot(&mut dc, key);
+    for (b, key) in rec_before.iter().zip(records.iter()) {
+        let a = timed_snapshot(dc, key);
         assert_same_moved_record(b, &a, tol_ms, expiry_slack_ms, "after the reshard");
         expiry_shift.push(a.snap.pexpiretime - b.snap.pexpiretime);
     }
-    for (b, (key, probe)) in filt_before.iter().zip(&filters) {
-        let a = filter_snap(&mut dc, key, probe);
+    for (b, (key, probe)) in filt_before.iter().zip(filters.iter()) {
+        let a = filter_snap(dc, key, probe);
         assert_same_moved_filter(b, &a, expiry_slack_ms, "after the reshard");
         expiry_shift.push(a.pexpiretime - b.pexpiretime);
     }
@@ -492,7 +548,7 @@ fn resharding_under_load_keeps_records_and_grants_each_claim_once() {
         let n = filters[i].1.len();
         let added = if filters[i].0.ends_with(":auto") {
             n - 1..n
-        } else if filters[i].0 == hot_seen {
+        } else if filters[i].0 == *hot_seen {
             0..n - 1
         } else {
             0..200
@@ -500,9 +556,21 @@ fn resharding_under_load_keeps_records_and_grants_each_claim_once() {
         assert!(b.answers[added].iter().all(|&x| x == 1), "{}: an added item is missing", b.key);
     }
     // The tokens still work on the target.
-    check_fixture_tokens(&mut dc, &fx_a, |k| k.to_string());
-    check_fixture_tokens(&mut dc, &fx_b, |k| k.to_string());
+    check_fixture_tokens(dc, &fx_a, |k| k.to_string());
+    check_fixture_tokens(dc, &fx_b, |k| k.to_string());
+}
 
+/// No claim of the load was granted twice, every record of the load is its
+/// one grant, and the load met moved and migrating slots.
+fn each_claim_was_granted_once(
+    cluster: &Cluster,
+    dc: &mut redis::Connection,
+    m: &Moving,
+    keys: &[String],
+    report: &LoadReport,
+    redirects: &BTreeMap<String, i64>,
+) {
+    let (hot, ballast) = (&m.hot, m.ballast);
     // No claim was granted twice, and every record of the load is its one grant.
     assert!(report.unexpected.is_empty(), "unexpected replies: {:?}", report.unexpected);
     let twice = report.granted_twice();
@@ -534,16 +602,15 @@ fn resharding_under_load_keeps_records_and_grants_each_claim_once() {
         }
     }
     assert!(hot_granted > 50, "only {hot_granted} keys of the moving hot slot were claimed");
-    let hot_on_dst: i64 = redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(key_slot(&hot)).query(&mut dc).unwrap();
+    let hot_on_dst: i64 = redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(key_slot(&hot)).query(dc).unwrap();
     assert_eq!(hot_on_dst, ballast + 1 + hot_granted, "keys of the hot slot on the target (ballast, filter, load)");
     for i in (0..ballast).step_by(97) {
         let key = format!("{{{hot}}}:ballast:{i}");
-        let (s, v, a) = claim(&mut dc, &key, 60);
+        let (s, v, a) = claim(dc, &key, 60);
         assert_eq!((s.as_str(), v, a), ("DONE", Value::Nil, 0), "{key}");
     }
     assert!(redirects["MOVED"] > 0, "the load never met a moved slot");
     assert!(redirects["ASK"] + redirects["TRYAGAIN"] > 0, "the load never met a slot being migrated");
-    eprintln!("resharding test: {:?}", started.elapsed());
 }
 
 /// What one shard holds before the failovers: records in every state and
