@@ -14,6 +14,7 @@
 //! The values are made once per server (the states that need time, a
 //! lapsed lease and shards of several seconds, share one wait); the
 //! commands then run over every key.
+#[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
 use common::*;

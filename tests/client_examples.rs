@@ -1,5 +1,6 @@
 //! The client examples in examples/clients/ (Python, Node.js, Rust) run
 //! against a real server, so they cannot rot.
+#[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
 use common::*;

@@ -1,12 +1,15 @@
 //! Redis Cluster: claims and filters through a cluster client over 3
 //! shards, hash-tagged record + filter pairs, CROSSSLOT, resharding under
 //! load (MIGRATE keeps every record and filter; no claim is granted twice)
-//! and failover under load (tokens of acknowledged writes keep working).
+//! and failover under load (tokens of acknowledged writes keep working);
+//! on a one-node cluster, the BLOOM option's CROSSSLOT refusals.
+#[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
 use common::cluster::*;
 use common::*;
 use redis::ConnectionLike;
+use redis::cluster::ClusterConnection;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -77,25 +80,38 @@ fn claims_and_filters_across_shards() {
     let topo = cluster.topology();
     let primaries = topo.primaries();
     let mut cc = cluster.cluster_conn();
-
-    // Our slot function is Redis's.
     let mut any = cluster.conn(primaries[0].port);
+    slot_function_is_redis(&mut any);
+    plain_keys_spread_over_every_shard(&cluster, &mut cc, &primaries);
+    let tags = records_share_a_slot_with_their_filter(&cluster, &mut cc, &topo, &primaries);
+    bucketed_namespace_covers_every_shard(&mut cc, &primaries);
+    let mut xc = replicas_read_and_other_nodes_redirect(&cluster, &topo, &primaries, &tags[0]);
+    record_and_filter_in_two_slots_are_crossslot(&mut cc, &mut xc);
+    getkeys_gives_exact_key_positions(&mut any);
+    filters_remember_records_whose_retention_ended(&mut cc, &tags);
+    eprintln!("claims_and_filters_across_shards: {:?}", started.elapsed());
+}
+
+fn slot_function_is_redis(any: &mut redis::Connection) {
+    // Our slot function is Redis's.
     for key in ["order:1", "{t1}:order", "{orders:7}:order:123", "a{}b", "{}{x}", "x{y"] {
-        let slot: i64 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query(&mut any).unwrap();
+        let slot: i64 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query(any).unwrap();
         assert_eq!(slot, key_slot(key) as i64, "CLUSTER KEYSLOT {key}");
     }
+}
 
+fn plain_keys_spread_over_every_shard(cluster: &Cluster, cc: &mut ClusterConnection, primaries: &[&NodeInfo]) {
     // Plain keys spread over every shard, routed by the cluster client.
     let n = 300;
     let mut tokens = Vec::new();
     for i in 0..n {
-        tokens.push(cclaim_new(&mut cc, &format!("order:{i}"), 60, &[]));
+        tokens.push(cclaim_new(cc, &format!("order:{i}"), 60, &[]));
     }
     for i in (0..n).step_by(2) {
-        assert_eq!(cdone(&mut cc, &format!("order:{i}"), &tokens[i], ("RESULT", format!("r{i}"))), Ok(1));
+        assert_eq!(cdone(cc, &format!("order:{i}"), &tokens[i], ("RESULT", format!("r{i}"))), Ok(1));
     }
     let mut total = 0;
-    for p in &primaries {
+    for p in primaries {
         let mut con = cluster.conn(p.port);
         let size = dbsize(&mut con);
         assert!(size > 0, "primary {} holds no key", p.port);
@@ -111,40 +127,52 @@ fn claims_and_filters_across_shards() {
     assert_eq!(total, n as i64);
     for i in 0..n {
         let key = format!("order:{i}");
-        let (s, v, a) = cclaim(&mut cc, &key, 60, &[]);
+        let (s, v, a) = cclaim(cc, &key, 60, &[]);
         if i % 2 == 0 {
             assert_eq!((s, v, a), ("DONE".to_string(), Value::BulkString(format!("r{i}").into_bytes()), 1), "{key}");
         } else {
             assert_eq!((s.as_str(), a), ("BUSY", 1), "{key}");
         }
     }
+}
 
-    // A record and its filter share a slot through a hash tag: one per shard.
+/// A record and its filter share a slot through a hash tag: one per shard.
+/// Returns the tags.
+fn records_share_a_slot_with_their_filter(
+    cluster: &Cluster,
+    cc: &mut ClusterConnection,
+    topo: &Topology,
+    primaries: &[&NodeInfo],
+) -> Vec<String> {
     let tags: Vec<String> =
         primaries.iter().enumerate().map(|(i, p)| tag_where(&format!("t{i}-"), |s| p.owns(s))).collect();
     for tag in &tags {
         let (rec, seen) = (format!("{{{tag}}}:order"), format!("{{{tag}}}:seen"));
-        let t = cclaim_new(&mut cc, &rec, 60, &["BLOOM", &seen]);
-        assert_eq!(cdone(&mut cc, &rec, &t, ("RESULT", "ok", "RETAIN", 1, "BLOOM", &seen)), Ok(1));
-        assert_eq!(int(&mut cc, "IDEM.BF.EXISTS", (&seen, &rec)), 1, "{seen} has {rec}");
-        assert_eq!(int(&mut cc, "IDEM.BF.EXISTS", (&seen, "never")), 0);
+        let t = cclaim_new(cc, &rec, 60, &["BLOOM", &seen]);
+        assert_eq!(cdone(cc, &rec, &t, ("RESULT", "ok", "RETAIN", 1, "BLOOM", &seen)), Ok(1));
+        assert_eq!(int(cc, "IDEM.BF.EXISTS", (&seen, &rec)), 1, "{seen} has {rec}");
+        assert_eq!(int(cc, "IDEM.BF.EXISTS", (&seen, "never")), 0);
         // The filter is a key of the record's shard.
         let owner = topo.owner(key_slot(&seen));
         let mut oc = cluster.conn(owner.port);
         let ty: String = redis::cmd("TYPE").arg(&seen).query(&mut oc).unwrap();
         assert_ne!(ty, "none", "{seen} on {}", owner.port);
         // A never-completed key with that filter is NEW.
-        let t2 = cclaim_new(&mut cc, &format!("{{{tag}}}:other"), 60, &["BLOOM", &seen]);
-        assert_eq!(cdone(&mut cc, &format!("{{{tag}}}:other"), &t2, NONE), Ok(1));
+        let t2 = cclaim_new(cc, &format!("{{{tag}}}:other"), 60, &["BLOOM", &seen]);
+        assert_eq!(cdone(cc, &format!("{{{tag}}}:other"), &t2, NONE), Ok(1));
     }
 
+    tags
+}
+
+fn bucketed_namespace_covers_every_shard(cc: &mut ClusterConnection, primaries: &[&NodeInfo]) {
     // Bucketing a hot namespace: {orders:<id mod 16>} for record and filter.
     let mut bucket_tokens = BTreeMap::new();
     for id in 0..64 {
         let bucket = id % 16;
         let rec = format!("{{orders:{bucket}}}:order:{id}");
         let seen = format!("{{orders:{bucket}}}:seen");
-        let t = cclaim_new(&mut cc, &rec, 60, &["BLOOM", &seen]);
+        let t = cclaim_new(cc, &rec, 60, &["BLOOM", &seen]);
         bucket_tokens.insert(id, t);
     }
     let buckets_per_shard: Vec<usize> =
@@ -154,19 +182,27 @@ fn claims_and_filters_across_shards() {
         let bucket = id % 16;
         let rec = format!("{{orders:{bucket}}}:order:{id}");
         let seen = format!("{{orders:{bucket}}}:seen");
-        assert_eq!(cdone(&mut cc, &rec, t, ("BLOOM", &seen)), Ok(1), "{rec}");
+        assert_eq!(cdone(cc, &rec, t, ("BLOOM", &seen)), Ok(1), "{rec}");
     }
     for id in 0..64 {
         let bucket = id % 16;
         let seen = format!("{{orders:{bucket}}}:seen");
         let rec = format!("{{orders:{bucket}}}:order:{id}");
-        assert_eq!(int(&mut cc, "IDEM.BF.EXISTS", (&seen, &rec)), 1, "{seen} has {rec}");
-        let info = cq(&mut cc, "IDEM.BF.INFO", &seen).unwrap();
+        assert_eq!(int(cc, "IDEM.BF.EXISTS", (&seen, &rec)), 1, "{seen} has {rec}");
+        let info = cq(cc, "IDEM.BF.INFO", &seen).unwrap();
         assert_ne!(info, Value::Nil);
     }
+}
 
+/// Reads on a replica of `tag`'s shard; writes there, and on another
+/// primary, redirect. Returns a connection to that other primary.
+fn replicas_read_and_other_nodes_redirect(
+    cluster: &Cluster,
+    topo: &Topology,
+    primaries: &[&NodeInfo],
+    tag: &str,
+) -> redis::Connection {
     // Reads on a read-only replica (after READONLY); writes there redirect.
-    let tag = &tags[0];
     let owner = topo.owner(key_slot(tag));
     let replica = topo.replicas_of(&owner.id)[0].port;
     let mut rc = cluster.conn(replica);
@@ -191,30 +227,36 @@ fn claims_and_filters_across_shards() {
     let e = cerr(&mut xc, "IDEM.CLAIM", (&rec, 60, "BLOOM", &seen));
     assert_eq!(e, format!("MOVED {} 127.0.0.1:{}", key_slot(&rec), owner.port));
 
+    xc
+}
+
+fn record_and_filter_in_two_slots_are_crossslot(cc: &mut ClusterConnection, xc: &mut redis::Connection) {
     // CROSSSLOT: record and filter in two slots; nothing is written.
     assert_ne!(key_slot("{a}"), key_slot("{b}"));
     for con_e in [
-        cerr(&mut cc, "IDEM.CLAIM", ("{a}:order", 60, "BLOOM", "{b}:seen")),
-        cerr(&mut cc, "IDEM.CLAIM", ("{a}:order", 60, "MAXTRIES", 3, "PAYLOAD", "x", "BLOOM", "{b}:seen")),
-        cerr(&mut cc, "IDEM.CLAIM", ("{a}:order", 60, "PAYLOAD", "BLOOM", "BLOOM", "{b}:seen")),
-        cerr(&mut cc, "IDEM.DONE", ("{a}:order", random_token(), "BLOOM", "{b}:seen")),
-        cerr(&mut cc, "IDEM.DONE", ("{a}:order", random_token(), "RESULT", "BLOOM", "BLOOM", "{b}:seen")),
-        cerr(&mut xc, "IDEM.CLAIM", ("{a}:order", 60, "BLOOM", "{b}:seen")),
+        cerr(cc, "IDEM.CLAIM", ("{a}:order", 60, "BLOOM", "{b}:seen")),
+        cerr(cc, "IDEM.CLAIM", ("{a}:order", 60, "MAXTRIES", 3, "PAYLOAD", "x", "BLOOM", "{b}:seen")),
+        cerr(cc, "IDEM.CLAIM", ("{a}:order", 60, "PAYLOAD", "BLOOM", "BLOOM", "{b}:seen")),
+        cerr(cc, "IDEM.DONE", ("{a}:order", random_token(), "BLOOM", "{b}:seen")),
+        cerr(cc, "IDEM.DONE", ("{a}:order", random_token(), "RESULT", "BLOOM", "BLOOM", "{b}:seen")),
+        cerr(xc, "IDEM.CLAIM", ("{a}:order", 60, "BLOOM", "{b}:seen")),
     ] {
         assert!(con_e.starts_with("CROSSSLOT"), "expected CROSSSLOT, got {con_e}");
     }
-    assert_eq!(int(&mut cc, "EXISTS", "{a}:order"), 0, "CROSSSLOT wrote the record");
-    assert_eq!(int(&mut cc, "EXISTS", "{b}:seen"), 0, "CROSSSLOT wrote the filter");
+    assert_eq!(int(cc, "EXISTS", "{a}:order"), 0, "CROSSSLOT wrote the record");
+    assert_eq!(int(cc, "EXISTS", "{b}:seen"), 0, "CROSSSLOT wrote the filter");
     // Option values are not keys: no CROSSSLOT for them.
-    let t = cclaim_new(&mut cc, "{a}:p1", 60, &["PAYLOAD", "{b}:seen"]);
-    assert_eq!(cdone(&mut cc, "{a}:p1", &t, ("RESULT", "{b}:x")), Ok(1));
-    let t = cclaim_new(&mut cc, "{a}:p2", 60, &["PAYLOAD", "BLOOM", "BLOOM", "{a}:seen"]);
-    assert_eq!(cdone(&mut cc, "{a}:p2", &t, ("RESULT", "BLOOM", "BLOOM", "{a}:seen")), Ok(1));
-    assert_eq!(int(&mut cc, "IDEM.BF.EXISTS", ("{a}:seen", "{a}:p2")), 1);
-    let t = cclaim_new(&mut cc, "{a}:p3", 60, &["PAYLOAD", "BLOOM"]);
-    assert_eq!(cdone(&mut cc, "{a}:p3", &t, ("RESULT", "BLOOM")), Ok(1));
-    assert_eq!(int(&mut cc, "EXISTS", "{b}:seen"), 0);
+    let t = cclaim_new(cc, "{a}:p1", 60, &["PAYLOAD", "{b}:seen"]);
+    assert_eq!(cdone(cc, "{a}:p1", &t, ("RESULT", "{b}:x")), Ok(1));
+    let t = cclaim_new(cc, "{a}:p2", 60, &["PAYLOAD", "BLOOM", "BLOOM", "{a}:seen"]);
+    assert_eq!(cdone(cc, "{a}:p2", &t, ("RESULT", "BLOOM", "BLOOM", "{a}:seen")), Ok(1));
+    assert_eq!(int(cc, "IDEM.BF.EXISTS", ("{a}:seen", "{a}:p2")), 1);
+    let t = cclaim_new(cc, "{a}:p3", 60, &["PAYLOAD", "BLOOM"]);
+    assert_eq!(cdone(cc, "{a}:p3", &t, ("RESULT", "BLOOM")), Ok(1));
+    assert_eq!(int(cc, "EXISTS", "{b}:seen"), 0);
+}
 
+fn getkeys_gives_exact_key_positions(any: &mut redis::Connection) {
     // COMMAND GETKEYS: exact key positions.
     let cases: &[(&[&str], &[&str])] = &[
         (&["IDEM.CLAIM", "{t1}:order", "60", "BLOOM", "{t1}:seen"], &["{t1}:order", "{t1}:seen"]),
@@ -237,25 +279,26 @@ fn claims_and_filters_across_shards() {
         (&["IDEM.BF.INFO", "f"], &["f"]),
     ];
     for (args, want) in cases {
-        assert_eq!(getkeys(&mut any, args), *want, "COMMAND GETKEYS {args:?}");
+        assert_eq!(getkeys(any, args), *want, "COMMAND GETKEYS {args:?}");
     }
+}
 
+fn filters_remember_records_whose_retention_ended(cc: &mut ClusterConnection, tags: &[String]) {
     // RETAIN 1: the record goes, the filter remembers: the next claim is SEEN.
-    for tag in &tags {
+    for tag in tags {
         let (rec, seen) = (format!("{{{tag}}}:order"), format!("{{{tag}}}:seen"));
         wait_until(&format!("{rec} expired (RETAIN 1)"), Duration::from_secs(10), || {
-            cq(&mut cc, "IDEM.GET", &rec).unwrap() == Value::Nil
+            cq(cc, "IDEM.GET", &rec).unwrap() == Value::Nil
         });
-        let (s, v, a) = cclaim(&mut cc, &rec, 60, &["BLOOM", &seen]);
+        let (s, v, a) = cclaim(cc, &rec, 60, &["BLOOM", &seen]);
         assert_eq!((s.as_str(), a), ("SEEN", 1), "{rec} after its record expired: {v:?}");
         let t = as_token(&v);
-        assert_eq!(f_str(&fields_from_reply(cq(&mut cc, "IDEM.GET", &rec).unwrap()).unwrap(), "state"), "processing");
-        assert_eq!(cdone(&mut cc, &rec, &t, ("BLOOM", &seen)), Ok(1));
+        assert_eq!(f_str(&fields_from_reply(cq(cc, "IDEM.GET", &rec).unwrap()).unwrap(), "state"), "processing");
+        assert_eq!(cdone(cc, &rec, &t, ("BLOOM", &seen)), Ok(1));
         // Without BLOOM the filter is not consulted.
-        let (s, _, _) = cclaim(&mut cc, &rec, 60, &[]);
+        let (s, _, _) = cclaim(cc, &rec, 60, &[]);
         assert_eq!(s, "DONE");
     }
-    eprintln!("claims_and_filters_across_shards: {:?}", started.elapsed());
 }
 
 /// Records in every state in `tag`'s slot, plus filters: a reserved one
@@ -328,45 +371,7 @@ fn resharding_under_load_keeps_records_and_grants_each_claim_once() {
     let hot = tag_where("hot-", |s| moving[n_move / 2..].contains(&s));
     let mut sc = cluster.conn(src.port);
     let mut sc2 = cluster.conn(src.port);
-
-    // Ballast in the hot slot: its migration takes many MIGRATE batches,
-    // while the load claims keys of that slot (ASK / TRYAGAIN for them).
-    let ballast = 5000;
-    let mut pipe = redis::pipe();
-    for i in 0..ballast {
-        pipe.cmd("IDEM.ONCE").arg(format!("{{{hot}}}:ballast:{i}")).arg(3600);
-    }
-    let ones: Vec<i64> = pipe.query(&mut sc).expect("ballast");
-    assert!(ones.iter().all(|&x| x == 1));
-    // The load claims hot keys with BLOOM {hot}:seen; the filter moves too.
-    let hot_seen = format!("{{{hot}}}:seen");
-    let _: () = redis::cmd("IDEM.BF.RESERVE").arg(&hot_seen).arg(0.0001).arg(1000).query(&mut sc).unwrap();
-    let hot_items: Vec<String> = (0..100).map(|i| format!("{{{hot}}}:done:{i}")).collect();
-    let _: Vec<i64> = redis::cmd("IDEM.BF.MADD").arg(&hot_seen).arg(&hot_items).query(&mut sc).unwrap();
-
-    // Records in every state and filters, in two slots that will move.
-    let ((fx_a, filters_a, probe_a), (fx_b, filters_b, probe_b)) = std::thread::scope(|s| {
-        let a = s.spawn(|| populate_tag(&mut sc, &tag_a));
-        let b = populate_tag(&mut sc2, &tag_b);
-        (a.join().unwrap(), b)
-    });
-    let mut records: Vec<String> = fx_a.keys.clone();
-    records.extend(fx_b.keys.iter().cloned());
-    records.push(format!("{{{tag_a}}}:bf-order"));
-    records.push(format!("{{{tag_b}}}:bf-order"));
-    // Each filter with the items to probe it with (added ones first).
-    let filters: Vec<(String, Vec<String>)> = filters_a
-        .iter()
-        .map(|f| (f.clone(), probe_a.clone()))
-        .chain(filters_b.iter().map(|f| (f.clone(), probe_b.clone())))
-        .chain([(hot_seen.clone(), hot_items.iter().cloned().chain(["absent".to_string()]).collect())])
-        .collect();
-    let rec_before: Vec<TimedSnap> = records.iter().map(|k| timed_snapshot(&mut sc, k)).collect();
-    let filt_before: Vec<FilterSnap> = filters.iter().map(|(k, probe)| filter_snapshot(&mut sc, k, probe)).collect();
-    let count_before: Vec<i64> = [&tag_a, &tag_b]
-        .iter()
-        .map(|t| redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(key_slot(t)).query(&mut sc).unwrap())
-        .collect();
+    let m = seed_moving_slots(&mut sc, &mut sc2, [tag_a, tag_b], hot.clone());
 
     // The load: a fixed key set over every slot, one key in 10 in the hot
     // slot (which moves while the load runs).
@@ -418,10 +423,104 @@ fn resharding_under_load_keeps_records_and_grants_each_claim_once() {
         assert_eq!(after.owner(slot).id, dst.id, "slot {slot} did not move");
     }
     let mut dc = cluster.conn(dst.port);
-    for (t, n) in [&tag_a, &tag_b].iter().zip(&count_before) {
+    moved_records_and_filters_are_intact(&mut sc, &mut dc, &m);
+    each_claim_was_granted_once(&cluster, &mut dc, &m, &keys, &report, &redirects);
+    eprintln!("resharding test: {:?}", started.elapsed());
+}
+
+/// What the reshard moves besides the load: ballast and a filter in the
+/// hot slot, records in every state and filters in two more slots, with
+/// snapshots of each taken before.
+struct Moving {
+    hot: String,
+    hot_seen: String,
+    ballast: i64,
+    tags: [String; 2],
+    fixtures: [Fixture; 2],
+    records: Vec<String>,
+    /// Each filter with the items to probe it with (added ones first).
+    filters: Vec<(String, Vec<String>)>,
+    rec_before: Vec<TimedSnap>,
+    filt_before: Vec<FilterSnap>,
+    count_before: Vec<i64>,
+}
+
+fn seed_moving_slots(
+    sc: &mut redis::Connection,
+    sc2: &mut redis::Connection,
+    [tag_a, tag_b]: [String; 2],
+    hot: String,
+) -> Moving {
+    // Ballast in the hot slot: its migration takes many MIGRATE batches,
+    // while the load claims keys of that slot (ASK / TRYAGAIN for them).
+    let ballast = 5000;
+    let mut pipe = redis::pipe();
+    for i in 0..ballast {
+        pipe.cmd("IDEM.ONCE").arg(format!("{{{hot}}}:ballast:{i}")).arg(3600);
+    }
+    let ones: Vec<i64> = pipe.query(sc).expect("ballast");
+    assert!(ones.iter().all(|&x| x == 1));
+    // The load claims hot keys with BLOOM {hot}:seen; the filter moves too.
+    let hot_seen = format!("{{{hot}}}:seen");
+    let _: () = redis::cmd("IDEM.BF.RESERVE").arg(&hot_seen).arg(0.0001).arg(1000).query(sc).unwrap();
+    let hot_items: Vec<String> = (0..100).map(|i| format!("{{{hot}}}:done:{i}")).collect();
+    let _: Vec<i64> = redis::cmd("IDEM.BF.MADD").arg(&hot_seen).arg(&hot_items).query(sc).unwrap();
+
+    // Records in every state and filters, in two slots that will move.
+    let ((fx_a, filters_a, probe_a), (fx_b, filters_b, probe_b)) = std::thread::scope(|s| {
+        let a = s.spawn(|| populate_tag(sc, &tag_a));
+        let b = populate_tag(sc2, &tag_b);
+        (a.join().unwrap(), b)
+    });
+    let mut records: Vec<String> = fx_a.keys.clone();
+    records.extend(fx_b.keys.iter().cloned());
+    records.push(format!("{{{tag_a}}}:bf-order"));
+    records.push(format!("{{{tag_b}}}:bf-order"));
+    // Each filter with the items to probe it with (added ones first).
+    let filters: Vec<(String, Vec<String>)> = filters_a
+        .iter()
+        .map(|f| (f.clone(), probe_a.clone()))
+        .chain(filters_b.iter().map(|f| (f.clone(), probe_b.clone())))
+        .chain([(hot_seen.clone(), hot_items.iter().cloned().chain(["absent".to_string()]).collect())])
+        .collect();
+    let rec_before: Vec<TimedSnap> = records.iter().map(|k| timed_snapshot(sc, k)).collect();
+    let filt_before: Vec<FilterSnap> = filters.iter().map(|(k, probe)| filter_snap(sc, k, probe)).collect();
+    let count_before: Vec<i64> = [&tag_a, &tag_b]
+        .iter()
+        .map(|t| redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(key_slot(t)).query(sc).unwrap())
+        .collect();
+    Moving {
+        hot,
+        hot_seen,
+        ballast,
+        tags: [tag_a, tag_b],
+        fixtures: [fx_a, fx_b],
+        records,
+        filters,
+        rec_before,
+        filt_before,
+        count_before,
+    }
+}
+
+/// On the target: every key of the moved slots, every record and filter
+/// as it was, the records' tokens still working.
+fn moved_records_and_filters_are_intact(sc: &mut redis::Connection, dc: &mut redis::Connection, m: &Moving) {
+    let Moving {
+        hot_seen,
+        tags: [tag_a, tag_b],
+        fixtures: [fx_a, fx_b],
+        records,
+        filters,
+        rec_before,
+        filt_before,
+        count_before,
+        ..
+    } = m;
+    for (t, n) in [&tag_a, &tag_b].iter().zip(count_before.iter()) {
         let slot = key_slot(t);
-        let on_src: i64 = redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(&mut sc).unwrap();
-        let on_dst: i64 = redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(&mut dc).unwrap();
+        let on_src: i64 = redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(sc).unwrap();
+        let on_dst: i64 = redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(dc).unwrap();
         assert_eq!((on_src, on_dst), (0, *n), "keys of slot {slot} on source / target");
     }
 
@@ -429,13 +528,13 @@ fn resharding_under_load_keeps_records_and_grants_each_claim_once() {
     let tol_ms = 300;
     let expiry_slack_ms = 2000;
     let mut expiry_shift = Vec::new();
-    for (b, key) in rec_before.iter().zip(&records) {
-        let a = timed_snapshot(&mut dc, key);
+    for (b, key) in rec_before.iter().zip(records.iter()) {
+        let a = timed_snapshot(dc, key);
         assert_same_moved_record(b, &a, tol_ms, expiry_slack_ms, "after the reshard");
         expiry_shift.push(a.snap.pexpiretime - b.snap.pexpiretime);
     }
-    for (b, (key, probe)) in filt_before.iter().zip(&filters) {
-        let a = filter_snapshot(&mut dc, key, probe);
+    for (b, (key, probe)) in filt_before.iter().zip(filters.iter()) {
+        let a = filter_snap(dc, key, probe);
         assert_same_moved_filter(b, &a, expiry_slack_ms, "after the reshard");
         expiry_shift.push(a.pexpiretime - b.pexpiretime);
     }
@@ -449,17 +548,29 @@ fn resharding_under_load_keeps_records_and_grants_each_claim_once() {
         let n = filters[i].1.len();
         let added = if filters[i].0.ends_with(":auto") {
             n - 1..n
-        } else if filters[i].0 == hot_seen {
+        } else if filters[i].0 == *hot_seen {
             0..n - 1
         } else {
             0..200
         };
-        assert!(b.mexists[added].iter().all(|&x| x == 1), "{}: an added item is missing", b.key);
+        assert!(b.answers[added].iter().all(|&x| x == 1), "{}: an added item is missing", b.key);
     }
     // The tokens still work on the target.
-    check_fixture_tokens(&mut dc, &fx_a, |k| k.to_string());
-    check_fixture_tokens(&mut dc, &fx_b, |k| k.to_string());
+    check_fixture_tokens(dc, &fx_a, |k| k.to_string());
+    check_fixture_tokens(dc, &fx_b, |k| k.to_string());
+}
 
+/// No claim of the load was granted twice, every record of the load is its
+/// one grant, and the load met moved and migrating slots.
+fn each_claim_was_granted_once(
+    cluster: &Cluster,
+    dc: &mut redis::Connection,
+    m: &Moving,
+    keys: &[String],
+    report: &LoadReport,
+    redirects: &BTreeMap<String, i64>,
+) {
+    let (hot, ballast) = (&m.hot, m.ballast);
     // No claim was granted twice, and every record of the load is its one grant.
     assert!(report.unexpected.is_empty(), "unexpected replies: {:?}", report.unexpected);
     let twice = report.granted_twice();
@@ -491,16 +602,15 @@ fn resharding_under_load_keeps_records_and_grants_each_claim_once() {
         }
     }
     assert!(hot_granted > 50, "only {hot_granted} keys of the moving hot slot were claimed");
-    let hot_on_dst: i64 = redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(key_slot(&hot)).query(&mut dc).unwrap();
+    let hot_on_dst: i64 = redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(key_slot(&hot)).query(dc).unwrap();
     assert_eq!(hot_on_dst, ballast + 1 + hot_granted, "keys of the hot slot on the target (ballast, filter, load)");
     for i in (0..ballast).step_by(97) {
         let key = format!("{{{hot}}}:ballast:{i}");
-        let (s, v, a) = claim(&mut dc, &key, 60);
+        let (s, v, a) = claim(dc, &key, 60);
         assert_eq!((s.as_str(), v, a), ("DONE", Value::Nil, 0), "{key}");
     }
     assert!(redirects["MOVED"] > 0, "the load never met a moved slot");
     assert!(redirects["ASK"] + redirects["TRYAGAIN"] > 0, "the load never met a slot being migrated");
-    eprintln!("resharding test: {:?}", started.elapsed());
 }
 
 /// What one shard holds before the failovers: records in every state and
@@ -702,4 +812,31 @@ fn wait_replica_if_any(cluster: &Cluster, con: &mut redis::Connection, port: u16
     if topo.replicas_of(&id).iter().any(|r| !r.down) {
         wait_replica(con, &format!("primary {port}"));
     }
+}
+
+#[test]
+fn bloom_option_is_crossslot_in_cluster_mode() {
+    let mut s = Server::start_cluster_node();
+    let mut con = s.conn();
+    let cross = |con: &mut redis::Connection, name: &str, args: &[&str]| {
+        let e = expect_err(con, name, args);
+        assert!(e.starts_with("CROSSSLOT"), "{name} {args:?}: {e}");
+    };
+    cross(&mut con, "IDEM.CLAIM", &["{a}k", "10", "BLOOM", "{b}f"]);
+    cross(&mut con, "IDEM.CLAIM", &["{a}k", "10", "PAYLOAD", "BLOOM", "BLOOM", "{b}f"]);
+    cross(&mut con, "IDEM.CLAIM", &["{a}k", "10", "MAXTRIES", "3", "bloom", "{b}f"]);
+    assert!(!exists(&mut con, "{a}k"), "a CROSSSLOT claim created the record");
+    let tok = claim_new_opts(&mut con, "{a}k", 10, &["BLOOM", "{a}f"]);
+    cross(&mut con, "IDEM.DONE", &["{a}k", tok.as_str(), "BLOOM", "{b}f"]);
+    cross(&mut con, "IDEM.DONE", &["{a}k", tok.as_str(), "RESULT", "BLOOM", "BLOOM", "{b}f"]);
+    assert_eq!(f_str(&get_fields(&mut con, "{a}k"), "state"), "processing");
+    assert!(!exists(&mut con, "{b}f"));
+    // The word BLOOM as a value is no option: no second key, no CROSSSLOT.
+    claim_new_opts(&mut con, "{a}k2", 10, &["PAYLOAD", "BLOOM"]);
+    claim_new_opts(&mut con, "{a}k3", 10, &["PAYLOAD", "BLOOM", "BLOOM", "{a}f"]);
+    assert_eq!(done(&mut con, "{a}k", &tok, ("RESULT", "BLOOM", "BLOOM", "{a}f")), Ok(1));
+    assert_eq!(bf_exists(&mut con, "{a}f", "{a}k"), 1);
+    // The filter commands themselves work in cluster mode.
+    assert_eq!(bf_madd(&mut con, "{b}f", &["x", "y"]), vec![1, 1]);
+    s.assert_alive();
 }

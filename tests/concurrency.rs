@@ -1,4 +1,5 @@
 //! Many clients at once: claims are exclusive, attempts fence.
+#[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
 use common::*;

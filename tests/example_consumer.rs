@@ -7,6 +7,7 @@
 //! Needs Python with redis-py: `make pyenv` makes `target/py-venv` (`make
 //! test` does it first). `$REDIS_IDEM_PYTHON` names another interpreter.
 
+#[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
 use std::collections::HashMap;

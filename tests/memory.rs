@@ -1,9 +1,13 @@
-//! Memory: MEMORY USAGE is real, a done record costs no more than the
-//! `SET key <token> NX PX` it replaces, and a claimed one little more.
+//! Memory: MEMORY USAGE is real (records and filters), a done record costs
+//! no more than the `SET key <token> NX PX` it replaces and a claimed one
+//! little more, a large filter is freed at once; a full maxmemory refuses
+//! writes but never a completion, and the module warns about eviction
+//! policies that can drop records.
+#[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
 use common::*;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[test]
 fn memory_usage_is_sensible() {
@@ -130,4 +134,158 @@ fn claimed_records_cost_at_most_sixteen_bytes_more_than_set_nx_px() {
         per_claim <= per_set + allowance,
         "a claimed record costs {per_claim:.1} B/key, SET NX PX {per_set:.1} B/key (allowed +{allowance})"
     );
+}
+
+// ---------------------------------------------------------------------------
+// Large filters: memory accounting and freeing
+// ---------------------------------------------------------------------------
+
+fn used_memory_now(s: &Server, con: &mut redis::Connection) -> i64 {
+    s.info(con, "memory")["used_memory"].parse().unwrap()
+}
+
+#[test]
+fn large_filter_memory_usage_and_unlink() {
+    let mut s = Server::start();
+    let mut con = s.conn();
+    let m0 = used_memory_now(&s, &mut con);
+    reserve(&mut con, "big", "0.01", 5_000_000, &[]);
+    let m1 = used_memory_now(&s, &mut con);
+    madd_all(&mut con, "big", &items("b", 0..20_000));
+    let info = bf_info(&mut con, "big");
+    let usage: i64 = redis::cmd("MEMORY").arg("USAGE").arg("big").query(&mut con).unwrap();
+    eprintln!("capacity 5M at 0.01/7: INFO bytes {}, MEMORY USAGE {usage}, used_memory grew {}", info.bytes, m1 - m0);
+    assert!(info.bytes > 5_000_000, "INFO bytes {} for 5M items", info.bytes);
+    assert!(usage >= info.bytes, "MEMORY USAGE {usage} < INFO bytes {}", info.bytes);
+    assert!(usage <= info.bytes + info.bytes / 20 + 16_384, "MEMORY USAGE {usage} far above INFO bytes {}", info.bytes);
+    let grew = m1 - m0;
+    assert!(
+        (grew - usage).abs() <= usage / 10 + 65_536,
+        "MEMORY USAGE {usage} is not the real size: used_memory grew by {grew} when the filter was made"
+    );
+    // Smaller ones too: MEMORY USAGE covers the bits.
+    for (k, cap) in [("small", 10i64), ("mid", 50_000)] {
+        reserve(&mut con, k, "0.01", cap, &[]);
+        let b = bf_info(&mut con, k).bytes;
+        let u: i64 = redis::cmd("MEMORY").arg("USAGE").arg(k).query(&mut con).unwrap();
+        assert!(u >= b, "{k}: MEMORY USAGE {u} < INFO bytes {b}");
+    }
+
+    // UNLINK: answered at once, freed (in the background), server fine.
+    let c2 = redis::cmd("COPY").arg("big").arg("big2").query::<i64>(&mut con).unwrap();
+    assert_eq!(c2, 1);
+    let before_free = used_memory_now(&s, &mut con);
+    let started = Instant::now();
+    let n: i64 = redis::cmd("UNLINK").arg("big").query(&mut con).unwrap();
+    let took = started.elapsed();
+    assert_eq!(n, 1);
+    assert!(took < Duration::from_millis(500), "UNLINK of a {} B filter took {took:?}", info.bytes);
+    let _: String = redis::cmd("PING").query(&mut con).unwrap();
+    assert!(!exists(&mut con, "big"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let m = used_memory_now(&s, &mut con);
+        if before_free - m >= info.bytes * 9 / 10 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "memory not freed after UNLINK: {before_free} -> {m}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // DEL of the copy, FLUSHALL ASYNC of the rest.
+    let n: i64 = redis::cmd("DEL").arg("big2").query(&mut con).unwrap();
+    assert_eq!(n, 1);
+    reserve(&mut con, "big3", "0.001", 3_000_000, &[]);
+    let _: () = redis::cmd("FLUSHALL").arg("ASYNC").query(&mut con).unwrap();
+    s.assert_alive();
+    let dbsize: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    assert_eq!(dbsize, 0);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while used_memory_now(&s, &mut con) > m0 + 1_000_000 {
+        assert!(Instant::now() < deadline, "memory not freed after FLUSHALL ASYNC");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    s.assert_alive();
+}
+
+// ---------------------------------------------------------------------------
+// A full maxmemory
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_full_maxmemory_refuses_writes_but_never_a_completion() {
+    let mut server = Server::with_args(&[], &["--maxmemory-policy", "noeviction"]);
+    let mut con = server.conn();
+    let processing = claim_new(&mut con, "processing", 600);
+    let finishing = claim_new(&mut con, "finishing", 600);
+    let finishing_too = claim_new(&mut con, "finishing-too", 600);
+    let _: i64 = redis::cmd("IDEM.BF.ADD").arg("filter").arg("old").query(&mut con).unwrap();
+    let before_record = snapshot(&mut con, "processing");
+    let before_filter = digest_value(&mut con, "filter");
+
+    // Memory reached: data beyond a limit that noeviction cannot free.
+    let filler = "x".repeat(10_000);
+    for n in 0..300 {
+        let _: () = redis::cmd("SET").arg(format!("fill:{n}")).arg(&filler).query(&mut con).unwrap();
+    }
+    let used: i64 = parse_info(&redis::cmd("INFO").arg("memory").query::<String>(&mut con).unwrap())["used_memory"]
+        .parse()
+        .unwrap();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(used / 2).query(&mut con).unwrap();
+    let e = redis::cmd("SET").arg("one-more").arg("x").query::<()>(&mut con).unwrap_err();
+    assert!(err_text(&e).starts_with("OOM"), "{e}");
+
+    let oom = |con: &mut redis::Connection, args: &[&str]| {
+        let mut cmd = redis::cmd(args[0]);
+        for arg in &args[1..] {
+            cmd.arg(*arg);
+        }
+        let e = cmd.query::<Value>(con).expect_err(&format!("{args:?} must be refused when memory is full"));
+        assert!(err_text(&e).starts_with("OOM"), "{args:?}: {e}");
+    };
+    oom(&mut con, &["IDEM.CLAIM", "new", "60"]);
+    oom(&mut con, &["IDEM.ONCE", "new", "60"]);
+    oom(&mut con, &["IDEM.BF.ADD", "filter", "new"]);
+    oom(&mut con, &["IDEM.BF.MADD", "filter", "a", "b"]);
+    oom(&mut con, &["IDEM.BF.RESERVE", "other", "0.01", "1000"]);
+    assert!(!exists(&mut con, "new"));
+    assert!(!exists(&mut con, "other"));
+    // Seconds pass while memory fills: the lease's time left may differ,
+    // nothing else may.
+    assert_same_record(&before_record, &snapshot(&mut con, "processing"), 60_000, "after OOM refusals");
+    assert_eq!(digest_value(&mut con, "filter"), before_filter);
+
+    // Finished work is still marked done: the RESULT is dropped (reply
+    // 1 + 2); the filter add needs no memory, so it is made.
+    assert_eq!(done(&mut con, "finishing", &finishing, ("RESULT", "r", "BLOOM", "filter")), Ok(3));
+    let fields = get_fields(&mut con, "finishing");
+    assert_eq!(f_str(&fields, "state"), "done");
+    assert_eq!(f_bytes(&fields, "result"), None);
+    let seen: i64 = redis::cmd("IDEM.BF.EXISTS").arg("filter").arg("finishing").query(&mut con).unwrap();
+    assert_eq!(seen, 1);
+    // A filter to create needs memory: its add is dropped (1 + 4).
+    assert_eq!(done(&mut con, "finishing-too", &finishing_too, ("BLOOM", "new-filter")), Ok(5));
+    assert_eq!(f_str(&get_fields(&mut con, "finishing-too"), "state"), "done");
+    assert!(!exists(&mut con, "new-filter"));
+    let counters = idem_counters(&mut con);
+    assert_eq!((counters["done_result_dropped"], counters["done_bloom_dropped"]), (1, 1));
+    assert!(server.log().contains("dropped the RESULT of a completed IDEM.DONE"), "{}", server.log_tail(20));
+
+    // Reads, and writes that free memory, still work.
+    let seen: i64 = redis::cmd("IDEM.BF.EXISTS").arg("filter").arg("old").query(&mut con).unwrap();
+    assert_eq!(seen, 1);
+    assert_eq!(f_str(&get_fields(&mut con, "processing"), "state"), "processing");
+    assert_eq!(release(&mut con, "processing", &processing), 1);
+    server.assert_alive();
+}
+
+#[test]
+fn load_time_warning_when_the_eviction_policy_can_drop_records() {
+    let risky = Server::with_args(&[], &["--maxmemory-policy", "volatile-lru"]);
+    assert!(
+        risky.log().contains("maxmemory-policy is volatile-lru"),
+        "expected a warning in the log:\n{}",
+        risky.log()
+    );
+    let safe = Server::with_args(&[], &["--maxmemory-policy", "noeviction"]);
+    assert!(!safe.log().contains("maxmemory-policy is"), "no warning for noeviction:\n{}", safe.log());
 }

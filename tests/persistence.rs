@@ -1,16 +1,16 @@
-//! Records survive every way Redis persists or moves a key: RDB (DEBUG
-//! RELOAD, SAVE + restart), AOF (rewritten, and replayed command by
-//! command), DUMP/RESTORE, COPY and MIGRATE, with every field exact.
+//! Records and filters survive every way Redis persists or moves a key:
+//! RDB (DEBUG RELOAD, SAVE + restart), AOF (rewritten, and replayed command
+//! by command), DUMP/RESTORE, COPY and MIGRATE, with every field (every
+//! bit) exact. Corrupt payloads are in tests/hostile_input.rs.
+#[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
+use common::cluster::migrate_copy;
 use common::*;
+use std::time::Duration;
 
 /// lease_ms / pttl are relative to "now": allow for the time a reload takes.
 const TOL_MS: i64 = 5000;
-
-fn aof_args() -> Vec<&'static str> {
-    vec!["--appendonly", "yes", "--aof-use-rdb-preamble", "no", "--appendfsync", "always"]
-}
 
 #[test]
 fn debug_reload_keeps_every_field() {
@@ -185,138 +185,6 @@ fn dump_restore_round_trip() {
 }
 
 #[test]
-fn restore_of_corrupt_payloads_is_refused() {
-    // Uncompressed: every changed byte reaches the module's own decoder.
-    corrupt_restores(&["--rdbcompression", "no"]);
-}
-
-#[test]
-fn restore_of_corrupt_compressed_payloads_is_refused() {
-    corrupt_restores(&[]);
-}
-
-fn corrupt_restores(server_args: &[&str]) {
-    let mut s = Server::with_args(&[], server_args);
-    let mut con = s.conn();
-    // A reference string payload checks our CRC against Redis's.
-    let _: () = redis::cmd("SET").arg("str").arg("hello").query(&mut con).unwrap();
-    let sp: Vec<u8> = redis::cmd("DUMP").arg("str").query(&mut con).unwrap();
-    let n = sp.len();
-    assert_eq!(crc64_redis(&sp[..n - 8]).to_le_bytes(), sp[n - 8..], "test's CRC64 does not match Redis's");
-
-    let t = claim_new_opts(&mut con, "src1", 600, &["PAYLOAD", "body"]);
-    assert_eq!(done(&mut con, "src1", &t, ("RESULT", "a-result\x00bin")), Ok(1));
-    claim_new_opts(&mut con, "src2", 600, &["PAYLOAD", "body2"]);
-    assert_eq!(once(&mut con, "src3", 600), 1);
-    let originals = snapshot_all(&mut con, &["src1", "src2", "src3"]);
-
-    let mut restored_ok = 0;
-    let mut refused = 0;
-    for src in ["src1", "src2", "src3"] {
-        let good: Vec<u8> = redis::cmd("DUMP").arg(src).query(&mut con).unwrap();
-        let footer = good[good.len() - 10..good.len() - 8].to_vec(); // RDB version
-        let body = &good[..good.len() - 10];
-        let make = |body: &[u8]| -> Vec<u8> {
-            let mut p = body.to_vec();
-            p.extend_from_slice(&footer);
-            p.extend_from_slice(&[0u8; 8]);
-            fix_dump_crc(&mut p);
-            p
-        };
-        let restore = |con: &mut redis::Connection, payload: &[u8]| -> RedisResult<Value> {
-            redis::cmd("RESTORE").arg("bad").arg(0).arg(payload).arg("REPLACE").query(con)
-        };
-        // Sanity: our re-encoding of the good payload is accepted.
-        restore(&mut con, &make(body)).expect("RESTORE of the re-checksummed good payload");
-
-        // Flipped checksum: refused by Redis itself.
-        let mut flipped = good.clone();
-        let last = flipped.len() - 1;
-        flipped[last] ^= 0xff;
-        assert!(restore(&mut con, &flipped).is_err());
-
-        // Every truncation. Redis hands the whole argument to the loader,
-        // the 10-byte footer included, and does not check it was all
-        // consumed: a body short by <= 10 bytes may be completed from the
-        // footer into some valid record. Shorter than that it cannot be
-        // complete: refused.
-        for cut in 1..body.len() {
-            let p = make(&body[..body.len() - cut]);
-            match restore(&mut con, &p) {
-                Err(_) => refused += 1,
-                Ok(_) if cut <= 10 => {
-                    restored_ok += 1;
-                    let _: RedisResult<Value> = redis::cmd("IDEM.GET").arg("bad").query(&mut con);
-                }
-                Ok(v) => panic!(
-                    "{src}: RESTORE of a payload truncated by {cut} of {} bytes was accepted ({v:?})",
-                    body.len()
-                ),
-            }
-            if cut % 16 == 0 {
-                s.assert_alive();
-            }
-        }
-        s.assert_alive();
-
-        // A newer encoding version than the module knows: refused.
-        // Layout: type byte 7 (module, v2), then 0x81 + 8-byte big-endian
-        // module id whose low 10 bits are the encoding version.
-        assert_eq!(body[0], 7, "{src}: not a RDB_TYPE_MODULE_2 payload");
-        assert_eq!(body[1], 0x81, "{src}: module id not a 64-bit length");
-        let id = u64::from_be_bytes(body[2..10].try_into().unwrap());
-        let encver = id & 1023;
-        if encver < 1023 {
-            let mut newer = body.to_vec();
-            newer[2..10].copy_from_slice(&(id + 1).to_be_bytes());
-            let r = restore(&mut con, &make(&newer));
-            assert!(r.is_err(), "{src}: RESTORE with encoding version {} (module's is {encver}) accepted", encver + 1);
-        }
-
-        // Every byte changed to a few values, and trailing garbage: refused
-        // or accepted as some record, but never a crash.
-        for i in 0..body.len() {
-            for val in [0x00u8, 0xff, 0x80, 0x81, 0x7f, body[i] ^ 0x01, body[i].wrapping_add(1)] {
-                if val == body[i] {
-                    continue;
-                }
-                let mut b = body.to_vec();
-                b[i] = val;
-                match restore(&mut con, &make(&b)) {
-                    Ok(_) => {
-                        restored_ok += 1;
-                        // Whatever was accepted must be usable.
-                        let _: RedisResult<Value> = redis::cmd("IDEM.GET").arg("bad").query(&mut con);
-                        let _: RedisResult<Value> = redis::cmd("IDEM.CLAIM").arg("bad").arg(10).query(&mut con);
-                        let _: RedisResult<Value> = redis::cmd("MEMORY").arg("USAGE").arg("bad").query(&mut con);
-                        let _: RedisResult<Value> = redis::cmd("DUMP").arg("bad").query(&mut con);
-                        let _: RedisResult<Value> = redis::cmd("DEL").arg("bad").query(&mut con);
-                    }
-                    Err(_) => refused += 1,
-                }
-            }
-            if i % 8 == 0 {
-                s.assert_alive();
-            }
-        }
-        let mut longer = body.to_vec();
-        longer.extend_from_slice(b"trailing garbage");
-        let _ = restore(&mut con, &make(&longer));
-        let _: RedisResult<Value> = redis::cmd("IDEM.GET").arg("bad").query(&mut con);
-        s.assert_alive();
-    }
-    eprintln!("corrupt payloads: {refused} refused, {restored_ok} accepted as some record");
-    // The sources are untouched, the server alive.
-    let now = snapshot_all(&mut con, &["src1", "src2", "src3"]);
-    assert_same_records(&originals, &now, TOL_MS, "sources after corrupt RESTOREs");
-    s.assert_alive();
-    // A full DEBUG RELOAD still works (nothing half-loaded left behind).
-    let _: () = redis::cmd("DEL").arg("bad").query::<i64>(&mut con).map(|_| ()).unwrap();
-    let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut con).unwrap();
-    s.assert_alive();
-}
-
-#[test]
 fn copy_is_deep_and_exact() {
     let mut s = Server::start();
     let mut con = s.conn();
@@ -375,4 +243,168 @@ fn migrate_carries_every_field() {
         );
     }
     check_fixture_tokens(&mut cb, &fx, |k| k.to_string());
+}
+
+// ---------------------------------------------------------------------------
+// Filters
+// ---------------------------------------------------------------------------
+
+#[test]
+fn filters_survive_debug_reload() {
+    let mut s = Server::start();
+    let mut con = s.conn();
+    let fx = populate_filters(&mut con, "");
+    let before = fx.snap(&mut con);
+    let digest_before = digest(&mut con);
+    let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut con).expect("DEBUG RELOAD");
+    s.assert_alive();
+    assert_same_filters(&before, &fx.snap(&mut con), "DEBUG RELOAD");
+    assert_eq!(digest(&mut con), digest_before, "DEBUG DIGEST across DEBUG RELOAD");
+    // Still a working filter: a new item, then the digest moves.
+    let d = digest_value(&mut con, "bf:day");
+    assert_eq!(bf_add(&mut con, "bf:day", "after-reload"), 1);
+    assert_ne!(digest_value(&mut con, "bf:day"), d, "DIGEST-VALUE did not change with the filter");
+}
+
+#[test]
+fn filters_survive_save_and_restart() {
+    let mut s = Server::start();
+    let mut con = s.conn();
+    let fx = populate_filters(&mut con, "");
+    let before = fx.snap(&mut con);
+    let _: () = redis::cmd("SAVE").query(&mut con).expect("SAVE");
+    drop(con);
+    s.restart(Shutdown::NoSave);
+    let mut con = s.conn();
+    assert_same_filters(&before, &fx.snap(&mut con), "SAVE + restart");
+    // More items, then SHUTDOWN SAVE.
+    madd_all(&mut con, "bf:multi", &items("late:", 0..300));
+    madd_all(&mut con, "bf:empty", &items("late:", 0..30));
+    let before = fx.snap(&mut con);
+    drop(con);
+    s.restart(Shutdown::Save);
+    let mut con = s.conn();
+    assert_same_filters(&before, &fx.snap(&mut con), "SHUTDOWN SAVE + restart");
+}
+
+#[test]
+fn filters_replay_exactly_from_the_aof() {
+    // No rewrite: each write is replayed as the IDEM.BF.APPLY it
+    // propagated, at the primary's time, with the filter's seed.
+    let mut args = aof_args();
+    args.extend(["--auto-aof-rewrite-percentage", "0"]);
+    let mut s = Server::with_args(&[], &args);
+    let mut con = s.conn();
+    let fx = populate_filters(&mut con, "");
+    // DONE ... BLOOM writes to a filter too.
+    let tok = claim_new(&mut con, "order:1", 60);
+    assert_eq!(done(&mut con, "order:1", &tok, ("BLOOM", "bf:day")), Ok(1));
+    let before = fx.snap(&mut con);
+    let digest_before = digest(&mut con);
+    std::thread::sleep(Duration::from_millis(1100)); // replay happens in a later shard of bf:multi
+    drop(con);
+    s.restart(Shutdown::NoSave);
+    let mut con = s.conn();
+    assert_same_filters(&before, &fx.snap(&mut con), "AOF replay");
+    assert_eq!(digest(&mut con), digest_before, "DEBUG DIGEST across AOF replay");
+    assert_eq!(bf_exists(&mut con, "bf:day", "order:1"), 1);
+}
+
+#[test]
+fn filters_survive_aof_rewrite_and_restart() {
+    let mut s = Server::with_args(&[], &aof_args());
+    let mut con = s.conn();
+    let fx = populate_filters(&mut con, "");
+    let before = fx.snap(&mut con);
+    s.bgrewriteaof(&mut con);
+    s.assert_alive();
+    let aofdir = s.dir.join("appendonlydir");
+    let names: Vec<String> = std::fs::read_dir(&aofdir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let base = names.iter().find(|n| n.ends_with(".base.aof")).unwrap_or_else(|| panic!("no .base.aof: {names:?}"));
+    let text = std::fs::read(aofdir.join(base)).unwrap();
+    assert!(text.windows(12).any(|w| w == b"IDEM.BF.LOAD"), "the rewritten AOF should hold IDEM.BF.LOAD commands");
+    drop(con);
+    s.restart(Shutdown::NoSave);
+    let mut con = s.conn();
+    assert_same_filters(&before, &fx.snap(&mut con), "AOF rewrite + restart");
+    // Writes after the rewrite replay on top of it.
+    madd_all(&mut con, "bf:multi", &items("late:", 0..300));
+    bf_add(&mut con, "bf:empty", "one");
+    bf_add(&mut con, "bf:new", "created after the rewrite");
+    let mut keys = fx.keys.clone();
+    keys.push("bf:new".into());
+    let fx2 = BfFixture { keys, probes: fx.probes.clone() };
+    let before = fx2.snap(&mut con);
+    let digest_before = digest(&mut con);
+    drop(con);
+    s.restart(Shutdown::NoSave);
+    let mut con = s.conn();
+    assert_same_filters(&before, &fx2.snap(&mut con), "AOF rewrite + more writes + restart");
+    assert_eq!(digest(&mut con), digest_before);
+}
+
+#[test]
+fn filters_dump_restore_copy_and_migrate() {
+    let mut s = Server::start();
+    let mut con = s.conn();
+    let fx = populate_filters(&mut con, "");
+    let before = fx.snap(&mut con);
+    for k in &fx.keys {
+        let payload: Vec<u8> = redis::cmd("DUMP").arg(k).query(&mut con).unwrap();
+        let exp = pexpiretime(&mut con, k);
+        assert!(exp > 0, "{k}: a filter always has an expiry");
+        let _: () = redis::cmd("RESTORE")
+            .arg(format!("{k}:restored"))
+            .arg(exp)
+            .arg(payload.as_slice())
+            .arg("ABSTTL")
+            .query(&mut con)
+            .unwrap_or_else(|e| panic!("RESTORE {k}:restored: {e}"));
+        let n: i64 = redis::cmd("COPY").arg(k).arg(format!("{k}:copy")).query(&mut con).unwrap();
+        assert_eq!(n, 1);
+    }
+    assert_same_filters(&before, &fx.snap_named(&mut con, |k| format!("{k}:restored")), "DUMP/RESTORE");
+    assert_same_filters(&before, &fx.snap_named(&mut con, |k| format!("{k}:copy")), "COPY");
+    // Deep copies: changing them leaves the originals as they were.
+    for k in &fx.keys {
+        madd_all(&mut con, &format!("{k}:copy"), &items("copy-only:", 0..200));
+        madd_all(&mut con, &format!("{k}:restored"), &items("restored-only:", 0..200));
+    }
+    assert_same_filters(&before, &fx.snap(&mut con), "originals after writing to copies");
+    assert_eq!(bf_exists(&mut con, "bf:day", "copy-only:1"), 0);
+    // And the other way round.
+    let copies = fx.snap_named(&mut con, |k| format!("{k}:copy"));
+    for k in &fx.keys {
+        madd_all(&mut con, k, &items("orig-only:", 0..200));
+    }
+    assert_eq!(copies, fx.snap_named(&mut con, |k| format!("{k}:copy")), "copies after writing to the originals");
+    // RESTORE REPLACE over an existing filter, relative TTL.
+    let payload: Vec<u8> = redis::cmd("DUMP").arg("bf:exp1:copy").query(&mut con).unwrap();
+    let _: () =
+        redis::cmd("RESTORE").arg("bf:day").arg(60_000).arg(payload.as_slice()).arg("REPLACE").query(&mut con).unwrap();
+    assert_eq!(digest_value(&mut con, "bf:day"), digest_value(&mut con, "bf:exp1:copy"));
+    let ttl = pttl(&mut con, "bf:day");
+    assert!(ttl > 55_000 && ttl <= 60_000, "RESTORE with a relative TTL: {ttl}");
+
+    // MIGRATE (COPY) to another server.
+    let other = Server::start();
+    let mut oc = other.conn();
+    let snaps = fx.snap_named(&mut con, |k| format!("{k}:restored"));
+    let keys: Vec<String> = fx.keys.iter().map(|k| format!("{k}:restored")).collect();
+    migrate_copy(&mut con, other.port, &keys);
+    for snap in &snaps {
+        let got = filter_snap(&mut oc, &snap.key, &fx.probes);
+        assert_eq!(
+            (&got.digest, &got.info, &got.answers),
+            (&snap.digest, &snap.info, &snap.answers),
+            "MIGRATE {}",
+            snap.key
+        );
+        assert!((got.pexpiretime - snap.pexpiretime).abs() < 5000, "MIGRATE TTL of {}", snap.key);
+    }
+    s.assert_alive();
 }

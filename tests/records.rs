@@ -1,8 +1,10 @@
-//! IDEM.CLAIM / DONE / RELEASE / EXTEND / GET / ONCE against a real server.
+//! Record command behaviour: IDEM.CLAIM / DONE / RELEASE / EXTEND / GET /
+//! ONCE, and their BLOOM option, against a real server.
+#[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
 use common::*;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Sleeps until a 1 s lease taken now has surely lapsed.
 fn let_one_second_lease_lapse() {
@@ -952,4 +954,157 @@ fn module_list_reports_the_crate_version() {
         .find(|fields| fields.get("name").map(as_str).as_deref() == Some("idem"))
         .expect("the module is listed as idem");
     assert_eq!(as_int(&idem["ver"]), expected);
+}
+
+// ---------------------------------------------------------------------------
+// The BLOOM option of IDEM.CLAIM / IDEM.DONE
+// ---------------------------------------------------------------------------
+
+#[test]
+fn claim_and_done_with_bloom() {
+    let mut s = Server::start();
+    let mut con = s.conn();
+    let c0 = idem_counters(&mut con);
+
+    // Filter missing: NEW, and the claim does not create it.
+    let tok = claim_new_opts(&mut con, "k", 10, &["BLOOM", "f"]);
+    assert!(!exists(&mut con, "f"), "CLAIM ... BLOOM created the filter");
+    // DONE adds the record's key name, creating the filter from the configs.
+    assert_eq!(done(&mut con, "k", &tok, ("RETAIN", 1, "BLOOM", "f")), Ok(1));
+    let i = bf_info(&mut con, "f");
+    assert_eq!((i.error_rate, i.capacity, i.window, i.shard, i.items), (0.01, 100_000, 7, 86_400, 1), "{i:?}");
+    assert_eq!(bf_exists(&mut con, "f", "k"), 1);
+    // A record exists: the filter is ignored.
+    let (st, v, a) = claim_opts(&mut con, "k", 10, &["BLOOM", "f"]);
+    assert_eq!((st.as_str(), v, a), ("DONE", Value::Nil, 1));
+    // Retention ends; the filter still remembers: SEEN, a real claim.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while exists(&mut con, "k") {
+        assert!(Instant::now() < deadline, "the done record did not expire after RETAIN 1");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (st, v, a) = claim_opts(&mut con, "k", 10, &["BLOOM", "f"]);
+    assert_eq!((st.as_str(), a), ("SEEN", 1), "CLAIM after retention ended, the filter remembering the key");
+    let tok2 = as_token(&v);
+    assert_ne!(tok2, tok);
+    let f = get_fields(&mut con, "k");
+    assert_eq!((f_str(&f, "state").as_str(), f_int(&f, "attempt")), ("processing", 1));
+    let (st, _, _) = claim_opts(&mut con, "k", 10, &["BLOOM", "f"]);
+    assert_eq!(st, "BUSY", "a live SEEN claim is BUSY to others");
+    // Completing again: the name is already in the current shard.
+    let d = digest_value(&mut con, "f");
+    assert_eq!(done(&mut con, "k", &tok2, ("BLOOM", "f")), Ok(1));
+    assert_eq!(digest_value(&mut con, "f"), d, "re-adding a name already in the current shard changed the filter");
+    assert_eq!(bf_info(&mut con, "f").items, 1);
+
+    // A name the filter never saw: NEW. One that was BF.ADDed directly: SEEN.
+    claim_new_opts(&mut con, "other", 10, &["BLOOM", "f"]);
+    assert_eq!(bf_add(&mut con, "f", "order:9"), 1);
+    let (st, _, a) = claim_opts(&mut con, "order:9", 10, &["PAYLOAD", "p", "BLOOM", "f", "MAXTRIES", "3"]);
+    assert_eq!((st.as_str(), a), ("SEEN", 1));
+    // Options in any order, case-insensitive.
+    assert_eq!(bf_add(&mut con, "f", "order:10"), 1);
+    let (st, _, _) = claim_opts(&mut con, "order:10", 10, &["bloom", "f"]);
+    assert_eq!(st, "SEEN");
+
+    // DONE answering 0 or an error leaves the filter alone (and creates none).
+    let d = digest_value(&mut con, "f");
+    assert_eq!(done(&mut con, "k", &random_token(), ("BLOOM", "f2")), Ok(0), "DONE on a done record");
+    assert!(!exists(&mut con, "f2"), "DONE answering 0 created the filter");
+    let t = claim_new(&mut con, "j", 60);
+    let e = done(&mut con, "j", &random_token(), ("BLOOM", "f")).unwrap_err();
+    assert!(e.starts_with("STALE"), "{e}");
+    let e = done(&mut con, "j", &random_token(), ("BLOOM", "f3")).unwrap_err();
+    assert!(e.starts_with("STALE"), "{e}");
+    assert!(!exists(&mut con, "f3"), "a STALE DONE created the filter");
+    assert_eq!(digest_value(&mut con, "f"), d, "a DONE answering 0 / STALE changed the filter");
+    assert_eq!(bf_exists(&mut con, "f", "j"), 0);
+    assert_eq!(done(&mut con, "j", &t, ("BLOOM", "f")), Ok(1));
+    assert_eq!(bf_exists(&mut con, "f", "j"), 1);
+    // A late DONE on a missing key is a completion: recorded in the filter.
+    assert_eq!(done(&mut con, "late", &random_token(), ("RESULT", "r", "BLOOM", "f")), Ok(1));
+    assert_eq!(bf_exists(&mut con, "f", "late"), 1);
+
+    // A filter that forgot the key (its shard left the window): NEW.
+    let mut pipe = redis::pipe();
+    pipe.cmd("IDEM.BF.RESERVE").arg("short").arg("0.01").arg(100).arg("WINDOW").arg(1).arg("SHARD").arg(1);
+    pipe.cmd("IDEM.BF.ADD").arg("short").arg("y");
+    let (_, r, t1) = timed(&mut con, &pipe);
+    assert_eq!(int(&r[1]), 1);
+    sleep_until(&mut con, (t1 / 1000 + 1) * 1000 + 30);
+    let (st, _, _) = claim_opts(&mut con, "y", 10, &["BLOOM", "short"]);
+    assert_eq!(st, "NEW", "the filter's window no longer holds y");
+
+    // Counters: SEEN claims are counted as such.
+    let c1 = idem_counters(&mut con);
+    assert_eq!(c1["claim_seen"] - c0["claim_seen"], 3, "claim_seen");
+
+    // WRONGTYPE filter key: error, nothing changes.
+    let _: () = redis::cmd("SET").arg("s").arg("str").arg("PX").arg(100_000).query(&mut con).unwrap();
+    let s_exp = pexpiretime(&mut con, "s");
+    let e = expect_err(&mut con, "IDEM.CLAIM", ("n", 10, "BLOOM", "s"));
+    assert!(e.starts_with("WRONGTYPE"), "CLAIM ... BLOOM <string>: {e}");
+    assert!(!exists(&mut con, "n"), "a refused CLAIM created the record");
+    let live = claim_new(&mut con, "live", 100);
+    let before = snapshot(&mut con, "live");
+    let e = expect_err(&mut con, "IDEM.CLAIM", ("live", 10, "BLOOM", "s"));
+    assert!(e.starts_with("WRONGTYPE"), "{e}");
+    let e = expect_err(&mut con, "IDEM.CLAIM", ("n", 10, "BLOOM", "live"));
+    assert!(e.starts_with("WRONGTYPE"), "CLAIM ... BLOOM <record>: {e}");
+    assert!(!exists(&mut con, "n"));
+    assert_same_record(
+        &before,
+        &snapshot(&mut con, "live"),
+        1000,
+        "record after refused CLAIMs with a WRONGTYPE filter",
+    );
+    // DONE still completes its record: the filter add is best effort
+    // (reply 1 + 4, "dropped"), and the string is left as it was.
+    let finishing = claim_new(&mut con, "finishing", 100);
+    assert_eq!(done(&mut con, "finishing", &finishing, ("BLOOM", "s")), Ok(5), "DONE ... BLOOM <string>");
+    assert_eq!(f_str(&get_fields(&mut con, "finishing"), "state"), "done");
+    let v: String = redis::cmd("GET").arg("s").query(&mut con).unwrap();
+    assert_eq!((v.as_str(), pexpiretime(&mut con, "s")), ("str", s_exp));
+    // The filter must be another key than the record.
+    let same = "ERR the BLOOM filter must be another key than the record";
+    assert_eq!(expect_err(&mut con, "IDEM.CLAIM", ("n", 10, "BLOOM", "n")), same);
+    assert_eq!(expect_err(&mut con, "IDEM.DONE", ("live", live.as_str(), "BLOOM", "live")), same);
+    assert!(!exists(&mut con, "n"));
+    assert_same_record(&before, &snapshot(&mut con, "live"), 1000, "record after BLOOM = record");
+    assert_eq!(done(&mut con, "live", &live, ("BLOOM", "f")), Ok(1), "the token still works");
+
+    // Key positions: a value spelling BLOOM is not the option.
+    let keys: Vec<String> = redis::cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg(&["IDEM.CLAIM", "k", "10", "PAYLOAD", "BLOOM", "BLOOM", "f"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(keys, vec!["k", "f"]);
+    let keys: Vec<String> = redis::cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg(&["IDEM.CLAIM", "k", "10", "PAYLOAD", "BLOOM"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(keys, vec!["k"]);
+    let keys: Vec<String> = redis::cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg(&["IDEM.DONE", "k", tok.as_str(), "RESULT", "BLOOM", "bloom", "g", "RETAIN", "5"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(keys, vec!["k", "g"]);
+    let keys: Vec<String> = redis::cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg(&["IDEM.CLAIM", "k", "10", "MAXTRIES", "2", "BLOOM", "h"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(keys, vec!["k", "h"]);
+    for name in ["IDEM.CLAIM", "IDEM.DONE"] {
+        let v: Value = redis::cmd("COMMAND").arg("INFO").arg(name).query(&mut con).unwrap();
+        let Value::Array(list) = &v else { panic!("{v:?}") };
+        let Value::Array(info) = &list[0] else { panic!("COMMAND INFO {name}: {v:?}") };
+        // [name, arity, flags, first, last, step, acl, tips, key specs, subcommands]
+        let Value::Array(specs) = &info[8] else { panic!("COMMAND INFO {name} key specs: {:?}", info[8]) };
+        assert_eq!(specs.len(), 2, "COMMAND INFO {name}: 2 key specs: {specs:?}");
+    }
+    s.assert_alive();
 }

@@ -1,14 +1,12 @@
-//! A replica ends up identical to its primary (same tokens, attempts and
-//! absolute times); after a failover the old primary's tokens keep working.
+//! A replica ends up identical to its primary: records (same tokens,
+//! attempts and absolute times; after a failover the old primary's tokens
+//! keep working) and filters (same bits, shards and expiry, including the
+//! shards the primary drops in the background).
+#[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
 use common::*;
 use std::time::Duration;
-
-fn wait_replicas(con: &mut redis::Connection, n: i64) {
-    let acked: i64 = redis::cmd("WAIT").arg(n).arg(10_000).query(con).expect("WAIT");
-    assert_eq!(acked, n, "WAIT {n}: only {acked} replica(s) acknowledged");
-}
 
 /// Replica vs primary: exact on everything but the time-relative fields.
 fn assert_replica_matches(primary: &[Snap], replica: &[Snap], what: &str) {
@@ -100,4 +98,115 @@ fn replica_sees_lapsed_lease_and_retry() {
     let _: () = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut rc).unwrap();
     assert!(done(&mut rc, "k", &t, NONE).unwrap_err().starts_with("STALE"));
     assert_eq!(done(&mut rc, "k", &t2, NONE), Ok(1));
+}
+
+#[test]
+fn replica_filters_match_primary() {
+    let primary = Server::start();
+    let replica = Server::start();
+    let mut pc = primary.conn();
+    // Before the link: full sync. After: the command stream.
+    let fx_sync = populate_filters(&mut pc, "sync:");
+    replica.replicaof(&primary);
+    let fx_stream = populate_filters(&mut pc, "stream:");
+    let tok = claim_new_opts(&mut pc, "order:7", 60, &["BLOOM", "stream:bf:day"]);
+    assert_eq!(done(&mut pc, "order:7", &tok, ("BLOOM", "stream:bf:day")), Ok(1));
+    let tok = claim_new(&mut pc, "order:8", 60);
+    assert_eq!(done(&mut pc, "order:8", &tok, ("BLOOM", "stream:bf:created-by-done")), Ok(1));
+    // Writes around a shard boundary: the primary's clock decides the
+    // shard, on the replica too.
+    reserve(&mut pc, "edge", "0.01", 50, &["WINDOW", "366", "SHARD", "1"]);
+    let b = align_to_boundary(&mut pc, 1000, 0);
+    sleep_until(&mut pc, b + 1000 - 40);
+    let mut batches = 0;
+    while batches < 20_000 && server_ms(&mut pc) < b + 1000 + 40 {
+        let mut pipe = redis::pipe();
+        for i in batches..batches + 20 {
+            pipe.cmd("IDEM.BF.MADD").arg("edge").arg(items(&format!("edge{i}:"), 0..10));
+        }
+        let _: Vec<Value> = pipe.query(&mut pc).unwrap();
+        batches += 20;
+    }
+    let edge = bf_info(&mut pc, "edge");
+    assert!(
+        edge.shards.iter().filter(|s| s.items > 0).count() >= 2,
+        "the writes should straddle a shard boundary: {edge:?}"
+    );
+    wait_replicas(&mut pc, 1);
+
+    let mut rc = replica.conn();
+    let mut keys = fx_sync.keys.clone();
+    keys.extend(fx_stream.keys.clone());
+    keys.extend(["stream:bf:created-by-done".to_string(), "edge".to_string()]);
+    let mut probes = fx_sync.probes.clone();
+    probes.extend(["order:7".to_string(), "order:8".to_string()]);
+    probes.extend(items("edge1:", 0..10));
+    probes.extend(items(&format!("edge{}:", batches - 1), 0..10));
+    let fx = BfFixture { keys, probes };
+    let p = fx.snap(&mut pc);
+    let r = fx.snap(&mut rc);
+    assert_same_filters(&p, &r, "replica vs primary");
+    eprintln!("edge filter: {:?}", p.last().unwrap().info);
+    assert_eq!(bf_exists(&mut rc, "stream:bf:day", "order:7"), 1);
+    assert_eq!(bf_exists(&mut rc, "stream:bf:created-by-done", "order:8"), 1);
+
+    // Reads work on the read-only replica; writes are refused.
+    assert_eq!(bf_mexists(&mut rc, "sync:bf:day", &["d:1", "d:2"]), vec![1, 1]);
+    assert!(bf_info_opt(&mut rc, "sync:bf:multi").is_some());
+    for (name, args) in [
+        ("IDEM.BF.ADD", vec!["sync:bf:day", "x"]),
+        ("IDEM.BF.MADD", vec!["sync:bf:day", "x", "y"]),
+        ("IDEM.BF.RESERVE", vec!["newf", "0.01", "100"]),
+    ] {
+        let e = expect_err(&mut rc, name, &args[..]);
+        assert!(e.starts_with("READONLY"), "{name} on a replica: {e}");
+    }
+}
+
+#[test]
+fn replica_follows_background_shard_drops() {
+    // An idle filter whose oldest shard left the window: the primary drops
+    // the shard in the background (no command touches the key) and the
+    // replica drops the same one.
+    let primary = Server::start();
+    let replica = Server::start();
+    replica.replicaof(&primary);
+    let mut pc = primary.conn();
+    let mut rc = replica.conn();
+    let start = align_to_boundary(&mut pc, 1000, 20) / 1000;
+    reserve(&mut pc, "sweep", "0.01", 100, &["WINDOW", "4", "SHARD", "1"]);
+    assert_eq!(bf_add(&mut pc, "sweep", "old"), 1);
+    sleep_until(&mut pc, (start + 3) * 1000 + 20);
+    assert_eq!(bf_add(&mut pc, "sweep", "new"), 1);
+    let full = digest_value(&mut pc, "sweep");
+    let full_usage: i64 = redis::cmd("MEMORY").arg("USAGE").arg("sweep").query(&mut pc).unwrap();
+    // "old"'s shard leaves at start + 4, the key expires at start + 7.
+    let leave = (start + 4) * 1000;
+    sleep_until(&mut pc, leave + 10);
+    let deadline = leave + 2500;
+    let dropped_at = loop {
+        let now = server_ms(&mut pc);
+        if digest_value(&mut pc, "sweep") != full {
+            break now;
+        }
+        assert!(
+            now < deadline,
+            "the idle filter's old shard was not dropped in the background within 2.5 s of leaving the window"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    eprintln!("background drop {} ms after the shard left the window", dropped_at - leave);
+    let usage: i64 = redis::cmd("MEMORY").arg("USAGE").arg("sweep").query(&mut pc).unwrap();
+    assert!(usage < full_usage, "MEMORY USAGE after the drop {usage} vs {full_usage} before");
+    wait_replicas(&mut pc, 1);
+    assert_eq!(
+        digest_value(&mut rc, "sweep"),
+        digest_value(&mut pc, "sweep"),
+        "DEBUG DIGEST-VALUE after the background drop: replica vs primary"
+    );
+    assert_eq!(bf_info(&mut pc, "sweep"), bf_info(&mut rc, "sweep"));
+    assert_eq!(bf_info(&mut rc, "sweep").starts(), vec![start + 3]);
+    assert_eq!(pexpiretime(&mut pc, "sweep"), (start + 7) * 1000);
+    assert_eq!(pexpiretime(&mut rc, "sweep"), (start + 7) * 1000);
+    assert_eq!(bf_mexists(&mut rc, "sweep", &["old", "new"]), vec![0, 1]);
 }

@@ -4,6 +4,7 @@
 //!
 //! Each test reproduces a finding of issue 10 on the server it runs on
 //! (Redis 7.0 and Valkey 9 in `make test`).
+#[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
 use common::*;

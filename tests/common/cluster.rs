@@ -10,6 +10,11 @@
 //! Every node is a `Server`: dropping the `Cluster` kills them all.
 use super::*;
 
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -210,10 +215,6 @@ impl NodeInfo {
         let mut v: Vec<u16> = self.slots.iter().flat_map(|&(a, b)| a..=b).collect();
         v.sort();
         v
-    }
-
-    pub fn slot_count(&self) -> usize {
-        self.slots.iter().map(|&(a, b)| (b - a) as usize + 1).sum()
     }
 }
 
@@ -557,32 +558,11 @@ pub fn assert_same_moved_record(b: &TimedSnap, a: &TimedSnap, tol_ms: i64, expir
     assert_eq!(b.digest, a.digest, "{what}: DEBUG DIGEST-VALUE of {key}");
 }
 
-/// What a filter looks like from outside.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FilterSnap {
-    pub key: String,
-    pub info: Value,
-    pub mexists: Vec<i64>,
-    pub digest: String,
-    pub pexpiretime: i64,
-}
-
-pub fn filter_snapshot(con: &mut redis::Connection, key: &str, probe: &[String]) -> FilterSnap {
-    let info: Value = redis::cmd("IDEM.BF.INFO").arg(key).query(con).expect("IDEM.BF.INFO");
-    assert_ne!(info, Value::Nil, "IDEM.BF.INFO {key}: nil");
-    let mexists: Vec<i64> = redis::cmd("IDEM.BF.MEXISTS").arg(key).arg(probe).query(con).expect("IDEM.BF.MEXISTS");
-    FilterSnap {
-        key: key.to_string(),
-        info,
-        mexists,
-        digest: digest_value(con, key),
-        pexpiretime: pexpiretime(con, key),
-    }
-}
-
 pub fn assert_same_moved_filter(b: &FilterSnap, a: &FilterSnap, expiry_slack_ms: i64, what: &str) {
+    assert!(b.info.is_some(), "{what}: IDEM.BF.INFO {}: nil", b.key);
+    assert_eq!(b.ty, a.ty, "{what}: TYPE {}", b.key);
     assert_eq!(b.info, a.info, "{what}: IDEM.BF.INFO {}", b.key);
-    assert_eq!(b.mexists, a.mexists, "{what}: IDEM.BF.MEXISTS {}", b.key);
+    assert_eq!(b.answers, a.answers, "{what}: IDEM.BF.MEXISTS {}", b.key);
     assert_eq!(b.digest, a.digest, "{what}: DEBUG DIGEST-VALUE {}", b.key);
     let (x, y) = (b.pexpiretime, a.pexpiretime);
     assert!(x > 0 && y > 0, "{what}: filter {} must keep its expiry: PEXPIRETIME {x} -> {y}", b.key);
@@ -591,6 +571,23 @@ pub fn assert_same_moved_filter(b: &FilterSnap, a: &FilterSnap, expiry_slack_ms:
         "{what}: PEXPIRETIME of {} {x} -> {y} (allowed: +0..{expiry_slack_ms} ms)",
         b.key
     );
+}
+
+/// `MIGRATE 127.0.0.1 <port> "" 0 5000 COPY KEYS <keys>`: copies the keys
+/// to another server through DUMP/RESTORE payloads, as resharding does.
+pub fn migrate_copy<K: redis::ToRedisArgs>(con: &mut redis::Connection, port: u16, keys: K) {
+    let reply: String = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(port)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("COPY")
+        .arg("KEYS")
+        .arg(keys)
+        .query(con)
+        .expect("MIGRATE");
+    assert_eq!(reply, "OK");
 }
 
 // ---------------------------------------------------------------------------

@@ -1,7 +1,6 @@
 //! A model of what the module's commands answer, written from
-//! docs/commands.md, /work/shared/SPEC.md and the lead's decisions for
-//! issue 10, never from src/. tests/stateful.rs checks a real server against
-//! it.
+//! docs/commands.md (the user documentation, which holds the contract),
+//! never from src/. tests/stateful.rs checks a real server against it.
 //!
 //! The model is a `World`: the keys of databases 0 and 1 (records, filters,
 //! plain strings, each with its absolute expiry) plus the values of the DUMP
@@ -31,7 +30,6 @@
 //! A Bloom filter may answer "maybe seen" where the model knows the item is
 //! absent (a false positive): `matches` allows it and counts it. It must
 //! never answer "not seen" for an item the model holds in a live shard.
-#![allow(dead_code)]
 
 use redis::Value;
 use std::collections::{BTreeMap, BTreeSet};
