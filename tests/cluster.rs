@@ -556,8 +556,8 @@ fn moved_records_and_filters_are_intact(sc: &mut redis::Connection, dc: &mut red
         assert!(b.answers[added].iter().all(|&x| x == 1), "{}: an added item is missing", b.key);
     }
     // The tokens still work on the target.
-    check_fixture_tokens(dc, &fx_a, |k| k.to_string());
-    check_fixture_tokens(dc, &fx_b, |k| k.to_string());
+    check_fixture_tokens(dc, fx_a, |k| k.to_string());
+    check_fixture_tokens(dc, fx_b, |k| k.to_string());
 }
 
 /// No claim of the load was granted twice, every record of the load is its
@@ -602,7 +602,7 @@ fn each_claim_was_granted_once(
         }
     }
     assert!(hot_granted > 50, "only {hot_granted} keys of the moving hot slot were claimed");
-    let hot_on_dst: i64 = redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(key_slot(&hot)).query(dc).unwrap();
+    let hot_on_dst: i64 = redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(key_slot(hot)).query(dc).unwrap();
     assert_eq!(hot_on_dst, ballast + 1 + hot_granted, "keys of the hot slot on the target (ballast, filter, load)");
     for i in (0..ballast).step_by(97) {
         let key = format!("{{{hot}}}:ballast:{i}");

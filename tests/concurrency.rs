@@ -9,12 +9,15 @@ use std::sync::{Arc, Barrier, Mutex};
 
 const THREADS: usize = 16;
 
+/// One thread's CLAIM reply for a key: key, status, value, attempt.
+type Claimed = (String, String, Value, i64);
+
 #[test]
 fn one_new_per_key_all_others_busy() {
     let s = Server::start();
     let keys: Vec<String> = (0..200).map(|i| format!("job:{i}")).collect();
     let barrier = Arc::new(Barrier::new(THREADS));
-    let results: Arc<Mutex<Vec<(String, String, Value, i64)>>> = Arc::default();
+    let results: Arc<Mutex<Vec<Claimed>>> = Arc::default();
     let handles: Vec<_> = (0..THREADS)
         .map(|t| {
             let mut con = s.conn();

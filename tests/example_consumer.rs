@@ -56,10 +56,10 @@ fn counts(output: &str) -> HashMap<String, f64> {
                 break;
             }
             let mut words = line.split_whitespace();
-            if let (Some(name), Some(value)) = (words.next(), words.next()) {
-                if let Ok(v) = value.parse::<f64>() {
-                    map.insert(name.to_string(), v);
-                }
+            if let (Some(name), Some(value)) = (words.next(), words.next())
+                && let Ok(v) = value.parse::<f64>()
+            {
+                map.insert(name.to_string(), v);
             }
         }
     }

@@ -15,7 +15,7 @@ pub fn crc64_redis(data: &[u8]) -> u64 {
 }
 
 /// Rewrites the trailing CRC of a DUMP payload so Redis accepts its checksum.
-pub fn fix_dump_crc(payload: &mut Vec<u8>) {
+pub fn fix_dump_crc(payload: &mut [u8]) {
     let n = payload.len();
     assert!(n > 10);
     let crc = crc64_redis(&payload[..n - 8]);
@@ -55,10 +55,13 @@ pub fn blob_span(body: &[u8]) -> (usize, usize) {
     (i + n, len)
 }
 
+/// A format 1 sub-filter: capacity, items, error, hash count, bit array.
+pub type SubFilterV1 = (u64, u64, f64, u32, Vec<u8>);
+
 /// A filter's bytes in the first encoding (format 1), which the module
 /// keeps reading: parameters, then each shard's start, item count and
-/// sub-filters (capacity, items, error, hash count, bit array).
-pub fn filter_blob_v1(window: u32, period: i64, shards: &[(i64, Vec<(u64, u64, f64, u32, Vec<u8>)>)]) -> Vec<u8> {
+/// sub-filters.
+pub fn filter_blob_v1(window: u32, period: i64, shards: &[(i64, Vec<SubFilterV1>)]) -> Vec<u8> {
     let mut blob = vec![1u8];
     blob.extend_from_slice(&0.01f64.to_le_bytes());
     blob.extend_from_slice(&1u64.to_le_bytes());

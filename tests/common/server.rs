@@ -200,13 +200,13 @@ impl Server {
                     self.port
                 )));
             }
-            if let Some(their_pid) = ping_pid(self.port) {
-                if their_pid == pid {
-                    self.child = Some(child);
-                    return Ok(());
-                }
-                // Someone else's server has this port: ours will exit.
+            if let Some(their_pid) = ping_pid(self.port)
+                && their_pid == pid
+            {
+                self.child = Some(child);
+                return Ok(());
             }
+            // Someone else's server has this port: ours will exit.
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -278,21 +278,22 @@ impl Server {
     /// Stops the server (SHUTDOWN SAVE or NOSAVE) and waits for the process.
     pub fn stop(&mut self, how: Shutdown) {
         let Some(mut child) = self.child.take() else { return };
-        if let Ok(client) = redis::Client::open(self.url()) {
-            if let Ok(mut con) = client.get_connection_with_timeout(Duration::from_secs(5)) {
-                let arg = match how {
-                    Shutdown::Save => "SAVE",
-                    Shutdown::NoSave => "NOSAVE",
-                };
-                // The connection closes: the reply is an I/O error on success.
-                let r: RedisResult<Value> = redis::cmd("SHUTDOWN").arg(arg).query(&mut con);
-                if let Err(e) = &r {
-                    if e.kind() != redis::ErrorKind::IoError && !e.is_connection_dropped() {
-                        let _ = child.kill();
-                        let _ = child.wait();
-                        panic!("SHUTDOWN {arg} failed: {e}; server log:\n{}", self.log_tail(40));
-                    }
-                }
+        if let Ok(client) = redis::Client::open(self.url())
+            && let Ok(mut con) = client.get_connection_with_timeout(Duration::from_secs(5))
+        {
+            let arg = match how {
+                Shutdown::Save => "SAVE",
+                Shutdown::NoSave => "NOSAVE",
+            };
+            // The connection closes: the reply is an I/O error on success.
+            let r: RedisResult<Value> = redis::cmd("SHUTDOWN").arg(arg).query(&mut con);
+            if let Err(e) = &r
+                && e.kind() != redis::ErrorKind::IoError
+                && !e.is_connection_dropped()
+            {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("SHUTDOWN {arg} failed: {e}; server log:\n{}", self.log_tail(40));
             }
         }
         let deadline = Instant::now() + Duration::from_secs(20);
