@@ -146,7 +146,13 @@ pub struct ClaimArgs {
     pub max_tries: Option<u64>,
     /// With `BLOOM`: the filter says the key may have completed before.
     pub maybe_seen: bool,
+    /// `WAIT ms`: how long to wait where the answer would be `BUSY`; 0
+    /// (the default) answers at once.
+    pub wait: Millis,
 }
+
+/// The longest `WAIT`: one hour.
+pub const MAX_WAIT: Millis = 3_600_000;
 
 /// `IDEM.CLAIM`'s reply, in the spec's precedence order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -386,13 +392,13 @@ fn bloom_key<A: ArgList + ?Sized>(args: &A, value: usize) -> Result<Option<usize
     Ok(Some(value))
 }
 
-/// `IDEM.CLAIM key lease [PAYLOAD data] [MAXTRIES n] [BLOOM filterkey]`:
-/// the claim, and the index of the `BLOOM` filter key if given.
+/// `IDEM.CLAIM key lease [PAYLOAD data] [MAXTRIES n] [BLOOM filterkey]
+/// [WAIT ms]`: the claim, and the index of the `BLOOM` filter key if given.
 pub fn parse_claim<A: ArgList + ?Sized>(args: &A, now: Millis) -> Result<(ClaimArgs, Option<usize>), CmdError> {
     require(args, 3)?;
     let mut claim = ClaimArgs { lease: seconds_arg(args, 2, now)?, ..ClaimArgs::default() };
     let mut bloom = None;
-    parse_options(args, 3, &["PAYLOAD", "MAXTRIES", "BLOOM"], |option, value| {
+    parse_options(args, 3, &["PAYLOAD", "MAXTRIES", "BLOOM", "WAIT"], |option, value| {
         match option {
             0 => claim.fingerprint = Some(fingerprint(args.bytes(value))),
             1 => {
@@ -402,7 +408,13 @@ pub fn parse_claim<A: ArgList + ?Sized>(args: &A, now: Millis) -> Result<(ClaimA
                 }
                 claim.max_tries = Some(max as u64);
             }
-            _ => bloom = bloom_key(args, value)?,
+            2 => bloom = bloom_key(args, value)?,
+            _ => {
+                claim.wait = match args.int(value) {
+                    Ok(ms) if (0..=MAX_WAIT).contains(&ms) => ms,
+                    _ => return Err(CmdError::Static(c"ERR WAIT must be an integer from 0 to 3600000")),
+                }
+            }
         }
         Ok(())
     })?;

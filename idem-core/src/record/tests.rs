@@ -439,7 +439,7 @@ proptest! {
                 }
                 Op::Claim { lease_s, payload, max_tries } => {
                     let fp = payload.map(|p| fingerprint(&[p]));
-                    let args = ClaimArgs { lease: lease_s * 1000, fingerprint: fp, max_tries, maybe_seen: false };
+                    let args = ClaimArgs { lease: lease_s * 1000, fingerprint: fp, max_tries, maybe_seen: false, wait: 0 };
                     let reply = store.claim(args, now);
                     let lease_end = now + lease_s * 1000;
                     let next_attempt = |attempt: u64| attempt + 1;
@@ -582,4 +582,31 @@ proptest! {
         let unique: HashSet<_> = issued.iter().collect();
         prop_assert_eq!(unique.len(), issued.len());
     }
+}
+
+fn parse(words: &[&str]) -> Result<(ClaimArgs, Option<usize>), String> {
+    let args: Vec<&[u8]> = words.iter().map(|word| word.as_bytes()).collect();
+    parse_claim(&args[..], T0).map_err(|error| error.message())
+}
+
+#[test]
+fn wait_option_parses_milliseconds_from_0_to_an_hour() {
+    assert_eq!(parse(&["IDEM.CLAIM", "k", "10"]).unwrap().0.wait, 0);
+    assert_eq!(parse(&["IDEM.CLAIM", "k", "10", "WAIT", "0"]).unwrap().0.wait, 0);
+    assert_eq!(parse(&["IDEM.CLAIM", "k", "10", "wait", "250"]).unwrap().0.wait, 250);
+    assert_eq!(parse(&["IDEM.CLAIM", "k", "10", "WAIT", "3600000"]).unwrap().0.wait, MAX_WAIT);
+    let (claim, bloom) =
+        parse(&["IDEM.CLAIM", "k", "10", "PAYLOAD", "p", "WAIT", "5", "MAXTRIES", "3", "BLOOM", "f"]).unwrap();
+    assert_eq!((claim.wait, claim.max_tries, bloom), (5, Some(3), Some(10)));
+    assert_eq!(claim.fingerprint, Some(fingerprint(b"p")));
+}
+
+#[test]
+fn wait_option_refuses_what_is_not_an_integer_in_range() {
+    for bad in ["-1", "3600001", "1.5", "abc", "", " 5", "01", "99999999999999999999"] {
+        let error = parse(&["IDEM.CLAIM", "k", "10", "WAIT", bad]).unwrap_err();
+        assert_eq!(error, "ERR WAIT must be an integer from 0 to 3600000", "WAIT {bad:?}");
+    }
+    assert!(parse(&["IDEM.CLAIM", "k", "10", "WAIT"]).unwrap_err().contains("option WAIT needs a value"));
+    assert!(parse(&["IDEM.CLAIM", "k", "10", "WAIT", "1", "WAIT", "2"]).unwrap_err().contains("given twice"));
 }
