@@ -33,6 +33,11 @@ metrics! {
     BfAddSeen => "bf_add_seen",
     BfExistsHit => "bf_exists_hit",
     BfExistsMiss => "bf_exists_miss",
+    WaitStarted => "wait_started",
+    WaitDone => "wait_done",
+    WaitClaimed => "wait_claimed",
+    WaitTimeout => "wait_timeout",
+    WaitUnblocked => "wait_unblocked",
 }
 
 thread_local! {

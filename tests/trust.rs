@@ -103,7 +103,7 @@ fn commands_carry_the_acl_categories_of_their_kind() {
     };
     let idem = redis::cmd("ACL").arg("CAT").query::<Vec<String>>(&mut admin).unwrap().contains(&"idem".to_string());
     for (name, want) in [
-        ("IDEM.CLAIM", &["@write", "@fast"][..]),
+        ("IDEM.CLAIM", &["@write", "@fast", "@blocking"][..]),
         ("IDEM.DONE", &["@write", "@slow"]),
         ("IDEM.RELEASE", &["@write", "@fast"]),
         ("IDEM.EXTEND", &["@write", "@fast"]),

@@ -45,7 +45,7 @@ impl<'call> Ctx<'call> {
         unsafe { api!(RedisModule_Milliseconds)() }
     }
 
-    fn flags(self) -> u32 {
+    pub(super) fn flags(self) -> u32 {
         // SAFETY: a live context (the type's invariant).
         unsafe { api!(RedisModule_GetContextFlags)(self.as_ptr()) as u32 }
     }
@@ -132,16 +132,24 @@ impl<'call> Ctx<'call> {
     /// Runs `use_key` on the key named `name` (a name of our own, not a
     /// command argument), opened in `mode`.
     pub fn with_key_named<R>(self, name: &[u8], mode: KeyMode, use_key: impl FnOnce(&mut Key<'_>) -> R) -> R {
+        self.with_key_name(name, |arg| {
+            let mut key = Key::open(self, arg, mode);
+            use_key(&mut key)
+        })
+    }
+
+    /// Runs `use_name` on a Redis string holding `name`, freed after.
+    pub(super) fn with_key_name<R>(self, name: &[u8], use_name: impl FnOnce(Arg<'_>) -> R) -> R {
         let (ptr, len) = c_bytes(name);
         // SAFETY: a live context and a buffer of `len` bytes, which Redis
         // copies.
         let string = unsafe { api!(RedisModule_CreateString)(self.as_ptr(), ptr, len) };
         let result = {
             // SAFETY: the string was just created and is freed only after
-            // the key, the last user of `arg`, is closed.
+            // `use_name`, the last user of `arg`, returns (`Arg` and `Key`
+            // borrow it for the closure's call only).
             let arg = unsafe { Arg::from_raw(string) }.expect("RedisModule_CreateString returns a string");
-            let mut key = Key::open(self, arg, mode);
-            use_key(&mut key)
+            use_name(arg)
         };
         // SAFETY: created above with this context; nothing refers to it.
         unsafe { api!(RedisModule_FreeString)(self.as_ptr(), string) };

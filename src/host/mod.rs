@@ -15,6 +15,8 @@
 //!   Redis's pointer, and the C callbacks, once for every type.
 //! - [`io`]: what those callbacks read and write.
 //! - [`background`]: the timer and keyspace walk of the filter sweeper.
+//! - [`blocking`]: clients that wait on a key (`IDEM.CLAIM ... WAIT`), and
+//!   the timers and signals that wake them.
 //! - [`info`]: the `INFO idem` section.
 //!
 //! The crate's convenience layer (`decode_args`, `RedisValue` replies, a
@@ -22,6 +24,7 @@
 //! 1.9 us budget, so the hot path talks to the raw API through these.
 
 pub mod background;
+pub mod blocking;
 pub mod command;
 pub mod context;
 pub mod data_type;

@@ -12,12 +12,13 @@ use std::ffi::CStr;
 use idem_core::args::{ArgList, seconds_arg};
 use idem_core::error::{CmdError, CmdResult};
 use idem_core::record::codec::{self as record_codec, RECORD_OVERHEAD};
-use idem_core::record::{self, ClaimReply, DoneArgs, DoneReply, Millis, Token, Write, token_arg};
+use idem_core::record::{self, ClaimArgs, ClaimReply, DoneArgs, DoneReply, Millis, Token, Write, token_arg};
 
 use super::data_type::{self, Slot};
 use crate::bloom::commands as bloom_commands;
 use crate::bloom::data_type as bloom_data_type;
 use crate::config;
+use crate::host::blocking::{self, Waiter, Wake};
 use crate::host::command::{
     ACCESS, CommandSpec, INCOMPLETE, INSERT, KeyArg, KeyAt, OW, RO, RW, UPDATE, command_entry, key,
 };
@@ -57,10 +58,49 @@ fn commit(ctx: Ctx, mut slot: Slot, write: Write, event: &'static CStr) {
     ctx.notify(event, name);
 }
 
-/// IDEM.CLAIM key lease [PAYLOAD data] [MAXTRIES n] [BLOOM filterkey]
+/// IDEM.CLAIM key lease [PAYLOAD data] [MAXTRIES n] [BLOOM filterkey] [WAIT ms]
 pub fn claim(ctx: Ctx, args: &Args) -> CmdResult {
     let now = ctx.now();
-    let (mut claim, bloom) = record::parse_claim(args, now)?;
+    let (claim, bloom) = record::parse_claim(args, now)?;
+    // Where the client may not block, WAIT answers as without it.
+    let wait = claim.wait > 0 && blocking::may_block(ctx);
+    if let Answer::Busy { lease_end } = decide_claim(ctx, args, &claim, bloom, now, wait)? {
+        count(Metric::WaitStarted);
+        let waiter = ClaimWaiter { claim, bloom };
+        blocking::block_on_key(ctx, args.arg(1), claim.wait, Some(wake_after(lease_end)), waiter);
+    }
+    Ok(())
+}
+
+/// How a CLAIM ended.
+enum Answer {
+    /// `BUSY`, not answered yet: the caller waits until the lease ends at
+    /// `lease_end` or the record changes.
+    Busy { lease_end: Millis },
+    /// A claim was granted: `NEW`, `SEEN` or `RETRY`.
+    Claimed,
+    /// Any other answer.
+    Other,
+}
+
+/// When a waiter's key is signalled for a lease that lapses at
+/// `lease_end`: the first millisecond the record is `expired`.
+fn wake_after(lease_end: Millis) -> Millis {
+    lease_end.saturating_add(1)
+}
+
+/// Runs a CLAIM at `now` with parsed arguments, replies and stores its
+/// write; except a `BUSY` answer when `hold_busy`, which is neither replied
+/// nor counted but returned, for the caller to wait.
+fn decide_claim(
+    ctx: Ctx,
+    args: &Args,
+    claim: &ClaimArgs,
+    bloom: Option<usize>,
+    now: Millis,
+    hold_busy: bool,
+) -> Result<Answer, CmdError> {
+    let mut claim = *claim;
     let mut key = ctx.open_key(args.arg(1), KeyMode::Write);
     let mut slot = Slot::open(&mut key)?;
     if let Some(filter_index) = bloom {
@@ -72,50 +112,104 @@ pub fn claim(ctx: Ctx, args: &Args) -> CmdResult {
             slot.record().is_none() && filter.is_some_and(|filter| filter.contains(filter.hash(args.bytes(1)), now));
     }
     let (reply, write) = record::claim(slot.record(), &claim, now, config::lifetimes(), new_token);
+    if hold_busy && let ClaimReply::Busy { lease_left, .. } = reply {
+        return Ok(Answer::Busy { lease_end: now + lease_left });
+    }
     ctx.reply_array(3);
-    let attempt = match reply {
+    let (attempt, answer) = match reply {
         ClaimReply::New { token } | ClaimReply::Seen { token } => {
             let seen = matches!(reply, ClaimReply::Seen { .. });
             count(if seen { Metric::ClaimSeen } else { Metric::ClaimNew });
             ctx.reply_simple(if seen { c"SEEN" } else { c"NEW" });
             ctx.reply_bulk(&token.to_hex());
-            1
+            (1, Answer::Claimed)
         }
         ClaimReply::Retry { token, attempt } => {
             count(Metric::ClaimRetry);
             ctx.reply_simple(c"RETRY");
             ctx.reply_bulk(&token.to_hex());
-            attempt
+            (attempt, Answer::Claimed)
         }
         ClaimReply::Mismatch { attempt } => {
             count(Metric::ClaimMismatch);
             ctx.reply_simple(c"MISMATCH");
             ctx.reply_null();
-            attempt
+            (attempt, Answer::Other)
         }
         ClaimReply::Done { attempt } => {
             count(Metric::ClaimDone);
             ctx.reply_simple(c"DONE");
             let result = slot.record().and_then(|record| record.result.as_deref());
             ctx.reply_optional_bulk(result);
-            attempt
+            (attempt, Answer::Other)
         }
         ClaimReply::Busy { lease_left, attempt } => {
             count(Metric::ClaimBusy);
             ctx.reply_simple(c"BUSY");
             ctx.reply_int(lease_left);
-            attempt
+            (attempt, Answer::Other)
         }
         ClaimReply::Exhausted { attempt } => {
             count(Metric::ClaimExhausted);
             ctx.reply_simple(c"EXHAUSTED");
             ctx.reply_null();
-            attempt
+            (attempt, Answer::Other)
         }
     };
     ctx.reply_int(attempt as i64);
     commit(ctx, slot, write, c"idem.claim");
-    Ok(())
+    Ok(answer)
+}
+
+/// A client of `IDEM.CLAIM ... WAIT` waiting on a record another claim
+/// holds. Every time the record key is signalled (a DONE, a RELEASE, the
+/// lease's end, the key deleted) it runs its CLAIM again, as of now: still
+/// `BUSY` goes on waiting (until the lease, perhaps extended, ends), any
+/// other answer is replied and stored exactly as a CLAIM's. Redis serves
+/// the clients blocked on a key in the order they blocked, so the longest
+/// waiter claims first and the others then find the key busy again.
+struct ClaimWaiter {
+    claim: ClaimArgs,
+    bloom: Option<usize>,
+}
+
+impl Waiter for ClaimWaiter {
+    fn ready(&mut self, ctx: Ctx<'_>, args: &Args<'_>) -> Wake {
+        let answer = decide_claim(ctx, args, &self.claim, self.bloom, ctx.now(), true);
+        match answer {
+            Ok(Answer::Busy { lease_end }) => return Wake::Wait { signal_at: Some(wake_after(lease_end)) },
+            Ok(Answer::Claimed) => count(Metric::WaitClaimed),
+            Ok(Answer::Other) => count(Metric::WaitDone),
+            Err(error) => {
+                count(Metric::WaitDone);
+                ctx.reply_error(&error);
+            }
+        }
+        Wake::Replied
+    }
+
+    /// `BUSY` with what is left of the lease, read without writing: a
+    /// lease that lapsed just now, or a key deleted where that wakes
+    /// nobody, answers `BUSY 0`.
+    fn timeout(&mut self, ctx: Ctx<'_>, args: &Args<'_>) {
+        count(Metric::WaitTimeout);
+        let now = ctx.now();
+        let mut key = ctx.open_key(args.arg(1), KeyMode::Read);
+        let mut slot = match Slot::open(&mut key) {
+            Ok(slot) => slot,
+            Err(error) => return ctx.reply_error(&error),
+        };
+        let (lease_left, attempt) = slot.record().map_or((0, 0), |record| (record.lease_left(now), record.attempt));
+        count(Metric::ClaimBusy);
+        ctx.reply_array(3);
+        ctx.reply_simple(c"BUSY");
+        ctx.reply_int(lease_left);
+        ctx.reply_int(attempt as i64);
+    }
+
+    fn abandoned(self) {
+        count(Metric::WaitUnblocked);
+    }
 }
 
 /// IDEM.DONE's reply when it completed the record: `1`, plus these bits
@@ -155,6 +249,7 @@ pub fn done(ctx: Ctx, args: &Args) -> CmdResult {
         }
     }
     commit(ctx, slot, write, c"idem.done");
+    blocking::signal_ready(ctx, args.arg(1));
     let mut completed = 1;
     if result.is_some() && kept_result.is_none() {
         count(Metric::DoneResultDropped);
@@ -200,6 +295,9 @@ pub fn release(ctx: Ctx, args: &Args) -> CmdResult {
     count(if released { Metric::ReleaseOk } else { Metric::ReleaseMiss });
     ctx.reply_int(released as i64);
     commit(ctx, slot, write, c"idem.release");
+    if released {
+        blocking::signal_ready(ctx, args.arg(1));
+    }
     Ok(())
 }
 
@@ -275,6 +373,8 @@ pub fn apply(ctx: Ctx, args: &Args) -> CmdResult {
     let (record, expire_at) = data_type::decode_effect(args.bytes(2))?;
     let mut key = ctx.open_key(args.arg(1), KeyMode::Write);
     Slot::open(&mut key)?.store_new(record, expire_at);
+    // Clients waiting on the key (a writable replica's) see the change.
+    blocking::signal_ready(ctx, args.arg(1));
     // On a primary this reaches replicas and the AOF; on a replica, its own
     // AOF (sub-replicas get the primary's stream as it is).
     ctx.replicate_verbatim();
@@ -319,8 +419,10 @@ pub static COMMANDS: [CommandSpec; 7] = [
     CommandSpec {
         name: c"IDEM.CLAIM",
         entry: command_entry!(claim, keys: claim_keys),
-        flags: c"write deny-oom fast getkeys-api",
-        acl: "write fast",
+        // `blocking`: WAIT may block the client (COMMAND INFO, @blocking),
+        // as BZPOPMAX is "write fast blocking".
+        flags: c"write deny-oom fast getkeys-api blocking",
+        acl: "write fast blocking",
         arity: -3,
         summary: c"Claims a key for processing: check, mark and lease in one step; replies [status, value, attempt].",
         complexity: c"O(1)",

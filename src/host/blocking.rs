@@ -1,0 +1,295 @@
+//! Clients that wait on a key: `RedisModule_BlockClientOnKeys` with its
+//! reply, timeout and free callbacks, `RedisModule_SignalKeyAsReady`, and a
+//! module timer per waiter that signals the key at a moment of its choosing
+//! (a lease's end).
+//!
+//! A [`Waiter`] is the state of one blocked client. Redis calls
+//! [`Waiter::ready`] every time its key is signalled as ready, serving the
+//! clients blocked on a key in the order they blocked; the waiter answers
+//! the client there (the wait ends) or asks to go on waiting. When its time
+//! is up (or `CLIENT UNBLOCK ... TIMEOUT`), [`Waiter::timeout`] answers it.
+//! When the client goes away (disconnect, `CLIENT UNBLOCK ... ERROR`)
+//! without either, [`Waiter::abandoned`] runs.
+//!
+//! A deleted key wakes its waiters only where the server has
+//! `RedisModule_BlockClientOnKeysWithFlags` with
+//! `REDISMODULE_BLOCK_UNBLOCK_DELETED` (Redis 7.2+, Valkey 8+). On Redis 7.0
+//! only an existing key can be signalled: a deleted key wakes its waiters
+//! when it is written again, or they answer at their timeout.
+
+use std::ffi::{c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::ptr;
+
+use idem_core::Millis;
+use idem_core::error::CmdError;
+use redis_module::raw;
+
+use super::api;
+use super::context::Ctx;
+use super::key::{Arg, Args};
+
+/// What a waiter decided when its key was signalled.
+pub enum Wake {
+    /// It answered the client: the wait is over.
+    Replied,
+    /// Go on waiting; signal the key again at `signal_at` (Unix ms), if
+    /// given, whether or not anything else signals it before.
+    Wait { signal_at: Option<Millis> },
+}
+
+/// One blocked client's state, owned by Redis while the client waits.
+pub trait Waiter: Sized + 'static {
+    /// The key was signalled: answer the client through `ctx` and return
+    /// [`Wake::Replied`], or answer nothing and go on waiting. `args` are
+    /// the blocked command's own arguments. May write (and replicate) as a
+    /// command does.
+    fn ready(&mut self, ctx: Ctx<'_>, args: &Args<'_>) -> Wake;
+
+    /// Time is up (or `CLIENT UNBLOCK ... TIMEOUT`): answer the client.
+    /// Must not write: Redis does not expect a timeout to change data.
+    fn timeout(&mut self, ctx: Ctx<'_>, args: &Args<'_>);
+
+    /// The wait ended without an answer from `ready` or `timeout`: the
+    /// client disconnected, or `CLIENT UNBLOCK ... ERROR` answered it.
+    fn abandoned(self);
+}
+
+/// Whether a command running on `ctx` may block its client: never inside
+/// MULTI, a script or a function, for the primary's replication stream or
+/// AOF loading, nor where the caller forbids it (`RM_Call`, `CLIENT NO-EVICT`
+/// and the like set DENY_BLOCKING).
+pub fn may_block(ctx: Ctx<'_>) -> bool {
+    const NEVER: u32 = raw::REDISMODULE_CTX_FLAGS_MULTI
+        | raw::REDISMODULE_CTX_FLAGS_LUA
+        | raw::REDISMODULE_CTX_FLAGS_REPLICATED
+        | raw::REDISMODULE_CTX_FLAGS_LOADING
+        | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING;
+    ctx.flags() & NEVER == 0
+}
+
+/// Whether a deleted key wakes its waiters (Redis 7.2+, Valkey 8+).
+pub fn deletion_wakes() -> bool {
+    // SAFETY: reads (copies) a function pointer Redis set before OnLoad.
+    unsafe { raw::RedisModule_BlockClientOnKeysWithFlags }.is_some()
+}
+
+/// Signals `key` as ready: every client blocked on it has its waiter's
+/// `ready` called, before Redis reads the next command. Cheap when nobody
+/// waits on it.
+pub fn signal_ready(ctx: Ctx<'_>, key: Arg<'_>) {
+    // SAFETY: a live context (of a command or callback, with a client and
+    // its selected database) and a live key name, which Redis copies.
+    unsafe { api!(RedisModule_SignalKeyAsReady)(ctx.as_ptr(), key.as_ptr()) };
+}
+
+/// A timer that signals a key: owned by the [`Blocked`] it serves, so it
+/// is stopped before its data goes away.
+struct KeyTimer {
+    db: c_int,
+    key: Vec<u8>,
+    /// The pending timer and when it fires; `None` once it fired.
+    armed: Option<(raw::RedisModuleTimerID, Millis)>,
+}
+
+impl KeyTimer {
+    /// Fires at `at` (Unix ms), replacing any pending timer.
+    fn arm(&mut self, ctx: Ctx<'_>, at: Millis) {
+        if self.armed.is_some_and(|(_, pending)| pending == at) {
+            return;
+        }
+        self.stop(ctx);
+        let delay = (at - ctx.now()).max(1);
+        let data = (self as *mut KeyTimer).cast::<c_void>();
+        // SAFETY: a live context; `data` points at this timer state, which
+        // lives in a Box until `stop` has removed the pending timer (see
+        // `on_free`), so the callback never sees it freed.
+        let id = unsafe { api!(RedisModule_CreateTimer)(ctx.as_ptr(), delay, Some(on_key_timer), data) };
+        self.armed = Some((id, at));
+    }
+
+    fn stop(&mut self, ctx: Ctx<'_>) {
+        if let Some((id, _)) = self.armed.take() {
+            // SAFETY: a live context of this module; `id` is a timer this
+            // state created and that has not fired (firing clears `armed`),
+            // so it is still this module's.
+            unsafe { api!(RedisModule_StopTimer)(ctx.as_ptr(), id, ptr::null_mut()) };
+        }
+    }
+}
+
+/// # Safety
+/// Called by Redis on the main thread with a live context and the data
+/// [`KeyTimer::arm`] gave it, which is alive until the timer is stopped.
+unsafe extern "C" fn on_key_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    // SAFETY: as the caller promises; no other reference to it is live
+    // (callbacks run one at a time on the main thread).
+    let timer = unsafe { &mut *data.cast::<KeyTimer>() };
+    timer.armed = None;
+    // SAFETY: the timer's own context, used during this call only.
+    let Some(ctx) = (unsafe { Ctx::from_raw(ctx) }) else { return };
+    // SAFETY: a live context; a database index this server had when the
+    // client blocked.
+    if unsafe { api!(RedisModule_SelectDb)(ctx.as_ptr(), timer.db) } != raw::REDISMODULE_OK as c_int {
+        return;
+    }
+    ctx.with_key_name(&timer.key, |name| signal_ready(ctx, name));
+}
+
+/// What Redis holds for one blocked client (its privdata).
+struct Blocked<W> {
+    waiter: Option<W>,
+    timer: Box<KeyTimer>,
+    /// `ready` or `timeout` answered the client.
+    answered: bool,
+}
+
+/// Blocks the client of the running command on `key` for up to `timeout`
+/// ms (>= 1), with `waiter` as its state; with `signal_at`, the key is
+/// signalled then. The command must not reply: the waiter will. Check
+/// [`may_block`] first.
+pub fn block_on_key<W: Waiter>(ctx: Ctx<'_>, key: Arg<'_>, timeout: Millis, signal_at: Option<Millis>, waiter: W) {
+    // SAFETY: a live command context.
+    let db = unsafe { api!(RedisModule_GetSelectedDb)(ctx.as_ptr()) };
+    let timer = Box::new(KeyTimer { db, key: key.bytes().to_vec(), armed: None });
+    let blocked = Box::new(Blocked { waiter: Some(waiter), timer, answered: false });
+    let privdata = Box::into_raw(blocked);
+    let mut keys = [key.as_ptr()];
+    let (reply, on_timeout, free) = (Some(on_ready::<W> as _), Some(on_timeout::<W> as _), Some(on_free::<W> as _));
+    // SAFETY: reads a function pointer Redis set before OnLoad.
+    let with_flags = unsafe { raw::RedisModule_BlockClientOnKeysWithFlags };
+    let (ctx_ptr, keys_ptr) = (ctx.as_ptr(), keys.as_mut_ptr());
+    let timeout = timeout.max(1);
+    // SAFETY: a live command context that may block (the caller checked
+    // `may_block`); callbacks with the signatures Redis expects; one live
+    // key name, which Redis copies; `privdata` is a Box Redis hands back
+    // to `on_free` exactly once.
+    unsafe {
+        match with_flags {
+            Some(block) => block(
+                ctx_ptr,
+                reply,
+                on_timeout,
+                free,
+                timeout,
+                keys_ptr,
+                1,
+                privdata.cast(),
+                raw::REDISMODULE_BLOCK_UNBLOCK_DELETED as c_int,
+            ),
+            None => api!(RedisModule_BlockClientOnKeys)(
+                ctx_ptr,
+                reply,
+                on_timeout,
+                free,
+                timeout,
+                keys_ptr,
+                1,
+                privdata.cast(),
+            ),
+        }
+    };
+    if let Some(at) = signal_at {
+        // SAFETY: Redis holds `privdata` until `on_free`, which runs only
+        // after this command returns; nothing else refers to it now.
+        unsafe { (*privdata).timer.arm(ctx, at) };
+    }
+}
+
+/// The blocked client's state in a reply or timeout callback.
+///
+/// # Safety
+/// `ctx` is the context Redis passed to a callback of a client blocked by
+/// [`block_on_key`] with `Blocked<W>`; callbacks run one at a time.
+unsafe fn blocked_of<'a, W>(ctx: Ctx<'_>) -> Option<&'a mut Blocked<W>> {
+    // SAFETY: a live callback context; the privdata is the Box
+    // `block_on_key` gave Redis, alive until `on_free`.
+    unsafe { api!(RedisModule_GetBlockedClientPrivateData)(ctx.as_ptr()).cast::<Blocked<W>>().as_mut() }
+}
+
+/// # Safety
+/// Called by Redis with a live context and the blocked command's `argc`
+/// arguments, for a client blocked by [`block_on_key`] with `Blocked<W>`.
+unsafe extern "C" fn on_ready<W: Waiter>(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    const KEEP_WAITING: c_int = raw::REDISMODULE_ERR as c_int;
+    // SAFETY: as the caller promises; both live for this call.
+    let (Some(ctx), args) = (unsafe { Ctx::from_raw(ctx) }, unsafe { Args::from_raw(argv, argc) }) else {
+        return KEEP_WAITING;
+    };
+    // SAFETY: as the caller promises.
+    let Some(blocked) = (unsafe { blocked_of::<W>(ctx) }) else { return KEEP_WAITING };
+    let Some(waiter) = blocked.waiter.as_mut() else { return KEEP_WAITING };
+    match catch_unwind(AssertUnwindSafe(|| waiter.ready(ctx, &args))) {
+        Ok(Wake::Wait { signal_at }) => {
+            if let Some(at) = signal_at {
+                blocked.timer.arm(ctx, at);
+            }
+            KEEP_WAITING
+        }
+        Ok(Wake::Replied) => {
+            blocked.answered = true;
+            raw::REDISMODULE_OK as c_int
+        }
+        Err(_) => {
+            ctx.log_warning("redis-idem: a waiter panicked; it was answered with an error");
+            ctx.reply_error(&CmdError::Static(c"ERR internal error in redis-idem, see the server log"));
+            blocked.answered = true;
+            raw::REDISMODULE_OK as c_int
+        }
+    }
+}
+
+/// # Safety
+/// As [`on_ready`].
+unsafe extern "C" fn on_timeout<W: Waiter>(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    // SAFETY: as the caller promises; both live for this call.
+    let (Some(ctx), args) = (unsafe { Ctx::from_raw(ctx) }, unsafe { Args::from_raw(argv, argc) }) else {
+        return raw::REDISMODULE_OK as c_int;
+    };
+    // SAFETY: as the caller promises.
+    let Some(blocked) = (unsafe { blocked_of::<W>(ctx) }) else { return raw::REDISMODULE_OK as c_int };
+    if let Some(waiter) = blocked.waiter.as_mut()
+        && catch_unwind(AssertUnwindSafe(|| waiter.timeout(ctx, &args))).is_err()
+    {
+        ctx.log_warning("redis-idem: a waiter panicked at its timeout; it was answered with an error");
+        ctx.reply_error(&CmdError::Static(c"ERR internal error in redis-idem, see the server log"));
+    }
+    blocked.answered = true;
+    raw::REDISMODULE_OK as c_int
+}
+
+/// # Safety
+/// Called by Redis once per client blocked by [`block_on_key`] with
+/// `Blocked<W>`, on the main thread, with a live context of this module and
+/// that call's privdata.
+unsafe extern "C" fn on_free<W: Waiter>(ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {
+    if privdata.is_null() {
+        return;
+    }
+    // SAFETY: the Box `block_on_key` leaked; Redis hands it back once.
+    let mut blocked = unsafe { Box::from_raw(privdata.cast::<Blocked<W>>()) };
+    // SAFETY: the context Redis passed in, for this call.
+    if let Some(ctx) = unsafe { Ctx::from_raw(ctx) } {
+        blocked.timer.stop(ctx);
+    } else if blocked.timer.armed.is_some() {
+        // Without a context the timer cannot be stopped: leak its state
+        // rather than let the timer read freed memory.
+        std::mem::forget(std::mem::replace(
+            &mut blocked.timer,
+            Box::new(KeyTimer { db: 0, key: Vec::new(), armed: None }),
+        ));
+    }
+    if let Some(waiter) = blocked.waiter.take()
+        && !blocked.answered
+    {
+        let _ = catch_unwind(AssertUnwindSafe(|| waiter.abandoned()));
+    }
+}
