@@ -190,7 +190,7 @@ fn of_several_waiters_the_longest_claims_and_the_others_get_its_result() {
 }
 
 #[test]
-fn multi_scripts_and_wait_0_answer_busy_at_once() {
+fn multi_scripts_functions_and_wait_0_answer_busy_at_once() {
     let s = Server::start();
     let mut con = s.conn();
     claim_new(&mut con, "k", 30);
@@ -203,9 +203,15 @@ fn multi_scripts_and_wait_0_answer_busy_at_once() {
     let script = "return redis.call('IDEM.CLAIM', KEYS[1], 30, 'WAIT', 5000)";
     let reply: Value = redis::cmd("EVAL").arg(script).arg(1).arg("k").query(&mut con).unwrap();
     assert_eq!(parse_claim(reply).0, "BUSY");
+    let library = "#!lua name=waits\n\
+        redis.register_function('claim_wait', function(keys) \
+            return redis.call('IDEM.CLAIM', keys[1], 30, 'WAIT', 5000) end)";
+    let _: String = redis::cmd("FUNCTION").arg("LOAD").arg(library).query(&mut con).unwrap();
+    let reply: Value = redis::cmd("FCALL").arg("claim_wait").arg(1).arg("k").query(&mut con).unwrap();
+    assert_eq!(parse_claim(reply).0, "BUSY");
     assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
     assert_eq!(counter(&mut con, "wait_started"), 0);
-    assert_eq!(counter(&mut con, "claim_busy"), 3);
+    assert_eq!(counter(&mut con, "claim_busy"), 4);
 }
 
 #[test]
