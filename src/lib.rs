@@ -12,7 +12,7 @@
 //! - [`config`]: the `idem.*` configs; [`limits`]: size and memory limits
 //!   on writes; [`metrics`]: the `INFO idem` counters.
 
-// `unsafe` lives in `host` alone (the compiler checks it), and every block
+// Unsafe code lives in `host` alone (the compiler checks it), and every block
 // there says why it is sound.
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]

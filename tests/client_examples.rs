@@ -45,10 +45,10 @@ fn node_example() {
 #[test]
 fn rust_example() {
     let server = Server::start();
-    // `make build` (and `cargo test` without filters) builds the examples
-    // next to the test binaries.
+    // `cargo test` without filters (and `make test-valkey`) builds the
+    // examples next to the test binaries.
     let binary = std::env::current_exe().unwrap().parent().unwrap().parent().unwrap().join("examples/rust_consumer");
-    assert!(binary.exists(), "{} is missing: run `make build`", binary.display());
+    assert!(binary.exists(), "{} is missing: run `cargo build --profile test-release --examples`", binary.display());
     let mut command = Command::new(binary);
     command.arg(server.url()).arg("25");
     run("examples/clients/rust_consumer.rs", command, "rust: processed=25 duplicates=25");

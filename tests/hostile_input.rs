@@ -996,7 +996,7 @@ fn filter_fields_that_must_be_refused(body: &[u8], info: &BfInfo) -> Vec<(String
         must_refuse.push((what.to_string(), x));
     };
     set("format version 0", 0, &[0]);
-    set("format version 3", 0, &[3]);
+    set("format version 4", 0, &[4]);
     set("error_rate 0", 1, &0.0f64.to_le_bytes());
     set("error_rate 1", 1, &1.0f64.to_le_bytes());
     set("error_rate NaN", 1, &f64::NAN.to_le_bytes());

@@ -38,7 +38,7 @@ fuzz_target!(|data: &[u8]| {
         let filters = filter.sub_filter_count();
         assert!(filter.shards.iter().all(|s| (1..=MAX_SUB_FILTERS).contains(&s.filters.len())));
         assert!(filter.shards.iter().flat_map(|s| &s.filters).all(|f| (1..=MAX_HASHES).contains(&f.bits.hashes())));
-        if !stored || filter.scheme == Scheme::Mixed {
+        if !stored || filter.scheme != Scheme::DoubleHashing {
             assert!(filters <= MAX_TOTAL_SUB_FILTERS && filter.bytes() <= MAX_BYTES);
         }
         assert!(filter.shards.len() <= filter.params.window as usize + 1);

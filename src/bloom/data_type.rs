@@ -13,7 +13,8 @@ use crate::host::background::VisitedKey;
 use crate::host::data_type::{self, DataType, boxed_slice_size, methods, vec_size};
 
 /// Encoding version of the RDB payload; a newer one is refused on load.
-pub const ENCODING_VERSION: i32 = 2;
+/// 3: filters of format 3 (bounded sizing), which older versions refuse.
+pub const ENCODING_VERSION: i32 = 3;
 
 pub static BLOOM_TYPE: RedisType = RedisType::new("idembloom", ENCODING_VERSION, methods::<FilterType>());
 

@@ -9,8 +9,10 @@
 
 use super::ItemHash;
 
-/// How an item's hash becomes its probe positions. Fixed per filter for
-/// its whole life: the bits it set can only be found by the same probes.
+/// How an item's hash becomes its probe positions, and how its arrays are
+/// sized. Fixed per filter for its whole life: the bits it set can only
+/// be found by the same probes, and a replica or a reload must size the
+/// next sub-filter exactly as the filter always did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Scheme {
     /// Format 1: enhanced double hashing over 64-bit values, each mapped
@@ -21,13 +23,20 @@ pub enum Scheme {
     DoubleHashing,
     /// Format 2: probe `j` is an independently mixed 64-bit value,
     /// `mix(a + j * b)`, mapped by its high bits. No item's probes
-    /// cluster, so no floor: arrays are sized by capacity and rate alone.
+    /// cluster, so no floor: arrays are sized by capacity and rate alone,
+    /// for the rate a filter has on average. Kept for filters saved in
+    /// format 2.
     Mixed,
+    /// Format 3: probes as [`Scheme::Mixed`]; arrays sized so that the rate
+    /// of each filter, not only the average one, stays within its budget:
+    /// a small array's fill varies from filter to filter, and so does its
+    /// rate.
+    Bounded,
 }
 
 impl Scheme {
     /// The scheme of filters created now.
-    pub const CURRENT: Scheme = Scheme::Mixed;
+    pub const CURRENT: Scheme = Scheme::Bounded;
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -161,7 +170,7 @@ fn probe_positions(
         }
         // An odd step makes the `hashes` inputs distinct, so their mixed
         // values are too.
-        Scheme::Mixed => {
+        Scheme::Mixed | Scheme::Bounded => {
             b |= 1;
             for _ in 0..hashes {
                 let (word, mask) = position(mix(a));

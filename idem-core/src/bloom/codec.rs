@@ -1,8 +1,9 @@
 //! The filter's byte encoding, for RDB, DUMP/RESTORE, digests and the AOF.
 //!
-//! Formats 1 and 2 share one layout; the version byte says how the
-//! filter probes: format 1 by [`Scheme::DoubleHashing`], format 2 by
-//! [`Scheme::Mixed`]. A filter keeps its format for life.
+//! Formats 1, 2 and 3 share one layout; the version byte says how the
+//! filter probes and sizes its arrays: format 1 by
+//! [`Scheme::DoubleHashing`], format 2 by [`Scheme::Mixed`], format 3 by
+//! [`Scheme::Bounded`]. A filter keeps its format for life.
 //!
 //! Decoding is strict: every count and length is checked against the
 //! bytes present and the module's limits before anything is allocated,
@@ -36,6 +37,8 @@ use crate::decode::{DecodeError, Reader};
 pub const FORMAT_DOUBLE_HASHING: u8 = 1;
 /// The format of filters probed by [`Scheme::Mixed`].
 pub const FORMAT_MIXED: u8 = 2;
+/// The format of filters sized by [`Scheme::Bounded`].
+pub const FORMAT_BOUNDED: u8 = 3;
 
 /// Format 1's ceiling on a filter's bits when its filters were built:
 /// they load up to it, and grow no further than [`MAX_BYTES`].
@@ -63,6 +66,7 @@ fn format_of(scheme: Scheme) -> u8 {
     match scheme {
         Scheme::DoubleHashing => FORMAT_DOUBLE_HASHING,
         Scheme::Mixed => FORMAT_MIXED,
+        Scheme::Bounded => FORMAT_BOUNDED,
     }
 }
 
@@ -89,6 +93,7 @@ pub fn decode_params(input: &mut Reader) -> Result<(Params, Scheme, [u8; 32]), D
     let scheme = match input.u8()? {
         FORMAT_DOUBLE_HASHING => Scheme::DoubleHashing,
         FORMAT_MIXED => Scheme::Mixed,
+        FORMAT_BOUNDED => Scheme::Bounded,
         _ => return Err(DecodeError("unknown filter format version")),
     };
     let params = Params {
