@@ -11,13 +11,14 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Runs an example and checks it succeeded and said what it did.
+/// Runs an example and checks it succeeded and said what it did (a whole
+/// line, so that `waited=13` does not match `waited=130`).
 fn run(what: &str, mut command: Command, expect: &str) {
     let output = command.output().unwrap_or_else(|e| panic!("{what}: cannot start it: {e}"));
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{what} failed ({}):\n{stdout}\n{stderr}", output.status);
-    assert!(stdout.contains(expect), "{what} printed:\n{stdout}\n{stderr}");
+    assert!(stdout.lines().any(|line| line == expect), "{what} printed:\n{stdout}\n{stderr}");
 }
 
 #[test]
@@ -29,7 +30,7 @@ fn python_example() {
     assert!(python.exists(), "{} is missing: run `make pyenv` (make test does)", python.display());
     let mut command = Command::new(python);
     command.arg(root().join("examples/clients/python_consumer.py")).arg(server.url()).arg("25");
-    run("examples/clients/python_consumer.py", command, "python: processed=25 duplicates=25");
+    run("examples/clients/python_consumer.py", command, "python: processed=25 duplicates=25 waited=13");
 }
 
 #[test]
