@@ -40,7 +40,7 @@ fn node_example() {
     assert!(dir.join("node_modules/ioredis").exists(), "ioredis is missing: run `make clients` (make test does)");
     let mut command = Command::new("node");
     command.current_dir(&dir).arg("consumer.js").arg(server.url()).arg("25");
-    run("examples/clients/node/consumer.js", command, "node: processed=25 duplicates=25");
+    run("examples/clients/node/consumer.js", command, "node: processed=25 duplicates=25 waited=13");
 }
 
 #[test]
