@@ -1,5 +1,9 @@
 //! The client examples in examples/clients/ (Python, Node.js, Rust) run
-//! against a real server, so they cannot rot.
+//! against a real server, so they cannot rot. Each delivers 25 messages
+//! twice: each is processed once, its other copy is a duplicate, and the 13
+//! even ones are delivered to two consumers at once, so that one copy waits
+//! (`IDEM.CLAIM ... WAIT`) for the other's `DONE` and gets its result (the
+//! server's `idem_wait_done`).
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
@@ -52,5 +56,5 @@ fn rust_example() {
     assert!(binary.exists(), "{} is missing: run `cargo build --profile test-release --examples`", binary.display());
     let mut command = Command::new(binary);
     command.arg(server.url()).arg("25");
-    run("examples/clients/rust_consumer.rs", command, "rust: processed=25 duplicates=25");
+    run("examples/clients/rust_consumer.rs", command, "rust: processed=25 duplicates=25 waited=13");
 }
