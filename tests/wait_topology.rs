@@ -5,7 +5,7 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
-use common::cluster::wait_until;
+use common::cluster::*;
 use common::*;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -282,6 +282,76 @@ fn waiters_on_a_primary_demoted_by_failover_get_the_servers_unblocked_error() {
     // A lease that outlasts the FAILOVER's write pause (see the known
     // limitation in docs/commands.md).
     waiters_on_a_demoted_primary(Demotion::Failover, 30);
+}
+
+fn setslot(con: &mut redis::Connection, slot: u16, how: &str, node_id: &str) {
+    let r: String = redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg(how).arg(node_id).query(con).unwrap();
+    assert_eq!(r, "OK", "CLUSTER SETSLOT {slot} {how} {node_id}");
+}
+
+fn keys_in_slot(con: &mut redis::Connection, slot: u16) -> i64 {
+    redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(con).unwrap()
+}
+
+#[test]
+fn a_waiter_on_a_key_whose_slot_migrates_away_gets_the_servers_redirect() {
+    let cluster = Cluster::start();
+    let topo = cluster.topology();
+    let primaries = topo.primaries();
+    let (src, dst) = (primaries[0].clone(), primaries[1].clone());
+    let tag = tag_where("wait-", |s| src.owns(s));
+    let slot = key_slot(&tag);
+    let (key, list) = (format!("{{{tag}}}:k"), format!("{{{tag}}}:list"));
+    let source = cluster.server(src.port);
+    let (mut sc, mut dc) = (cluster.conn(src.port), cluster.conn(dst.port));
+    let holder = claim_new(&mut sc, &key, 30);
+    let w = waiter(source, &key, 30, 20_000, &[]);
+    // One of the server's own blocked clients, on a key of the same slot.
+    let own = blpop(source, &list, 20);
+    let counters_before = idem_counters(&mut sc);
+
+    // The slot moves as `redis-cli --cluster reshard` moves it: MIGRATE
+    // deletes the record on the source (which wakes its waiters where a
+    // deletion does), then both nodes hand the slot over.
+    setslot(&mut dc, slot, "IMPORTING", &src.id);
+    setslot(&mut sc, slot, "MIGRATING", &dst.id);
+    let moved: String = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(dst.port)
+        .arg(&key)
+        .arg(0)
+        .arg(5000)
+        .query(&mut sc)
+        .expect("MIGRATE");
+    assert_eq!(moved, "OK");
+    // The record left the source, and no waiter's claim took its place
+    // there: a claim on a node that gave the record away would be granted
+    // twice (the record, busy, lives on the destination).
+    thread::sleep(Duration::from_millis(200));
+    assert_eq!(keys_in_slot(&mut sc, slot), 0, "the source holds a key of the migrating slot");
+    setslot(&mut dc, slot, "NODE", &dst.id);
+    setslot(&mut sc, slot, "NODE", &dst.id);
+
+    // The server redirects its own blocked client (-MOVED), and the waiter
+    // gets the same redirect.
+    let (own_error, _) = error_reply(own);
+    assert_eq!(own_error, format!("MOVED {slot} 127.0.0.1:{}", dst.port), "BLPOP's error");
+    let (error, waited) = error_reply(w);
+    assert_eq!(error, own_error, "the waiter's error");
+    assert!(waited < Duration::from_secs(10), "answered after {waited:?}");
+    assert_eq!(blocked_clients(&mut sc), 0);
+    let counters = idem_counters(&mut sc);
+    assert_eq!(counters["wait_unblocked"] - counters_before["wait_unblocked"], 1, "{counters:?}");
+    for name in ["wait_claimed", "wait_done", "wait_timeout", "claim_new", "claim_retry"] {
+        assert_eq!(counters[name], counters_before[name], "{name}: {counters:?}");
+    }
+
+    // The destination holds the record as it was: the holder's claim, on
+    // which a waiter blocks there until the holder's DONE.
+    let w = waiter(cluster.server(dst.port), &key, 30, 10_000, &[]);
+    assert_eq!(done(&mut dc, &key, &holder, ("RESULT", "r")), Ok(1));
+    let ((status, value, attempt), _) = claim_reply(w);
+    assert_eq!((status.as_str(), as_bytes(&value), attempt), ("DONE", Some(b"r".to_vec()), 1));
 }
 
 #[test]
