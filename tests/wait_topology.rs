@@ -352,6 +352,23 @@ fn a_waiter_on_a_key_whose_slot_migrates_away_gets_the_servers_redirect() {
     assert_eq!(done(&mut dc, &key, &holder, ("RESULT", "r")), Ok(1));
     let ((status, value, attempt), _) = claim_reply(w);
     assert_eq!((status.as_str(), as_bytes(&value), attempt), ("DONE", Some(b"r".to_vec()), 1));
+
+    // In cluster mode a deletion wakes no waiter, on any server: a node
+    // cannot tell a DEL from a record leaving with its slot. The waiter
+    // waits on, and on the key's next holder.
+    let other = format!("{{{tag}}}:deleted");
+    claim_new(&mut dc, &other, 30);
+    let w = waiter(cluster.server(dst.port), &other, 30, 10_000, &[]);
+    let _: i64 = redis::cmd("DEL").arg(&other).query(&mut dc).unwrap();
+    thread::sleep(Duration::from_millis(300));
+    assert!(!w.is_finished(), "the deletion woke the waiter");
+    assert!(!exists(&mut dc, &other), "the deletion woke a waiter that claimed the key");
+    let next = claim_new(&mut dc, &other, 30);
+    thread::sleep(Duration::from_millis(100));
+    assert!(!w.is_finished(), "the waiter did not wait on the new holder");
+    assert_eq!(done(&mut dc, &other, &next, ("RESULT", "next")), Ok(1));
+    let ((status, value, attempt), _) = claim_reply(w);
+    assert_eq!((status.as_str(), as_bytes(&value), attempt), ("DONE", Some(b"next".to_vec()), 1));
 }
 
 #[test]
