@@ -74,6 +74,17 @@ pub fn deletion_wakes() -> bool {
     unsafe { raw::RedisModule_BlockClientOnKeysWithFlags }.is_some()
 }
 
+/// Whether a waiter woken on its key's absence may act on it (claim the
+/// key): not in cluster mode, where the key may have left with its slot
+/// (`MIGRATE` deletes it on the source, a node that lost a slot deletes
+/// its keys) and the claim would be granted on a node that no longer
+/// serves the key, while the record lives on. There the waiter waits on:
+/// the server redirects it (`-MOVED`) when the slot changes hands, as it
+/// does its own blocked clients, or the key is written again here.
+pub fn may_claim_absent_key(ctx: Ctx<'_>) -> bool {
+    ctx.flags() & raw::REDISMODULE_CTX_FLAGS_CLUSTER == 0
+}
+
 /// Signals `key` as ready: every client blocked on it has its waiter's
 /// `ready` called, before Redis reads the next command. Cheap when nobody
 /// waits on it.

@@ -167,7 +167,9 @@ fn decide_claim(
 /// `BUSY` goes on waiting (until the lease, perhaps extended, ends), any
 /// other answer is replied and stored exactly as a CLAIM's. Redis serves
 /// the clients blocked on a key in the order they blocked, so the longest
-/// waiter claims first and the others then find the key busy again.
+/// waiter claims first and the others then find the key busy again. In
+/// cluster mode a deleted key does not wake it: the key may have left with
+/// its slot (see [`blocking::may_claim_absent_key`]).
 struct ClaimWaiter {
     claim: ClaimArgs,
     bloom: Option<usize>,
@@ -175,6 +177,9 @@ struct ClaimWaiter {
 
 impl Waiter for ClaimWaiter {
     fn ready(&mut self, ctx: Ctx<'_>, args: &Args<'_>) -> Wake {
+        if !blocking::may_claim_absent_key(ctx) && ctx.open_key(args.arg(1), KeyMode::Read).is_empty() {
+            return Wake::Wait { signal_at: None };
+        }
         let answer = decide_claim(ctx, args, &self.claim, self.bloom, ctx.now(), true);
         match answer {
             Ok(Answer::Busy { lease_end }) => return Wake::Wait { signal_at: Some(wake_after(lease_end)) },
