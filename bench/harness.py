@@ -207,3 +207,76 @@ def pipelined(client, commands, batch=20):
             pipe.execute_command(*command)
         replies.extend(pipe.execute())
     return replies
+
+
+class RawConnection:
+    """A bare RESP2 connection for latency measurements: `send` writes a
+    command without waiting, `feed` takes whatever the socket holds and
+    returns the replies now complete. redis-py parses each reply in the
+    thread or task that waits for it, and fifty of those behind one GIL
+    would time Python's scheduling, not the server's answer."""
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buffer = b""
+
+    def fileno(self):
+        return self.sock.fileno()
+
+    def send(self, *command):
+        self.sock.sendall(resp(command))
+
+    def feed(self):
+        """Reads once (the socket must be readable); returns the complete
+        replies, in order."""
+        data = self.sock.recv(65536)
+        if not data:
+            raise ConnectionError("server closed the connection")
+        self.buffer += data
+        replies = []
+        while True:
+            parsed = parse_reply(self.buffer, 0)
+            if parsed is None:
+                return replies
+            reply, end = parsed
+            replies.append(reply)
+            self.buffer = self.buffer[end:]
+
+    def close(self):
+        self.sock.close()
+
+
+def parse_reply(buf, pos):
+    """One RESP2 reply at buf[pos:]: (value, end), or None if incomplete.
+    Errors come back as ValueError instances, not raised."""
+    line_end = buf.find(b"\r\n", pos)
+    if line_end < 0:
+        return None
+    kind, line, after = buf[pos:pos + 1], buf[pos + 1:line_end], line_end + 2
+    if kind == b"+":
+        return line, after
+    if kind == b"-":
+        return ValueError(line.decode()), after
+    if kind == b":":
+        return int(line), after
+    if kind == b"$":
+        size = int(line)
+        if size < 0:
+            return None, after
+        if len(buf) < after + size + 2:
+            return None
+        return buf[after:after + size], after + size + 2
+    if kind == b"*":
+        count = int(line)
+        if count < 0:
+            return None, after
+        items = []
+        for _ in range(count):
+            parsed = parse_reply(buf, after)
+            if parsed is None:
+                return None
+            item, after = parsed
+            items.append(item)
+        return items, after
+    raise ValueError(f"unexpected RESP type {kind!r}")

@@ -1,0 +1,223 @@
+"""make bench-wait: duplicates that arrive while the first copy is in flight
+(issue 12), answered by `IDEM.CLAIM ... WAIT ms` against clients polling
+with IDEM.CLAIM every 10 ms and every 100 ms. Results in
+bench/results/wait.md.
+
+Each round: a holder claims a fresh key, works WORK_MS, then sends
+IDEM.DONE. CLIENTS duplicate clients arrive at random moments during the
+first 80% of the work and send IDEM.CLAIM on the key: with WAIT, once, and
+block until the DONE; polling, again every interval until the answer is not
+BUSY. Measured:
+
+- latency: from the moment the holder's DONE is written to the socket to the
+  moment each duplicate's final reply (DONE) is readable, p50 and p99;
+- server CPU per message: INFO's used_cpu_sys + used_cpu_user over the run,
+  over the messages completed (the holder's copy and each duplicate's).
+
+All clients run in one thread on bare sockets under epoll, and a reply is
+timestamped when epoll reports it readable, before any parsing: the
+latency is the server's wake-up plus the loopback, not Python's scheduling.
+Each run measures the three modes in turn (the order rotates run by run);
+the report gives the median over runs of each figure.
+"""
+
+import argparse
+import datetime
+import heapq
+import os
+import random
+import selectors
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import harness
+
+RESULTS = Path(__file__).resolve().parent / "results"
+CLIENTS = 50
+WORK_MS = 50
+LEASE_S = 30
+WAIT_MS = 5000
+MODES = (("WAIT", None), ("poll every 10 ms", 10), ("poll every 100 ms", 100))
+
+
+def percentile(values, fraction):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def cpu(client):
+    info = client.info("cpu")
+    return info["used_cpu_sys"] + info["used_cpu_user"]
+
+
+def run_mode(server, interval, rounds, seed):
+    """One run of one mode: (latencies in seconds, CPU seconds, elapsed
+    seconds, messages, IDEM.CLAIM commands sent by the duplicates)."""
+    rng = random.Random(seed)
+    selector = selectors.DefaultSelector()
+    holder = harness.RawConnection(server.port)
+    holder_redis = server.client
+    dups = [harness.RawConnection(server.port) for _ in range(CLIENTS)]
+    for conn in [holder, *dups]:
+        selector.register(conn, selectors.EVENT_READ)
+    latencies = []
+    claims = 0
+    cpu_before = cpu(holder_redis)
+    began = time.perf_counter()
+    for number in range(rounds):
+        key = f"wb:{seed}:{interval}:{number}"
+        arrivals = [rng.uniform(0, 0.8 * WORK_MS / 1000) for _ in range(CLIENTS)]
+        status, token, _ = holder_redis.execute_command("IDEM.CLAIM", key, LEASE_S)
+        assert status == b"NEW", status
+        start = time.perf_counter()
+        # (when, tie-breaker, what, connection)
+        timers = [(start + offset, i, "claim", dups[i]) for i, offset in enumerate(arrivals)]
+        timers.append((start + WORK_MS / 1000, -1, "done", holder))
+        heapq.heapify(timers)
+        done_at = None
+        holder_answered = False
+        pending = set(dups)
+        while pending or not holder_answered:
+            now = time.perf_counter()
+            while timers and timers[0][0] <= now:
+                _, _, what, conn = heapq.heappop(timers)
+                if what == "done":
+                    done_at = time.perf_counter()
+                    conn.send("IDEM.DONE", key, token, "RESULT", "ok")
+                elif interval is None:
+                    conn.send("IDEM.CLAIM", key, LEASE_S, "WAIT", WAIT_MS)
+                    claims += 1
+                else:
+                    conn.send("IDEM.CLAIM", key, LEASE_S)
+                    claims += 1
+            timeout = max(0.0, timers[0][0] - time.perf_counter()) if timers else None
+            ready = selector.select(timeout)
+            seen = time.perf_counter()
+            for event, _ in ready:
+                conn = event.fileobj
+                for reply in conn.feed():
+                    if isinstance(reply, Exception):
+                        raise reply
+                    if conn is holder:
+                        assert reply == 1, f"IDEM.DONE answered {reply}"
+                        holder_answered = True
+                        continue
+                    status = reply[0]
+                    if status == b"BUSY":
+                        assert interval is not None, f"WAIT answered BUSY: {reply}"
+                        heapq.heappush(timers, (seen + interval / 1000, dups.index(conn), "claim", conn))
+                    elif status == b"DONE":
+                        assert done_at is not None and reply[1] == b"ok", reply
+                        latencies.append(seen - done_at)
+                        pending.discard(conn)
+                    else:
+                        raise AssertionError(f"unexpected reply {reply}")
+    cpu_used = cpu(holder_redis) - cpu_before
+    elapsed = time.perf_counter() - began
+    for conn in [holder, *dups]:
+        selector.unregister(conn)
+        conn.close()
+    selector.close()
+    return latencies, cpu_used, elapsed, rounds * (CLIENTS + 1), claims
+
+
+def idle_cpu_rate(server, seconds=3.0):
+    """Server CPU seconds per second with CLIENTS + 1 idle connections: its
+    background (serverCron, clientsCron), which every mode pays for as long
+    as it runs."""
+    conns = [harness.RawConnection(server.port) for _ in range(CLIENTS + 1)]
+    before = cpu(server.client)
+    time.sleep(seconds)
+    used = cpu(server.client) - before
+    for conn in conns:
+        conn.close()
+    return used / seconds
+
+
+def measure(runs, rounds):
+    """Per mode, per run: p50 and p99 (ms), CPU per message (us), CLAIMs
+    per duplicate; and the medians over runs."""
+    per_mode = {name: [] for name, _ in MODES}
+    with harness.Server(redisbloom=False) as server:
+        # One untimed round of each mode: connections, first blocking,
+        # the command's latency histograms.
+        for _, interval in MODES:
+            run_mode(server, interval, 2, seed=10_000)
+        server.client.flushall()
+        idle = idle_cpu_rate(server)
+        for run in range(runs):
+            order = MODES[run % len(MODES):] + MODES[:run % len(MODES)]
+            for name, interval in order:
+                latencies, cpu_used, elapsed, messages, claims = run_mode(server, interval, rounds, seed=run)
+                per_mode[name].append({
+                    "p50": percentile(latencies, 0.50) * 1e3,
+                    "p99": percentile(latencies, 0.99) * 1e3,
+                    "max": max(latencies) * 1e3,
+                    "cpu_us": cpu_used / messages * 1e6,
+                    "net_us": (cpu_used - idle * elapsed) / messages * 1e6,
+                    "round_ms": elapsed / rounds * 1e3,
+                    "claims": claims / (rounds * CLIENTS),
+                })
+                server.client.flushall()
+    return per_mode, idle
+
+
+def report(per_mode, idle, runs, rounds):
+    lines = [
+        "## Duplicates in flight: IDEM.CLAIM ... WAIT against polling (issue 12)",
+        "",
+        f"{CLIENTS} duplicate clients per key, arriving during the first 80% of the holder's "
+        f"{WORK_MS} ms of work; {rounds} keys one after another per run, {runs} runs, each mode once "
+        "per run (order rotating). Latency: from the holder's IDEM.DONE written to each duplicate's "
+        "DONE reply readable. CPU: the server's used_cpu_sys + used_cpu_user over the run, per "
+        f"message (the holder's copy and the {CLIENTS} duplicates'). Medians over runs; the "
+        "range over runs in brackets. Net CPU takes off the server's idle background "
+        f"({idle * 1e3:.2f} ms of CPU per second with {CLIENTS + 1} idle connections, measured before "
+        "the runs) for the run's duration.",
+        "",
+        "| mode | latency p50 (ms) | latency p99 (ms) | latency max (ms) | server CPU per message (us) "
+        "| net of idle (us) | IDEM.CLAIM per duplicate | ms per key |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, _ in MODES:
+        results = per_mode[name]
+
+        def cell(field, digits):
+            values = [r[field] for r in results]
+            return (f"{statistics.median(values):.{digits}f} "
+                    f"[{min(values):.{digits}f}-{max(values):.{digits}f}]")
+
+        lines.append(f"| {name} | {cell('p50', 3)} | {cell('p99', 3)} | {cell('max', 3)} | "
+                     f"{cell('cpu_us', 1)} | {cell('net_us', 1)} | {cell('claims', 2)} | {cell('round_ms', 0)} |")
+    return "\n".join(lines)
+
+
+def header():
+    version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.strip()
+    load = os.getloadavg()
+    return "\n".join([
+        "# redis-idem: IDEM.CLAIM WAIT benchmark",
+        "",
+        f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"- machine: {os.cpu_count()} cores; load average at start {load[0]:.2f}",
+        f"- server: {version}",
+        "",
+    ])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5, help="runs of each mode (default 5)")
+    parser.add_argument("--rounds", type=int, default=40, help="keys per run (default 40)")
+    args = parser.parse_args()
+    head = header()
+    text = head + "\n" + report(*measure(args.runs, args.rounds), args.runs, args.rounds) + "\n"
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "wait.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
