@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import statistics
+import struct
 import subprocess
 import tempfile
 import time
@@ -209,16 +210,24 @@ def pipelined(client, commands, batch=20):
     return replies
 
 
+# Linux's SO_TIMESTAMPNS (= SCM_TIMESTAMPNS), which Python's socket module
+# does not name: the kernel stamps each received segment with CLOCK_REALTIME.
+SO_TIMESTAMPNS = 35
+
+
 class RawConnection:
     """A bare RESP2 connection for latency measurements: `send` writes a
     command without waiting, `feed` takes whatever the socket holds and
-    returns the replies now complete. redis-py parses each reply in the
-    thread or task that waits for it, and fifty of those behind one GIL
-    would time Python's scheduling, not the server's answer."""
+    returns the replies now complete, with the kernel's receive time
+    (time.time_ns() nanoseconds) of the data read. redis-py parses each reply in
+    the thread or task that waits for it, and fifty of those behind one GIL
+    would time Python's scheduling, not the server's answer; the kernel's
+    timestamp does not depend even on when this process gets to read."""
 
     def __init__(self, port):
         self.sock = socket.create_connection(("127.0.0.1", port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self.buffer = b""
 
     def fileno(self):
@@ -229,16 +238,22 @@ class RawConnection:
 
     def feed(self):
         """Reads once (the socket must be readable); returns the complete
-        replies, in order."""
-        data = self.sock.recv(65536)
+        replies, in order, and the kernel's receive time of what was read
+        (None if it gave none)."""
+        data, ancillary, _, _ = self.sock.recvmsg(65536, socket.CMSG_SPACE(16))
         if not data:
             raise ConnectionError("server closed the connection")
+        received = None
+        for level, kind, value in ancillary:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                seconds, nanoseconds = struct.unpack("qq", value[:16])
+                received = seconds * 1_000_000_000 + nanoseconds
         self.buffer += data
         replies = []
         while True:
             parsed = parse_reply(self.buffer, 0)
             if parsed is None:
-                return replies
+                return replies, received
             reply, end = parsed
             replies.append(reply)
             self.buffer = self.buffer[end:]

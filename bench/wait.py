@@ -14,9 +14,11 @@ BUSY. Measured:
 - server CPU per message: INFO's used_cpu_sys + used_cpu_user over the run,
   over the messages completed (the holder's copy and each duplicate's).
 
-All clients run in one thread on bare sockets under epoll, and a reply is
-timestamped when epoll reports it readable, before any parsing: the
-latency is the server's wake-up plus the loopback, not Python's scheduling.
+All clients run in one thread on bare sockets under epoll, and each reply
+is timed by the kernel's receive timestamp (SO_TIMESTAMPNS), taken when
+the segment reaches the client's socket: the latency is the server's
+wake-up and writes plus the loopback, not Python's scheduling nor how fast
+one thread reads fifty sockets.
 Each run measures the three modes in turn (the order rotates run by run);
 the report gives the median over runs of each figure.
 """
@@ -39,7 +41,12 @@ CLIENTS = 50
 WORK_MS = 50
 LEASE_S = 30
 WAIT_MS = 5000
-MODES = (("WAIT", None), ("poll every 10 ms", 10), ("poll every 100 ms", 100))
+# (name, how): "wait", a polling interval in ms, or "blpop": Redis's own
+# blocking for scale, CLIENTS BLPOPs on one list woken by one RPUSH of
+# CLIENTS elements (no record, no claim: the floor of waking that many
+# blocked clients at once on this machine).
+MODES = (("IDEM.CLAIM ... WAIT", "wait"), ("poll every 10 ms", 10), ("poll every 100 ms", 100),
+         ("BLPOP woken by one RPUSH (Redis's own blocking, for scale)", "blpop"))
 
 
 def percentile(values, fraction):
@@ -52,9 +59,10 @@ def cpu(client):
     return info["used_cpu_sys"] + info["used_cpu_user"]
 
 
-def run_mode(server, interval, rounds, seed):
-    """One run of one mode: (latencies in seconds, CPU seconds, elapsed
-    seconds, messages, IDEM.CLAIM commands sent by the duplicates)."""
+def run_mode(server, how, rounds, seed):
+    """One run of one mode: (latencies in seconds, the holder's own DONE
+    round trips in seconds, CPU seconds, elapsed seconds, messages,
+    commands sent by the duplicates)."""
     rng = random.Random(seed)
     selector = selectors.DefaultSelector()
     holder = harness.RawConnection(server.port)
@@ -63,14 +71,16 @@ def run_mode(server, interval, rounds, seed):
     for conn in [holder, *dups]:
         selector.register(conn, selectors.EVENT_READ)
     latencies = []
+    done_trips = []
     claims = 0
     cpu_before = cpu(holder_redis)
     began = time.perf_counter()
     for number in range(rounds):
-        key = f"wb:{seed}:{interval}:{number}"
+        key = f"wb:{seed}:{how}:{number}"
         arrivals = [rng.uniform(0, 0.8 * WORK_MS / 1000) for _ in range(CLIENTS)]
-        status, token, _ = holder_redis.execute_command("IDEM.CLAIM", key, LEASE_S)
-        assert status == b"NEW", status
+        if how != "blpop":
+            status, token, _ = holder_redis.execute_command("IDEM.CLAIM", key, LEASE_S)
+            assert status == b"NEW", status
         start = time.perf_counter()
         # (when, tie-breaker, what, connection)
         timers = [(start + offset, i, "claim", dups[i]) for i, offset in enumerate(arrivals)]
@@ -84,33 +94,46 @@ def run_mode(server, interval, rounds, seed):
             while timers and timers[0][0] <= now:
                 _, _, what, conn = heapq.heappop(timers)
                 if what == "done":
-                    done_at = time.perf_counter()
-                    conn.send("IDEM.DONE", key, token, "RESULT", "ok")
-                elif interval is None:
+                    done_at = time.time_ns()  # the clock of the kernel's receive timestamps
+                    if how == "blpop":
+                        conn.send("RPUSH", key, *range(CLIENTS))
+                    else:
+                        conn.send("IDEM.DONE", key, token, "RESULT", "ok")
+                    continue
+                claims += 1
+                if how == "blpop":
+                    conn.send("BLPOP", key, WAIT_MS / 1000)
+                elif how == "wait":
                     conn.send("IDEM.CLAIM", key, LEASE_S, "WAIT", WAIT_MS)
-                    claims += 1
                 else:
                     conn.send("IDEM.CLAIM", key, LEASE_S)
-                    claims += 1
             timeout = max(0.0, timers[0][0] - time.perf_counter()) if timers else None
             ready = selector.select(timeout)
-            seen = time.perf_counter()
+            now = time.perf_counter()
             for event, _ in ready:
                 conn = event.fileobj
-                for reply in conn.feed():
+                replies, received = conn.feed()
+                assert received is not None, "no kernel receive timestamp (SO_TIMESTAMPNS)"
+                for reply in replies:
                     if isinstance(reply, Exception):
                         raise reply
                     if conn is holder:
-                        assert reply == 1, f"IDEM.DONE answered {reply}"
+                        expected = CLIENTS if how == "blpop" else 1
+                        assert reply == expected, f"the holder's write answered {reply}"
+                        done_trips.append((received - done_at) / 1e9)
                         holder_answered = True
                         continue
                     status = reply[0]
                     if status == b"BUSY":
-                        assert interval is not None, f"WAIT answered BUSY: {reply}"
-                        heapq.heappush(timers, (seen + interval / 1000, dups.index(conn), "claim", conn))
+                        assert isinstance(how, int), f"{how} answered BUSY: {reply}"
+                        heapq.heappush(timers, (now + how / 1000, dups.index(conn), "claim", conn))
+                    elif how == "blpop":
+                        assert done_at is not None and status == key.encode(), reply
+                        latencies.append((received - done_at) / 1e9)
+                        pending.discard(conn)
                     elif status == b"DONE":
                         assert done_at is not None and reply[1] == b"ok", reply
-                        latencies.append(seen - done_at)
+                        latencies.append((received - done_at) / 1e9)
                         pending.discard(conn)
                     else:
                         raise AssertionError(f"unexpected reply {reply}")
@@ -120,7 +143,7 @@ def run_mode(server, interval, rounds, seed):
         selector.unregister(conn)
         conn.close()
     selector.close()
-    return latencies, cpu_used, elapsed, rounds * (CLIENTS + 1), claims
+    return latencies, done_trips, cpu_used, elapsed, rounds * (CLIENTS + 1), claims
 
 
 def idle_cpu_rate(server, seconds=3.0):
@@ -143,18 +166,21 @@ def measure(runs, rounds):
     with harness.Server(redisbloom=False) as server:
         # One untimed round of each mode: connections, first blocking,
         # the command's latency histograms.
-        for _, interval in MODES:
-            run_mode(server, interval, 2, seed=10_000)
+        for _, how in MODES:
+            run_mode(server, how, 2, seed=10_000)
         server.client.flushall()
         idle = idle_cpu_rate(server)
         for run in range(runs):
             order = MODES[run % len(MODES):] + MODES[:run % len(MODES)]
-            for name, interval in order:
-                latencies, cpu_used, elapsed, messages, claims = run_mode(server, interval, rounds, seed=run)
+            for name, how in order:
+                latencies, done_trips, cpu_used, elapsed, messages, claims = run_mode(
+                    server, how, rounds, seed=run)
                 per_mode[name].append({
                     "p50": percentile(latencies, 0.50) * 1e3,
                     "p99": percentile(latencies, 0.99) * 1e3,
                     "max": max(latencies) * 1e3,
+                    "trip50": percentile(done_trips, 0.50) * 1e3,
+                    "trip99": percentile(done_trips, 0.99) * 1e3,
                     "cpu_us": cpu_used / messages * 1e6,
                     "net_us": (cpu_used - idle * elapsed) / messages * 1e6,
                     "round_ms": elapsed / rounds * 1e3,
@@ -170,16 +196,17 @@ def report(per_mode, idle, runs, rounds):
         "",
         f"{CLIENTS} duplicate clients per key, arriving during the first 80% of the holder's "
         f"{WORK_MS} ms of work; {rounds} keys one after another per run, {runs} runs, each mode once "
-        "per run (order rotating). Latency: from the holder's IDEM.DONE written to each duplicate's "
-        "DONE reply readable. CPU: the server's used_cpu_sys + used_cpu_user over the run, per "
-        f"message (the holder's copy and the {CLIENTS} duplicates'). Medians over runs; the "
-        "range over runs in brackets. Net CPU takes off the server's idle background "
+        "per run (order rotating). Latency: from the holder's IDEM.DONE written to the socket to "
+        "each duplicate's DONE reply received (the kernel's receive timestamp, SO_TIMESTAMPNS). "
+        "CPU: the server's used_cpu_sys + used_cpu_user over the run, per message (the holder's "
+        f"copy and the {CLIENTS} duplicates'); net of idle takes off the server's idle background "
         f"({idle * 1e3:.2f} ms of CPU per second with {CLIENTS + 1} idle connections, measured before "
-        "the runs) for the run's duration.",
+        "the runs) for the run's duration. The holder's own round trip (its DONE, or RPUSH) is "
+        "given for scale. Medians over runs; the range over runs in brackets.",
         "",
-        "| mode | latency p50 (ms) | latency p99 (ms) | latency max (ms) | server CPU per message (us) "
-        "| net of idle (us) | IDEM.CLAIM per duplicate | ms per key |",
-        "|---|---|---|---|---|---|---|---|",
+        "| mode | latency p50 (ms) | latency p99 (ms) | latency max (ms) | holder's round trip p50 / p99 (ms) "
+        "| server CPU per message (us) | net of idle (us) | commands per duplicate | ms per key |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, _ in MODES:
         results = per_mode[name]
@@ -189,7 +216,9 @@ def report(per_mode, idle, runs, rounds):
             return (f"{statistics.median(values):.{digits}f} "
                     f"[{min(values):.{digits}f}-{max(values):.{digits}f}]")
 
-        lines.append(f"| {name} | {cell('p50', 3)} | {cell('p99', 3)} | {cell('max', 3)} | "
+        trips = (f"{statistics.median(r['trip50'] for r in results):.3f} / "
+                 f"{statistics.median(r['trip99'] for r in results):.3f}")
+        lines.append(f"| {name} | {cell('p50', 3)} | {cell('p99', 3)} | {cell('max', 3)} | {trips} | "
                      f"{cell('cpu_us', 1)} | {cell('net_us', 1)} | {cell('claims', 2)} | {cell('round_ms', 0)} |")
     return "\n".join(lines)
 
@@ -209,8 +238,8 @@ def header():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=5, help="runs of each mode (default 5)")
-    parser.add_argument("--rounds", type=int, default=40, help="keys per run (default 40)")
+    parser.add_argument("--runs", type=int, default=7, help="runs of each mode (default 7)")
+    parser.add_argument("--rounds", type=int, default=60, help="keys per run (default 60)")
     args = parser.parse_args()
     head = header()
     text = head + "\n" + report(*measure(args.runs, args.rounds), args.runs, args.rounds) + "\n"
