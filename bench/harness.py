@@ -45,10 +45,10 @@ def free_port():
 class Server:
     """A redis-server on 127.0.0.1 with redis-idem (and RedisBloom) loaded."""
 
-    def __init__(self, extra=(), redisbloom=True, warm=True):
+    def __init__(self, extra=(), redisbloom=True, warm=True, binary="redis-server"):
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="idem-bench-")
-        self.args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+        self.args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
                      "--save", "", "--appendonly", "no", "--loadmodule", str(MODULE)]
         if redisbloom:
             self.args += ["--loadmodule", str(redisbloom_path())]

@@ -163,11 +163,11 @@ def idle_cpu_rate(server, seconds=3.0):
     return used / seconds
 
 
-def measure(runs, rounds):
+def measure(runs, rounds, binary):
     """Per mode, per run: p50 and p99 (ms), CPU per message (us), CLAIMs
     per duplicate; and the medians over runs."""
     per_mode = {name: [] for name, _ in MODES}
-    with harness.Server(redisbloom=False) as server:
+    with harness.Server(redisbloom=False, binary=binary) as server:
         # One untimed round of each mode: connections, first blocking,
         # the command's latency histograms.
         for _, how in MODES:
@@ -234,8 +234,8 @@ def report(per_mode, idle, runs, rounds):
     return "\n".join(lines)
 
 
-def header():
-    version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.strip()
+def header(binary):
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.strip()
     load = os.getloadavg()
     return "\n".join([
         "# redis-idem: IDEM.CLAIM WAIT benchmark",
@@ -251,11 +251,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=7, help="runs of each mode (default 7)")
     parser.add_argument("--rounds", type=int, default=60, help="keys per run (default 60)")
+    parser.add_argument("--server", default="redis-server", help="the server binary (default redis-server)")
+    parser.add_argument("--out", default="wait.md", help="the file under bench/results/ (default wait.md)")
     args = parser.parse_args()
-    head = header()
-    text = head + "\n" + report(*measure(args.runs, args.rounds), args.runs, args.rounds) + "\n"
+    head = header(args.server)
+    text = head + "\n" + report(*measure(args.runs, args.rounds, args.server), args.runs, args.rounds) + "\n"
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "wait.md").write_text(text)
+    (RESULTS / args.out).write_text(text)
     print(text)
 
 
