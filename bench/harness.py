@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import statistics
+import struct
 import subprocess
 import tempfile
 import time
@@ -44,10 +45,10 @@ def free_port():
 class Server:
     """A redis-server on 127.0.0.1 with redis-idem (and RedisBloom) loaded."""
 
-    def __init__(self, extra=(), redisbloom=True, warm=True):
+    def __init__(self, extra=(), redisbloom=True, warm=True, binary="redis-server"):
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="idem-bench-")
-        self.args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+        self.args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
                      "--save", "", "--appendonly", "no", "--loadmodule", str(MODULE)]
         if redisbloom:
             self.args += ["--loadmodule", str(redisbloom_path())]
@@ -207,3 +208,90 @@ def pipelined(client, commands, batch=20):
             pipe.execute_command(*command)
         replies.extend(pipe.execute())
     return replies
+
+
+# Linux's SO_TIMESTAMPNS (= SCM_TIMESTAMPNS), which Python's socket module
+# does not name: the kernel stamps each received segment with CLOCK_REALTIME.
+SO_TIMESTAMPNS = 35
+
+
+class RawConnection:
+    """A bare RESP2 connection for latency measurements: `send` writes a
+    command without waiting, `feed` takes whatever the socket holds and
+    returns the replies now complete, with the kernel's receive time
+    (time.time_ns() nanoseconds) of the data read. redis-py parses each reply in
+    the thread or task that waits for it, and fifty of those behind one GIL
+    would time Python's scheduling, not the server's answer; the kernel's
+    timestamp does not depend even on when this process gets to read."""
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        self.buffer = b""
+
+    def fileno(self):
+        return self.sock.fileno()
+
+    def send(self, *command):
+        self.sock.sendall(resp(command))
+
+    def feed(self):
+        """Reads once (the socket must be readable); returns the complete
+        replies, in order, and the kernel's receive time of what was read
+        (None if it gave none)."""
+        data, ancillary, _, _ = self.sock.recvmsg(65536, socket.CMSG_SPACE(16))
+        if not data:
+            raise ConnectionError("server closed the connection")
+        received = None
+        for level, kind, value in ancillary:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                seconds, nanoseconds = struct.unpack("qq", value[:16])
+                received = seconds * 1_000_000_000 + nanoseconds
+        self.buffer += data
+        replies = []
+        while True:
+            parsed = parse_reply(self.buffer, 0)
+            if parsed is None:
+                return replies, received
+            reply, end = parsed
+            replies.append(reply)
+            self.buffer = self.buffer[end:]
+
+    def close(self):
+        self.sock.close()
+
+
+def parse_reply(buf, pos):
+    """One RESP2 reply at buf[pos:]: (value, end), or None if incomplete.
+    Errors come back as ValueError instances, not raised."""
+    line_end = buf.find(b"\r\n", pos)
+    if line_end < 0:
+        return None
+    kind, line, after = buf[pos:pos + 1], buf[pos + 1:line_end], line_end + 2
+    if kind == b"+":
+        return line, after
+    if kind == b"-":
+        return ValueError(line.decode()), after
+    if kind == b":":
+        return int(line), after
+    if kind == b"$":
+        size = int(line)
+        if size < 0:
+            return None, after
+        if len(buf) < after + size + 2:
+            return None
+        return buf[after:after + size], after + size + 2
+    if kind == b"*":
+        count = int(line)
+        if count < 0:
+            return None, after
+        items = []
+        for _ in range(count):
+            parsed = parse_reply(buf, after)
+            if parsed is None:
+                return None
+            item, after = parsed
+            items.append(item)
+        return items, after
+    raise ValueError(f"unexpected RESP type {kind!r}")
