@@ -429,7 +429,7 @@ pub static COMMANDS: [CommandSpec; 7] = [
         flags: c"write deny-oom fast getkeys-api blocking",
         acl: "write fast blocking",
         arity: -3,
-        summary: c"Claims a key for processing: check, mark and lease in one step; replies [status, value, attempt].",
+        summary: c"Claims a key for processing: check, mark and lease in one step, or with WAIT waits for the copy in flight; replies [status, value, attempt].",
         complexity: c"O(1)",
         keys: &[key(1, CLAIM_RECORD), KeyArg { at: KeyAt::Option(c"BLOOM"), flags: CLAIM_FILTER | INCOMPLETE }],
     },
