@@ -32,24 +32,6 @@ fn waiter(s: &Server, key: &str, lease: i64, wait_ms: i64, opts: &[&str]) -> Joi
     handle
 }
 
-fn blocked_clients(con: &mut redis::Connection) -> i64 {
-    let text: String = redis::cmd("INFO").arg("clients").query(con).unwrap();
-    parse_info(&text)["blocked_clients"].parse().unwrap()
-}
-
-/// Waits (up to 5 s) until the server has `n` blocked clients.
-fn wait_for_blocked(con: &mut redis::Connection, n: i64) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let now = blocked_clients(con);
-        if now == n {
-            return;
-        }
-        assert!(Instant::now() < deadline, "expected {n} blocked clients, the server has {now}");
-        thread::sleep(Duration::from_millis(5));
-    }
-}
-
 fn counter(con: &mut redis::Connection, name: &str) -> i64 {
     idem_counters(con).get(name).copied().unwrap_or_else(|| panic!("INFO idem has no {name}"))
 }

@@ -65,24 +65,6 @@ fn error_reply(handle: JoinHandle<Waited>) -> (String, Duration) {
     }
 }
 
-fn blocked_clients(con: &mut redis::Connection) -> i64 {
-    let text: String = redis::cmd("INFO").arg("clients").query(con).unwrap();
-    parse_info(&text)["blocked_clients"].parse().unwrap()
-}
-
-/// Waits (up to 5 s) until the server has `n` blocked clients.
-fn wait_for_blocked(con: &mut redis::Connection, n: i64) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let now = blocked_clients(con);
-        if now == n {
-            return;
-        }
-        assert!(Instant::now() < deadline, "expected {n} blocked clients, the server has {now}");
-        thread::sleep(Duration::from_millis(5));
-    }
-}
-
 /// Redis 7.2+ and Valkey (which reports 7.2.4) wake waiters when their key
 /// is deleted; Redis 7.0 does not.
 fn deletion_wakes(con: &mut redis::Connection) -> bool {

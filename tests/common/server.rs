@@ -452,6 +452,25 @@ pub fn parse_info(text: &str) -> HashMap<String, String> {
         .collect()
 }
 
+/// `blocked_clients` of `INFO clients`.
+pub fn blocked_clients(con: &mut redis::Connection) -> i64 {
+    let text: String = redis::cmd("INFO").arg("clients").query(con).unwrap();
+    parse_info(&text)["blocked_clients"].parse().unwrap()
+}
+
+/// Waits (up to 5 s) until the server has `n` blocked clients.
+pub fn wait_for_blocked(con: &mut redis::Connection, n: i64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let now = blocked_clients(con);
+        if now == n {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "expected {n} blocked clients, the server has {now}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// `WAIT n 10000` on the connection that wrote: `n` replicas acknowledged.
 pub fn wait_replicas(con: &mut redis::Connection, n: i64) {
     let acked: i64 = redis::cmd("WAIT").arg(n).arg(10_000).query(con).expect("WAIT");
