@@ -318,7 +318,9 @@ fn make_filters(con: &mut redis::Connection) -> Vec<Case> {
     // Many shards: 1 s shards, items added in four successive seconds. The
     // window is long enough for the key to outlive the test (WINDOW 5 would
     // drop a shard every second, and the key 5 s after the last add).
-    reserve(con, "bf:many-shards", "0.01", 100, &["SHARD", "1", "WINDOW", "366"]);
+    // Reserved for 400: the first shard, closed with 40, folds its array.
+    reserve(con, "bf:many-shards", "0.01", 400, &["SHARD", "1", "WINDOW", "366"]);
+    let reserved = filter_shards(&info_value(con, "bf:many-shards"))[0].2;
     let mut added = Vec::new();
     for second in 0..4 {
         if second > 0 {
@@ -332,6 +334,7 @@ fn make_filters(con: &mut redis::Connection) -> Vec<Case> {
 
     let shards = filter_shards(&info_value(con, "bf:many-shards"));
     assert!(shards.len() >= 3, "bf:many-shards should have 4 shards (3 at least on a stalled machine): {shards:?}");
+    assert!(shards[0].2 * 4 <= reserved, "bf:many-shards's closed first shard should fold: {reserved} then {shards:?}");
     let shards = filter_shards(&info_value(con, "bf:stacked"));
     assert!(shards.iter().any(|s| s.1 >= 3), "bf:stacked should have stacked sub-filters: {shards:?}");
     for case in &cases {

@@ -195,7 +195,7 @@ fn adaptive_sizing_over_short_shards() {
         for (i, sh) in info.shards.iter().enumerate().skip(1) {
             assert_eq!(
                 sh.filters, 1,
-                "shard {i} should start at the previous shard's volume (+25%) and need one filter: {sh:?}"
+                "shard {i} should start at the previous shard's volume (+5%, then +3%) and need one filter: {sh:?}"
             );
             assert!(
                 (sh.bytes as f64) < 0.8 * first.bytes as f64,
@@ -204,8 +204,12 @@ fn adaptive_sizing_over_short_shards() {
                 first.bytes
             );
         }
-        // Steady volume: the later shards are sized alike.
-        assert!(info.shards[2..].iter().all(|sh| sh.bytes == info.shards[1].bytes), "{info:?}");
+        // Steady volume: the shards sized by the trend are sized alike;
+        // the one sized with a single shard of history has 5% of headroom
+        // where they have 3%.
+        assert!(info.shards[3..].iter().all(|sh| sh.bytes == info.shards[2].bytes), "{info:?}");
+        let (one, trend) = (info.shards[1].bytes as f64, info.shards[2].bytes as f64);
+        assert!(one > trend && one < 1.1 * trend, "{info:?}");
         assert_eq!(info.bytes, info.shards.iter().map(|s| s.bytes).sum::<i64>());
         assert_eq!(info.items, info.shards.iter().map(|s| s.items).sum::<i64>());
 

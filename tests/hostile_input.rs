@@ -996,7 +996,7 @@ fn filter_fields_that_must_be_refused(body: &[u8], info: &BfInfo) -> Vec<(String
         must_refuse.push((what.to_string(), x));
     };
     set("format version 0", 0, &[0]);
-    set("format version 4", 0, &[4]);
+    set("format version 5", 0, &[5]);
     set("error_rate 0", 1, &0.0f64.to_le_bytes());
     set("error_rate 1", 1, &1.0f64.to_le_bytes());
     set("error_rate NaN", 1, &f64::NAN.to_le_bytes());
@@ -1025,6 +1025,8 @@ fn filter_fields_that_must_be_refused(body: &[u8], info: &BfInfo) -> Vec<(String
     set("first sub-filter bit length 0", 117, &0u32.to_le_bytes());
     set("first sub-filter bit length huge", 117, &u32::MAX.to_le_bytes());
     set("first sub-filter bit length not whole words", 117, &7u32.to_le_bytes());
+    set("first sub-filter folded 27 times", 121, &27u32.to_le_bytes());
+    set("first sub-filter folded once, its bits not", 121, &1u32.to_le_bytes());
     // The second shard starting with, or before, the first.
     let blob = &body[b..b + len];
     let second = {
@@ -1032,9 +1034,9 @@ fn filter_fields_that_must_be_refused(body: &[u8], info: &BfInfo) -> Vec<(String
         let count = u32::from_le_bytes(blob[at + 16..at + 20].try_into().unwrap());
         at += 20;
         for _ in 0..count {
-            // capacity, items, error, hash count, bit length, bits
+            // capacity, items, error, hash count, bit length, folds, bits
             let bits = u32::from_le_bytes(blob[at + 28..at + 32].try_into().unwrap()) as usize;
-            at += 32 + bits;
+            at += 36 + bits;
         }
         at
     };

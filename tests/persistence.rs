@@ -408,3 +408,68 @@ fn filters_dump_restore_copy_and_migrate() {
     }
     s.assert_alive();
 }
+
+/// A format 3 filter (the previous version's) as `DUMP` gave it: reserved
+/// for 50, 300 items `old:0..300` in three stacked sub-filters of one shard
+/// (shards of ten years, a window of 366 of them: alive for millennia).
+/// Made by the module at afe986b on Redis 7.0.15.
+const FORMAT_3_DUMP: &[&str] = &[
+    "078189d7a66e5a289803054599037b14ae47e17a843f32000000000000006e0100000003cc12000000000200000078bf15ce",
+    "1b33996c578784ac4044e672a415094671a50e6769c5598ec73a224901000000000ffc5d000000002c010000000000000300",
+    "000032000000000000003200000000000000c67e3e22e9deea3e12000000a0000000dfa084d80ec930d721667680fab01932",
+    "495478deacbd5fd8d42ae624122ce602eed19e495da2f9fa1be83cfb9f867ff308adff663f0256c9e795e0e66379a74bc88b",
+    "74d2231b8555ea83ed90a47eece7bf8a9b40b30e35a2ff8cb9f9f0df70d2f8863fd9146b858d42ecffa876d484f8190675f2",
+    "92c85aacc2188b844590b189badfff4795198801fbf924916941dea4acf0208f51af6faddf877b638f1b0de1640000000000",
+    "00006400000000000000cd1f6d1c5226e33e12000000400100003f6dd5c93641e6d71b7f7ab3769972f79de32a1283fd7118",
+    "fcbc00592aeffe3a11306b62f9aff9007a28e760b52a0f52246cd576797a3a3682708ce6b470d777a70f4fcc1e759e21ab18",
+    "0c0a928e04743f1ecddbca10f7e608310b389780a9305d20079408db8912b29c1951091c1781e29791250e19a29684a3abcd",
+    "a799b47ad8bdefa75826241b57786995fdc9971ea1f710846dab07589e255b5e8d0c058c94d6e3233cc7524c2fa6d0e2e307",
+    "7f78028e21d7f23ff0abfcd809919795a6e65ef81c3cc93eca19f53dbcbb6560401e6ed0dee65b8e41e850f4d7ca37224eef",
+    "71eeb22259cba7d03b662fb6467db4b2c0c66042a9abd53f6d8960fa8b56bc291f50dd60f4bcccf213d753ba6bdae327ee14",
+    "c247c360ec19b7e860a9671edec88f92dfc54170bbf09e90b0173cc3ed6ae1dbe52f0aaea46fea6a5f0573663362c8000000",
+    "000000009600000000000000d5d720814da0a53e14000000000300000fa800011050801cb0948761070ac2400a2269bc0568",
+    "cca02b366ec0f3651420022f702cd78c680c4310606cb1c8a09e33d30c325282484806b014cd1ba0c3852205891146a9e702",
+    "c6d5085021c10c6c64d0c2cdd2064a0e849c080338a134e192732a5e469c559b1003724c84c201898b346e40a468030dc224",
+    "859a1e8cb41d00c15003d1433469d2a2fe8a70207156f2565f28706c025079c4408205a2d42315396430a465ee5012a123a9",
+    "32b2201c01351cbe2ae80fb3283a80c43471548082960a250e865c4a5e802800a93553c8da9550ef31398e2406a825aa5a53",
+    "012ca2ad04050493825dc329d8d403200d1043ec47a9105e7342b192091406204a1d82000128069c23dda0862934649210c1",
+    "bee1a0462c8443831b48e6ad363054684b1c72f738030b13c4969208211b6a045613e81a0f02b1c8daaa0d841010aa03078f",
+    "b008db381c0051814a88000e68024496f401b1261401e95a60514d589a6128286418d5b064325e0a814919509a02094a2787",
+    "e4aa6e5103731204c0b698048a01084557cc990a001924f08563df31ac2578f2985d04804238d025d835560c9490cb289024",
+    "28216458eb104dc60e510b27134139a42111ce85025c19109245c1a8d5425049472ee0d8984744605b94d82c007b5a6a0f48",
+    "21031662204f2d08d22648008a0b00000cd0052e5126b6294e5d82a18e21540847280e45a5aa6059860a36f24a180584d551",
+    "2acb9df4209870099830d45f4cc5080813a8c1d41971960519c22e0dc6d21983108a892e44a94b1c3ea2f9c33a058c005546",
+    "b9a08122908443b6000380ec900c8286b8301a26f0e2b0f922862058a4341767ef0f8955308450c08c8239e40080f42287fb",
+    "21182e102c04830306c1840b8b4154bfd30ea998d18b0ba1749838316209ed0dd3072bf2509962aac59785ff2e8ba5c115c1",
+    "116205f448a4000bf20f25d161a6584262733c675780884b02e0d20f60961042086d0309a17acf8a1860cc90490f08d2b527",
+    "3a8a3b1e3843e5929b664626a39a6fb628a811018048da262ce9050642df040d761b4c2995249a4c422c78904dc8000a001a",
+    "2b5c440b18cea9",
+];
+
+#[test]
+fn a_format_3_filter_restores_answers_and_grows_in_its_own_format() {
+    let mut s = Server::start();
+    let mut con = s.conn();
+    let hex = FORMAT_3_DUMP.concat();
+    let payload: Vec<u8> =
+        (0..hex.len()).step_by(2).map(|at| u8::from_str_radix(&hex[at..at + 2], 16).unwrap()).collect();
+    let _: () =
+        redis::cmd("RESTORE").arg("old").arg(0).arg(&payload).query(&mut con).expect("RESTORE a format 3 filter");
+    let info = bf_info(&mut con, "old");
+    assert_eq!((info.items, info.shards.len(), info.shards[0].filters, info.bytes), (300, 1, 3, 1248), "{info:?}");
+    let old = items("old:", 0..300);
+    assert!(bf_mexists(&mut con, "old", &old).iter().all(|&hit| hit == 1), "an item of the old filter is missing");
+    // It grows as format 3 did (the bytes the module at afe986b gave for
+    // the same adds), and stays format 3.
+    assert!(madd_all(&mut con, "old", &items("new:", 0..500)).iter().all(|&new| new == 1));
+    let info = bf_info(&mut con, "old");
+    assert_eq!((info.items, info.shards[0].filters, info.bytes), (800, 5, 5856), "{info:?}");
+    // Uncompressed, so that the filter's own bytes are in the payload.
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("rdbcompression").arg("no").query(&mut con).unwrap();
+    let dumped: Vec<u8> = redis::cmd("DUMP").arg("old").query(&mut con).unwrap();
+    let (body, _) = split_dump(&dumped);
+    let (blob, _) = blob_span(&body);
+    assert_eq!(body[blob], 3, "the filter keeps format 3");
+    assert!(bf_mexists(&mut con, "old", &old).iter().all(|&hit| hit == 1));
+    s.assert_alive();
+}

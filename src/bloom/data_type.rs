@@ -14,7 +14,8 @@ use crate::host::data_type::{self, DataType, boxed_slice_size, methods, vec_size
 
 /// Encoding version of the RDB payload; a newer one is refused on load.
 /// 3: filters of format 3 (bounded sizing), which older versions refuse.
-pub const ENCODING_VERSION: i32 = 3;
+/// 4: filters of format 4 (fitted sizing, folded arrays), likewise.
+pub const ENCODING_VERSION: i32 = 4;
 
 pub static BLOOM_TYPE: RedisType = RedisType::new("idembloom", ENCODING_VERSION, methods::<FilterType>());
 
@@ -54,7 +55,10 @@ impl DataType for FilterType {
         let mut total = vec_size(&filter.shards);
         for shard in &filter.shards {
             total += vec_size(&shard.filters);
-            total += shard.filters.iter().map(|sub| boxed_slice_size(sub.bits.words())).sum::<usize>();
+            for sub in &shard.filters {
+                let (table, chunks) = sub.bits.allocations();
+                total += boxed_slice_size(table) + chunks.map(boxed_slice_size).sum::<usize>();
+            }
         }
         total
     }
@@ -64,7 +68,8 @@ impl DataType for FilterType {
     /// freed in the background on `UNLINK`, `FLUSHALL ASYNC` or lazy
     /// expiry.
     fn free_effort(filter: &ShardedBloom) -> usize {
-        1 + filter.shards.len() + filter.sub_filter_count() + (filter.bytes() >> 16) as usize
+        let chunks: usize = filter.shards.iter().flat_map(|shard| &shard.filters).map(|sub| sub.bits.chunks()).sum();
+        1 + filter.shards.len() + filter.sub_filter_count() + chunks + (filter.bytes() >> 16) as usize
     }
 
     fn copy(filter: &ShardedBloom) -> Box<ShardedBloom> {

@@ -267,11 +267,14 @@ pub fn populate_filters(con: &mut redis::Connection, prefix: &str) -> BfFixture 
     // Several shards: 1 s shards, remembered for an hour.
     reserve(con, &k("bf:multi"), "0.001", 100, &["WINDOW", "366", "SHARD", "1", "EXPANSION", "3"]);
     madd_all(con, &k("bf:multi"), &items("m:", 0..150));
+    let open = bf_info(con, &k("bf:multi"));
     align_to_boundary(con, 1000, 20);
     madd_all(con, &k("bf:multi"), &items("m2:", 0..150));
     madd_all(con, &k("bf:multi"), &items("m:", 0..50)); // seen, and recorded in this shard too
     let info = bf_info(con, &k("bf:multi"));
     assert!(info.shards.len() >= 2, "bf:multi should span 2 shards: {info:?}");
+    // Its first shard, closed, folds the 300-item sub-filter holding 50.
+    assert!(info.shards[0].bytes < open.shards[0].bytes, "bf:multi's first shard folds: {open:?} then {info:?}");
 
     let mut probes = items("d:", 0..3000);
     probes.extend(items("e:", 0..450));

@@ -6,6 +6,12 @@
 //! item twice per sub-filter and divides twice per probe; and its layout
 //! and hashing are its own to change, while RDB files keep a filter's for
 //! years.)
+//!
+//! An array is stored in equal chunks, each an allocation class, so that
+//! its size need not be one (see [`layout`]). A probe's position over the
+//! whole array is found chunk first, by two multiply-shifts that give
+//! exactly the position one multiply-shift over the whole array would: the
+//! chunks are a matter of storage, and one chunk is the array of old.
 
 use super::ItemHash;
 
@@ -30,20 +36,88 @@ pub enum Scheme {
     /// Format 3: probes as [`Scheme::Mixed`]; arrays sized so that the rate
     /// of each filter, not only the average one, stays within its budget:
     /// a small array's fill varies from filter to filter, and so does its
-    /// rate.
+    /// rate. Kept for filters saved in format 3.
     Bounded,
+    /// Format 4: probes and rates as [`Scheme::Bounded`]; arrays sized to
+    /// the byte (in chunks of an allocation class), shards sized by the
+    /// trend of their volume, and a closed shard's arrays folded to the
+    /// size its items need (see [`Bits::fold`]).
+    Fitted,
 }
 
 impl Scheme {
     /// The scheme of filters created now.
-    pub const CURRENT: Scheme = Scheme::Bounded;
+    pub const CURRENT: Scheme = Scheme::Fitted;
 }
+
+/// An array's chunks, and the table of them: each an allocation.
+pub type Chunks = Box<[Box<[u64]>]>;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Bits {
-    words: Box<[u64]>,
+    /// The array, in equal chunks of `chunk_words` words.
+    chunks: Chunks,
+    chunk_words: usize,
     hashes: u32,
     scheme: Scheme,
+}
+
+/// Most chunks an array is stored in.
+pub const MAX_CHUNKS: u64 = 256;
+
+/// Bytes jemalloc (Redis's allocator) really takes for a request of
+/// `size`: four size classes per doubling above 64 bytes.
+pub fn allocation_class(size: u64) -> u64 {
+    match size {
+        0..=8 => 8,
+        9..=16 => 16,
+        17..=64 => size.div_ceil(16) * 16,
+        _ => {
+            let spacing = size.next_power_of_two() / 8;
+            size.div_ceil(spacing) * spacing
+        }
+    }
+}
+
+/// Bytes the allocator holds for an array of `bytes` (a multiple of 8)
+/// stored as [`layout`] stores it: its chunks and their table.
+pub fn allocated_bytes(bytes: u64) -> u64 {
+    let (chunks, chunk_bytes) = layout(bytes);
+    chunks * allocation_class(chunk_bytes) + allocation_class(16 * chunks)
+}
+
+/// How an array of `bytes` (a multiple of 8) is stored: `(chunks, chunk
+/// bytes)`, the fewest equal chunks (up to [`MAX_CHUNKS`]) that are each an
+/// allocation class of at least 64 bytes, or one chunk when none divides
+/// it so. A pure function of the size: the bits mean the same however
+/// they are stored, so nothing about the chunks is saved.
+pub fn layout(bytes: u64) -> (u64, u64) {
+    (1..=MAX_CHUNKS.min(bytes / 64))
+        .find(|&chunks| {
+            let chunk = bytes / chunks;
+            bytes.is_multiple_of(chunks) && chunk.is_multiple_of(8) && allocation_class(chunk) == chunk
+        })
+        .map_or((1, bytes), |chunks| (chunks, bytes / chunks))
+}
+
+/// The smallest array of at least `bytes` whose [`layout`] wastes nothing
+/// to the allocator's classes, or close: over the chunk sizes that are
+/// classes, the count of chunks covering `bytes`, whichever costs least
+/// memory (the chunks and their table). Within about 1% of `bytes` for
+/// arrays of a few KiB and up, where a single allocation can be 25% over.
+pub fn fitted_bytes(bytes: u64) -> u64 {
+    let bytes = bytes.max(8).next_multiple_of(8);
+    let mut best = (allocated_bytes(allocation_class(bytes)), allocation_class(bytes));
+    let mut chunk = allocation_class(bytes.div_ceil(MAX_CHUNKS)).max(64);
+    while chunk < bytes {
+        let total = bytes.div_ceil(chunk) * chunk;
+        let cost = allocated_bytes(total);
+        if cost < best.0 || (cost == best.0 && total < best.1) {
+            best = (cost, total);
+        }
+        chunk = allocation_class(chunk + 1);
+    }
+    best.1
 }
 
 /// The splitmix64 / murmur3-style finaliser (Stafford's variant 13): a
@@ -60,25 +134,38 @@ fn mix(mut z: u64) -> u64 {
 impl Bits {
     /// A clear array of `bytes` bytes (a multiple of 8, at least 8).
     pub fn new(bytes: u64, hashes: u32, scheme: Scheme) -> Bits {
-        let words = vec![0u64; (bytes / 8) as usize].into_boxed_slice();
-        Bits { words, hashes, scheme }
+        let (chunks, chunk_bytes) = layout(bytes);
+        let chunk_words = (chunk_bytes / 8) as usize;
+        let chunks = (0..chunks).map(|_| vec![0u64; chunk_words].into_boxed_slice()).collect();
+        Bits { chunks, chunk_words, hashes, scheme }
     }
 
     /// An array from its little-endian bytes, as [`write_bytes`](Self::write_bytes)
     /// wrote them. The caller has checked the length and hash count.
     pub fn from_bytes(bytes: &[u8], hashes: u32, scheme: Scheme) -> Bits {
-        let words = bytes.chunks_exact(8).map(|word| u64::from_le_bytes(word.try_into().expect("8 bytes"))).collect();
-        Bits { words, hashes, scheme }
+        let (_, chunk_bytes) = layout(bytes.len() as u64);
+        let chunks = bytes
+            .chunks_exact(chunk_bytes as usize)
+            .map(|chunk| {
+                chunk.chunks_exact(8).map(|word| u64::from_le_bytes(word.try_into().expect("8 bytes"))).collect()
+            })
+            .collect();
+        Bits { chunks, chunk_words: (chunk_bytes / 8) as usize, hashes, scheme }
     }
 
     pub fn write_bytes(&self, out: &mut Vec<u8>) {
-        for word in self.words.iter() {
+        for word in self.words() {
             out.extend_from_slice(&word.to_le_bytes());
         }
     }
 
+    /// The words of the whole array, in order.
+    fn words(&self) -> impl Iterator<Item = &u64> {
+        self.chunks.iter().flat_map(|chunk| chunk.iter())
+    }
+
     pub fn bytes(&self) -> u64 {
-        self.words.len() as u64 * 8
+        (self.chunks.len() * self.chunk_words) as u64 * 8
     }
 
     pub fn hashes(&self) -> u32 {
@@ -89,70 +176,128 @@ impl Bits {
         self.scheme
     }
 
-    /// The 64-bit words, one boxed slice: for memory accounting, which
-    /// needs the allocation.
-    #[allow(clippy::borrowed_box, reason = "the box, not the slice, is what is allocated")]
-    pub fn words(&self) -> &Box<[u64]> {
-        &self.words
+    /// The allocations: the chunks' table, then each chunk. For memory
+    /// accounting, which needs them.
+    #[allow(clippy::borrowed_box, reason = "the boxes, not the slices, are what is allocated")]
+    pub fn allocations(&self) -> (&Chunks, impl Iterator<Item = &Box<[u64]>>) {
+        (&self.chunks, self.chunks.iter())
+    }
+
+    /// A clear array of `bytes` in `chunks` equal chunks, whatever
+    /// [`layout`] would choose: for tests that the chunks change nothing.
+    #[cfg(test)]
+    pub(super) fn with_chunks(bytes: u64, chunks: u64, hashes: u32, scheme: Scheme) -> Bits {
+        let chunk_words = (bytes / 8 / chunks) as usize;
+        let chunks = (0..chunks).map(|_| vec![0u64; chunk_words].into_boxed_slice()).collect();
+        Bits { chunks, chunk_words, hashes, scheme }
+    }
+
+    /// Allocations of the array itself.
+    pub fn chunks(&self) -> usize {
+        self.chunks.len()
     }
 
     /// Bits set.
     pub fn count_ones(&self) -> u64 {
-        self.words.iter().map(|word| word.count_ones() as u64).sum()
+        self.words().map(|word| word.count_ones() as u64).sum()
     }
 
-    /// Calls `probe` with the word and mask of each of the item's probes,
-    /// in order, until it answers `false`; `true` if it never did.
+    /// Calls `probe` with the chunk, word and mask of each of the item's
+    /// probes, in order, until it answers `false`; `true` if it never did.
     #[inline(always)]
-    fn probes(&self, item: ItemHash, probe: impl FnMut(usize, u64) -> bool) -> bool {
-        probe_positions(self.words.len(), self.hashes, self.scheme, item, probe)
+    fn probes(&self, item: ItemHash, probe: impl FnMut(usize, usize, u64) -> bool) -> bool {
+        probe_positions(self.chunks.len(), self.chunk_words, self.hashes, self.scheme, item, probe)
     }
 
     pub fn check(&self, item: ItemHash) -> bool {
-        self.probes(item, |word, mask| self.words[word] & mask != 0)
+        self.probes(item, |chunk, word, mask| self.chunks[chunk][word] & mask != 0)
     }
 
     /// Sets only the item's first `probes` probes: for tests that build
     /// the costliest bits a query can meet.
     #[cfg(test)]
     pub(super) fn set_first(&mut self, item: ItemHash, probes: u32) {
-        let words = &mut self.words;
         let mut left = probes;
-        probe_positions(words.len(), self.hashes, self.scheme, item, |word, mask| {
+        let (count, chunk_words, hashes, scheme) = (self.chunks.len(), self.chunk_words, self.hashes, self.scheme);
+        let chunks = &mut self.chunks;
+        probe_positions(count, chunk_words, hashes, scheme, item, |chunk, word, mask| {
             if left == 0 {
                 return false;
             }
             left -= 1;
-            words[word] |= mask;
+            chunks[chunk][word] |= mask;
             true
         });
     }
 
     pub fn set(&mut self, item: ItemHash) {
-        let words = &mut self.words;
-        probe_positions(words.len(), self.hashes, self.scheme, item, |word, mask| {
-            words[word] |= mask;
+        let (count, chunk_words, hashes, scheme) = (self.chunks.len(), self.chunk_words, self.hashes, self.scheme);
+        let chunks = &mut self.chunks;
+        probe_positions(count, chunk_words, hashes, scheme, item, |chunk, word, mask| {
+            chunks[chunk][word] |= mask;
             true
         });
     }
+
+    /// Whether [`fold`](Self::fold) can halve this array: an even number
+    /// of words, of at least 16.
+    pub fn can_fold(&self) -> bool {
+        let words = self.chunks.len() * self.chunk_words;
+        words >= 16 && words.is_multiple_of(2)
+    }
+
+    /// The array of half the bits holding the same items: bits `2j` and
+    /// `2j + 1` become bit `j`. Exact, because a probe's position in `m`
+    /// bits is `floor(v m / 2^64)`, and in `m / 2` bits that is the same
+    /// position halved: every item set before is still found, and the
+    /// result is, bit for bit, the array of `m / 2` bits those items
+    /// would have made. The caller checks [`can_fold`](Self::can_fold).
+    pub fn fold(&self) -> Bits {
+        let mut folded = Bits::new(self.bytes() / 2, self.hashes, self.scheme);
+        let mut words = self.words().copied();
+        for word in folded.chunks.iter_mut().flat_map(|chunk| chunk.iter_mut()) {
+            let (low, high) = (words.next().unwrap_or(0), words.next().unwrap_or(0));
+            *word = fold_word(low) | fold_word(high) << 32;
+        }
+        folded
+    }
 }
 
-/// The probes of `item` into an array of `words` words: calls `probe` with
-/// each one's word index and bit mask, in order, until it answers `false`;
-/// `true` if it never did. A 64-bit value's position is its high bits
-/// scaled onto the array (a multiply-shift, no division).
+/// ORs each pair of neighbouring bits of `word` into one: bits `2i` and
+/// `2i + 1` become bit `i` of the 32-bit result.
+fn fold_word(word: u64) -> u64 {
+    let mut x = (word | word >> 1) & 0x5555_5555_5555_5555;
+    x = (x | x >> 1) & 0x3333_3333_3333_3333;
+    x = (x | x >> 2) & 0x0f0f_0f0f_0f0f_0f0f;
+    x = (x | x >> 4) & 0x00ff_00ff_00ff_00ff;
+    x = (x | x >> 8) & 0x0000_ffff_0000_ffff;
+    (x | x >> 16) & 0x0000_0000_ffff_ffff
+}
+
+/// The probes of `item` into an array of `chunks` chunks of `chunk_words`
+/// words: calls `probe` with each one's chunk, word index in the chunk and
+/// bit mask, in order, until it answers `false`; `true` if it never did.
+///
+/// A 64-bit value `v`'s position in the array's `m` bits is `floor(v m /
+/// 2^64)` (a multiply-shift, no division). It is found in two: `v` times
+/// the chunk count gives the chunk in its high half and, in its low half,
+/// the fraction of the way into the chunk, which times the chunk's bits
+/// gives the position in it. With `m = chunks x chunk_bits` that is the
+/// same position; with one chunk, the same arithmetic as a single array.
 #[inline(always)]
 fn probe_positions(
-    words: usize,
+    chunks: usize,
+    chunk_words: usize,
     hashes: u32,
     scheme: Scheme,
     item: ItemHash,
-    mut probe: impl FnMut(usize, u64) -> bool,
+    mut probe: impl FnMut(usize, usize, u64) -> bool,
 ) -> bool {
-    let bits = words as u128 * 64;
+    let chunk_bits = chunk_words as u128 * 64;
     let position = |value: u64| {
-        let position = ((value as u128 * bits) >> 64) as u64;
-        ((position >> 6) as usize, 1u64 << (position & 63))
+        let scaled = value as u128 * chunks as u128;
+        let position = ((scaled as u64 as u128 * chunk_bits) >> 64) as u64;
+        ((scaled >> 64) as usize, (position >> 6) as usize, 1u64 << (position & 63))
     };
     let mut a = item.0 as u64;
     let mut b = (item.0 >> 64) as u64;
@@ -160,8 +305,8 @@ fn probe_positions(
         // Enhanced double hashing (Dillinger and Manolios).
         Scheme::DoubleHashing => {
             for i in 0..hashes as u64 {
-                let (word, mask) = position(a);
-                if !probe(word, mask) {
+                let (chunk, word, mask) = position(a);
+                if !probe(chunk, word, mask) {
                     return false;
                 }
                 a = a.wrapping_add(b);
@@ -170,11 +315,11 @@ fn probe_positions(
         }
         // An odd step makes the `hashes` inputs distinct, so their mixed
         // values are too.
-        Scheme::Mixed | Scheme::Bounded => {
+        Scheme::Mixed | Scheme::Bounded | Scheme::Fitted => {
             b |= 1;
             for _ in 0..hashes {
-                let (word, mask) = position(mix(a));
-                if !probe(word, mask) {
+                let (chunk, word, mask) = position(mix(a));
+                if !probe(chunk, word, mask) {
                     return false;
                 }
                 a = a.wrapping_add(b);

@@ -1,9 +1,11 @@
 //! The filter's byte encoding, for RDB, DUMP/RESTORE, digests and the AOF.
 //!
-//! Formats 1, 2 and 3 share one layout; the version byte says how the
-//! filter probes and sizes its arrays: format 1 by
-//! [`Scheme::DoubleHashing`], format 2 by [`Scheme::Mixed`], format 3 by
-//! [`Scheme::Bounded`]. A filter keeps its format for life.
+//! Formats 1 to 4 share one layout; the version byte says how the filter
+//! probes and sizes its arrays: format 1 by [`Scheme::DoubleHashing`],
+//! format 2 by [`Scheme::Mixed`], format 3 by [`Scheme::Bounded`], format
+//! 4 by [`Scheme::Fitted`], whose sub-filters also say how many times
+//! their arrays were folded. A filter keeps its format for life. The bits
+//! are one array whatever chunks they are kept in (see [`super::bits`]).
 //!
 //! Decoding is strict: every count and length is checked against the
 //! bytes present and the module's limits before anything is allocated,
@@ -14,7 +16,9 @@
 //! capacities follow the expansion, all full but the top, whose items add
 //! up, and whose hash counts, sizes and errors are what the sizing gives
 //! (within floating-point differences between builds) and sum within the
-//! shard's budget; no more bits set than its items can have set; and at
+//! shard's budget; arrays folded only in closed shards, and only as far as
+//! their items keep within their error; no more bits set than its items
+//! can have set; and at
 //! most [`MAX_TOTAL_SUB_FILTERS`] sub-filters and [`MAX_BYTES`] of bits in
 //! all, the limits the commands enforce.
 //!
@@ -28,7 +32,7 @@ use super::bits::{Bits, Scheme};
 use super::{
     FORMAT_1_MAX_WINDOW, MAX_BYTES, MAX_HASHES, MAX_SUB_FILTERS, MAX_TOTAL_SUB_FILTERS, MAX_WINDOW, PROTO_MAX_BULK_LEN,
     Params, Shard, ShardedBloom, Share, SubFilter, allocation_class, false_positive_rate, format_1_class_below,
-    hash_count, sub_filter_bytes,
+    hash_count, rate_with_hashes, sub_filter_bytes,
 };
 use crate::Millis;
 use crate::decode::{DecodeError, Reader};
@@ -39,6 +43,8 @@ pub const FORMAT_DOUBLE_HASHING: u8 = 1;
 pub const FORMAT_MIXED: u8 = 2;
 /// The format of filters sized by [`Scheme::Bounded`].
 pub const FORMAT_BOUNDED: u8 = 3;
+/// The format of filters sized by [`Scheme::Fitted`].
+pub const FORMAT_FITTED: u8 = 4;
 
 /// Format 1's ceiling on a filter's bits when its filters were built:
 /// they load up to it, and grow no further than [`MAX_BYTES`].
@@ -48,9 +54,15 @@ const FORMAT_1_MAX_BYTES: u64 = 512 * 1024 * 1024 - 64 * 1024;
 const HEADER_LEN: u64 = 1 + 8 + 8 + 4 + 8 + 4 + 32 + 4;
 const SHARD_HEADER_LEN: u64 = 8 + 8 + 4;
 const SUB_FILTER_HEADER_LEN: u64 = 8 + 8 + 8 + 4 + 4;
+/// Format 4's: the count of folds after the others.
+const FITTED_SUB_FILTER_HEADER_LEN: u64 = SUB_FILTER_HEADER_LEN + 4;
+/// The most times a sub-filter's array can have been halved: 512 MiB
+/// folds to 8 bytes in 26.
+const MAX_FOLDS: u32 = 26;
 /// The most bytes a filter's encoding adds to its bits.
-pub const MAX_OVERHEAD: u64 =
-    HEADER_LEN + (MAX_WINDOW as u64 + 1) * SHARD_HEADER_LEN + MAX_TOTAL_SUB_FILTERS as u64 * SUB_FILTER_HEADER_LEN;
+pub const MAX_OVERHEAD: u64 = HEADER_LEN
+    + (MAX_WINDOW as u64 + 1) * SHARD_HEADER_LEN
+    + MAX_TOTAL_SUB_FILTERS as u64 * FITTED_SUB_FILTER_HEADER_LEN;
 /// What `DUMP` wraps around the encoding: type, module id, string opcode
 /// and length, end opcode, RDB version and checksum (31 bytes), rounded
 /// up.
@@ -67,6 +79,14 @@ fn format_of(scheme: Scheme) -> u8 {
         Scheme::DoubleHashing => FORMAT_DOUBLE_HASHING,
         Scheme::Mixed => FORMAT_MIXED,
         Scheme::Bounded => FORMAT_BOUNDED,
+        Scheme::Fitted => FORMAT_FITTED,
+    }
+}
+
+fn sub_filter_header_len(scheme: Scheme) -> u64 {
+    match scheme {
+        Scheme::Fitted => FITTED_SUB_FILTER_HEADER_LEN,
+        _ => SUB_FILTER_HEADER_LEN,
     }
 }
 
@@ -74,7 +94,7 @@ fn format_of(scheme: Scheme) -> u8 {
 pub fn encoded_len(filter: &ShardedBloom) -> u64 {
     HEADER_LEN
         + filter.shards.len() as u64 * SHARD_HEADER_LEN
-        + filter.sub_filter_count() as u64 * SUB_FILTER_HEADER_LEN
+        + filter.sub_filter_count() as u64 * sub_filter_header_len(filter.scheme)
         + filter.bytes()
 }
 
@@ -94,6 +114,7 @@ pub fn decode_params(input: &mut Reader) -> Result<(Params, Scheme, [u8; 32]), D
         FORMAT_DOUBLE_HASHING => Scheme::DoubleHashing,
         FORMAT_MIXED => Scheme::Mixed,
         FORMAT_BOUNDED => Scheme::Bounded,
+        FORMAT_FITTED => Scheme::Fitted,
         _ => return Err(DecodeError("unknown filter format version")),
     };
     let params = Params {
@@ -121,6 +142,9 @@ pub fn encode(filter: &ShardedBloom, out: &mut Vec<u8>) {
             out.extend_from_slice(&sub.error.to_le_bytes());
             out.extend_from_slice(&sub.bits.hashes().to_le_bytes());
             out.extend_from_slice(&(sub.bits.bytes() as u32).to_le_bytes());
+            if filter.scheme == Scheme::Fitted {
+                out.extend_from_slice(&sub.folds.to_le_bytes());
+            }
             sub.bits.write_bytes(out);
         }
     }
@@ -212,6 +236,11 @@ fn decode_with(bytes: &[u8], stored: bool) -> Result<ShardedBloom, DecodeError> 
         shards.push(Shard { start, items, filters });
     }
     input.finish()?;
+    // Only a closed shard folds: the newest takes items into the arrays
+    // it was sized with.
+    if shards.last().is_some_and(|newest| newest.filters.iter().any(|sub| sub.folds > 0)) {
+        return Err(DecodeError("the newest shard's arrays are folded"));
+    }
     if let (Some(oldest), Some(newest)) = (shards.first(), shards.last())
         && oldest.start < newest.start - params.span()
     {
@@ -226,8 +255,12 @@ fn decode_sub_filter(input: &mut Reader, scheme: Scheme) -> Result<SubFilter, De
     let error = f64::from_le_bytes(input.array()?);
     let hashes = input.u32()?;
     let len = input.u32()? as u64;
+    let folds = if scheme == Scheme::Fitted { input.u32()? } else { 0 };
     if capacity == 0 || items > capacity || !(error > 0.0 && error < 1.0) {
         return Err(DecodeError("bad sub-filter counts"));
+    }
+    if folds > MAX_FOLDS {
+        return Err(DecodeError("bad fold count"));
     }
     // A crafted hash count must not make every probe loop for ages.
     if !(1..=MAX_HASHES).contains(&hashes) {
@@ -241,7 +274,11 @@ fn decode_sub_filter(input: &mut Reader, scheme: Scheme) -> Result<SubFilter, De
     if bits.count_ones() > (hashes as u64).saturating_mul(items) {
         return Err(DecodeError("more bits set than the items set"));
     }
-    Ok(SubFilter { capacity, items, error, bits })
+    // A fold stops where the items would exceed the error.
+    if folds > 0 && rate_with_hashes(len * 8, items, hashes, scheme) > error * (1.0 + RATE_TOLERANCE) {
+        return Err(DecodeError("an array folded past its error"));
+    }
+    Ok(SubFilter { capacity, items, error, folds, bits })
 }
 
 /// Whether a sub-filter is what the sizing makes for its capacity with
@@ -251,10 +288,10 @@ fn decode_sub_filter(input: &mut Reader, scheme: Scheme) -> Result<SubFilter, De
 /// floating point). Smaller arrays have larger errors, which the shard's
 /// budget bounds.
 fn check_sizing(sub: &SubFilter, budget: f64, scheme: Scheme) -> Result<(), DecodeError> {
-    // The bytes it was sized as: its own, or for a small format 1 array
-    // one of the strays of `format_1_class_below` (which occur at 64
-    // bytes and below) whose whole words it holds.
-    let len = sub.bytes();
+    // The bytes it was sized as: its own before any fold, or for a small
+    // format 1 array one of the strays of `format_1_class_below` (which
+    // occur at 64 bytes and below) whose whole words it holds.
+    let len = sub.bytes() << sub.folds;
     let strays = (8..=64).map(format_1_class_below).filter(|&size| size != len && size / 8 * 8 == len);
     let mut sizings: Vec<u64> = vec![len];
     if scheme == Scheme::DoubleHashing {
@@ -274,7 +311,7 @@ fn check_sizing(sub: &SubFilter, budget: f64, scheme: Scheme) -> Result<(), Deco
         return Err(DecodeError("error disagrees with the sub-filter's size"));
     }
     let largest = sub_filter_bytes(sub.capacity, budget, Share::Half, scheme).unwrap_or_else(|needed| needed);
-    if largest < MAX_BYTES && sub.bytes() > allocation_class(largest + 1) {
+    if largest < MAX_BYTES && len > allocation_class(largest + 1) {
         return Err(DecodeError("sub-filter larger than its sizing"));
     }
     Ok(())

@@ -17,7 +17,7 @@ pub mod bits;
 pub mod codec;
 
 use bits::Bits;
-pub use bits::Scheme;
+pub use bits::{Scheme, allocated_bytes, allocation_class, fitted_bytes};
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
 use crate::Millis;
@@ -90,6 +90,10 @@ pub const MAX_PERIOD: Seconds = 100 * 365 * DAY;
 /// room for ordinary day-to-day variation without stacking a second
 /// sub-filter.
 pub const HEADROOM: f64 = 1.1;
+/// [`HEADROOM`] in format 4, where a shard that outgrows its forecast
+/// costs little once it closes: the sub-filter it stacked folds down to
+/// the items it took.
+pub const FITTED_HEADROOM: f64 = 1.05;
 /// With two periods of history the headroom is their growth (a decline
 /// counts as none: often a one-off, and a shard sized too small stacks a
 /// sub-filter costing about twice its first one) plus this margin for the
@@ -102,6 +106,14 @@ pub const GROWTH_MARGIN: f64 = 0.03;
 /// is left to stacking, which keeps the rate too; a quarter still covers
 /// 20% a day with its margin.
 pub const MAX_GROWTH_HEADROOM: f64 = 1.25;
+/// Format 4's bounds on the trend a new shard follows: the newest shard's
+/// count over the one before, times the newest count, is the forecast. A
+/// rise is followed up to fourfold: a forecast too high costs only until
+/// the shard closes, when its arrays fold to what its items need. A fall
+/// is followed down to half: a forecast too low makes the shard stack
+/// sub-filters at tighter rates, which cost more than the fall saved.
+pub const MAX_TREND_RISE: f64 = 4.0;
+pub const MAX_TREND_FALL: f64 = 0.5;
 /// The filter's settings, fixed at creation.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Params {
@@ -162,11 +174,13 @@ impl Params {
     pub fn check_for(&self, scheme: Scheme) -> Result<(), BloomError> {
         let lowest = match scheme {
             Scheme::DoubleHashing => f64::MIN_POSITIVE,
-            Scheme::Mixed | Scheme::Bounded => MIN_ERROR_RATE,
+            Scheme::Mixed | Scheme::Bounded | Scheme::Fitted => MIN_ERROR_RATE,
         };
         if !(self.error_rate >= lowest && self.error_rate < 1.0) {
             return Err(match scheme {
-                Scheme::Mixed | Scheme::Bounded if self.error_rate > 0.0 && self.error_rate < lowest => {
+                Scheme::Mixed | Scheme::Bounded | Scheme::Fitted
+                    if self.error_rate > 0.0 && self.error_rate < lowest =>
+                {
                     BloomError::Invalid("error_rate must be at least 1e-9")
                 }
                 _ => BloomError::Invalid("error_rate must be between 0 and 1"),
@@ -179,7 +193,7 @@ impl Params {
             Scheme::DoubleHashing if !(1..=FORMAT_1_MAX_WINDOW).contains(&self.window) => {
                 return Err(BloomError::Invalid("WINDOW must be between 1 and 8784"));
             }
-            Scheme::Mixed | Scheme::Bounded if !(1..=MAX_WINDOW).contains(&self.window) => {
+            Scheme::Mixed | Scheme::Bounded | Scheme::Fitted if !(1..=MAX_WINDOW).contains(&self.window) => {
                 return Err(BloomError::Invalid("WINDOW must be between 1 and 366"));
             }
             _ => {}
@@ -215,6 +229,9 @@ pub struct SubFilter {
     pub items: u64,
     /// Its false-positive rate when full, as sized.
     pub error: f64,
+    /// How many times its array was halved since it was sized (see
+    /// [`Bits::fold`]): `bits` holds its sized bytes over `2^folds`.
+    pub folds: u32,
     pub bits: Bits,
 }
 
@@ -236,20 +253,6 @@ pub struct ShardedBloom {
     pub scheme: Scheme,
     /// Oldest first.
     pub shards: Vec<Shard>,
-}
-
-/// Bytes jemalloc (Redis's allocator) really takes for a request of
-/// `size`: four size classes per doubling above 64 bytes.
-pub fn allocation_class(size: u64) -> u64 {
-    match size {
-        0..=8 => 8,
-        9..=16 => 16,
-        17..=64 => size.div_ceil(16) * 16,
-        _ => {
-            let spacing = size.next_power_of_two() / 8;
-            size.div_ceil(spacing) * spacing
-        }
-    }
 }
 
 /// The largest allocation class not above `size` (`size` >= 8).
@@ -330,7 +333,13 @@ const FILL_DEVIATIONS: f64 = 3.0;
 /// every filter keeps its rate; the margin vanishes for large arrays (a
 /// million bits: about 1%).
 fn false_positive_rate(bits: u64, items: u64, scheme: Scheme) -> f64 {
-    let k = hash_count(bits, items) as f64;
+    rate_with_hashes(bits, items, hash_count(bits, items), scheme)
+}
+
+/// [`false_positive_rate`] for `hashes` hash functions, whether or not
+/// they are the optimum for `bits` and `items`.
+fn rate_with_hashes(bits: u64, items: u64, hashes: u32, scheme: Scheme) -> f64 {
+    let k = hashes as f64;
     let m = bits as f64;
     match scheme {
         // Unchanged since format 1: the sizes of its filters depend on it.
@@ -340,7 +349,7 @@ fn false_positive_rate(bits: u64, items: u64, scheme: Scheme) -> f64 {
             let clear = (k * items as f64 * (-1.0 / m).ln_1p()).exp();
             (1.0 - clear).powf(k) * (1.0 + k * (k - 1.0) / m)
         }
-        Scheme::Bounded => {
+        Scheme::Bounded | Scheme::Fitted => {
             let probes = k * items as f64;
             let clear = (probes * (-1.0 / m).ln_1p()).exp();
             let variance = ((clear - (1.0 + probes / m) * clear * clear) / m).max(0.0);
@@ -353,49 +362,73 @@ fn false_positive_rate(bits: u64, items: u64, scheme: Scheme) -> f64 {
 /// How much of its shard's remaining error budget a sub-filter takes.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Share {
-    /// Capacity is a guess (reserved, configured, or a stacked sub-filter
-    /// that the first one overflowed into): aim at half the budget, keeping
-    /// the other half for growth.
+    /// A stacked sub-filter that the one below overflowed into: aim at
+    /// half the budget left, keeping the other half for more growth.
     Half,
-    /// Capacity comes from the previous shard's real count: growth is
-    /// unlikely, so aim at nine tenths.
+    /// The first sub-filter of a shard whose capacity is the user's
+    /// (reserved or configured). Formats 1 to 3 aim at half, as
+    /// [`Share::Half`]; format 4 at four fifths: a user who reserves
+    /// for a volume usually gets it, and a first sub-filter at half the
+    /// budget costs a bit and a half an item more for the growth it
+    /// insures.
+    Reserved,
+    /// Capacity comes from the previous shards' real counts: growth is
+    /// unlikely, so aim at nine tenths (format 4: nineteen twentieths, as
+    /// a sub-filter stacked on it folds down to its items when the shard
+    /// closes).
     Most,
 }
 
 impl Share {
-    /// The fraction aimed at, and the most it may take after rounding to
-    /// an allocation class.
-    fn fractions(self) -> (f64, f64) {
+    /// The fraction aimed at, and (formats 1 to 3) the most it may take
+    /// after rounding to an allocation class.
+    fn fractions(self, scheme: Scheme) -> (f64, f64) {
         match self {
-            Share::Half => (0.5, 0.9),
+            Share::Reserved if scheme == Scheme::Fitted => (0.8, 0.8),
+            Share::Half | Share::Reserved => (0.5, 0.9),
+            Share::Most if scheme == Scheme::Fitted => (0.95, 0.95),
             Share::Most => (0.9, 0.97),
         }
     }
 }
 
 /// Bit-array bytes for a sub-filter of `capacity` items with `budget` of
-/// error left in its shard. It aims at its share of the budget, then fills
-/// its allocation class exactly: the class just below the ideal size if
-/// that stays within the share's limit, else the one above. Redis would
-/// charge for the whole class anyway. `Err` with (at least) the bytes it
-/// would need when that is more than [`MAX_BYTES`].
+/// error left in its shard. It aims at its share of the budget. Format 4
+/// then takes the fitted size at or above the ideal one ([`fitted_bytes`]:
+/// stored in chunks, it pays the allocator for hardly a byte it does not
+/// use). Older formats fill an allocation class exactly: the class just
+/// below the ideal size if that stays within the share's limit, else the
+/// one above. `Err` with (at least) the bytes it would need when that is
+/// more than [`MAX_BYTES`].
 fn sub_filter_bytes(capacity: u64, budget: f64, share: Share, scheme: Scheme) -> Result<u64, u64> {
-    let (aim, limit) = share.fractions();
+    let (aim, limit) = share.fractions(scheme);
     let ln2_squared = std::f64::consts::LN_2 * std::f64::consts::LN_2;
     let target = budget * aim;
     let floor = match scheme {
         Scheme::DoubleHashing => 2.0 * COLLAPSE_FLOOR / target,
-        Scheme::Mixed | Scheme::Bounded => 0.0,
+        Scheme::Mixed | Scheme::Bounded | Scheme::Fitted => 0.0,
     };
     // The optimum for the rate alone, then grown until the capped hash
     // count (and, for double hashing, the collapse floor) fit the target
     // too.
-    let mut ideal_bits = ((capacity as f64) * -target.ln() / ln2_squared).max(floor);
+    let optimum = ((capacity as f64) * -target.ln() / ln2_squared).max(floor);
+    let mut ideal_bits = optimum;
     while ideal_bits.is_finite() && ideal_bits < 8.0 * MAX_BYTES as f64 {
         if false_positive_rate(ideal_bits.ceil() as u64, capacity, scheme) <= target {
             break;
         }
         ideal_bits *= 1.05;
+    }
+    // Format 4 then takes back what the coarse steps overshot, to within
+    // 0.2%: a 5% step is half a bit an item.
+    if scheme == Scheme::Fitted {
+        loop {
+            let smaller = ideal_bits / 1.002;
+            if smaller < optimum || false_positive_rate(smaller.ceil() as u64, capacity, scheme) > target {
+                break;
+            }
+            ideal_bits = smaller;
+        }
     }
     let ideal_bytes = (ideal_bits / 8.0).ceil().max(8.0);
     if !ideal_bytes.is_finite() || ideal_bytes > MAX_BYTES as f64 {
@@ -408,6 +441,10 @@ fn sub_filter_bytes(capacity: u64, budget: f64, share: Share, scheme: Scheme) ->
     let below = match scheme {
         Scheme::DoubleHashing => format_1_class_below(ideal_bytes),
         Scheme::Mixed | Scheme::Bounded => allocation_class_below(ideal_bytes),
+        Scheme::Fitted => {
+            let fitted = fitted_bytes(ideal_bytes);
+            return if fitted > MAX_BYTES { Err(fitted) } else { Ok(fitted) };
+        }
     };
     let bytes = if false_positive_rate(below * 8, capacity, scheme) <= limit * budget {
         below
@@ -423,11 +460,31 @@ impl SubFilter {
     /// same but for format 1's strays: see [`format_1_class_below`]).
     fn new(capacity: u64, sizing: u64, scheme: Scheme) -> SubFilter {
         let bits = Bits::new(sizing / 8 * 8, hash_count(sizing * 8, capacity), scheme);
-        SubFilter { capacity, items: 0, error: false_positive_rate(sizing * 8, capacity, scheme), bits }
+        SubFilter { capacity, items: 0, error: false_positive_rate(sizing * 8, capacity, scheme), folds: 0, bits }
     }
 
     pub fn bytes(&self) -> u64 {
         self.bits.bytes()
+    }
+
+    /// The rate of its array halved, holding the items it holds.
+    fn folded_rate(&self) -> f64 {
+        rate_with_hashes(self.bits.bytes() * 4, self.items, self.bits.hashes(), self.bits.scheme())
+    }
+
+    /// Halves its array as long as the items it holds keep within the
+    /// error it was sized for, and the halves cost the allocator less: a
+    /// sub-filter that will take no more items (its shard is closed) then
+    /// costs what its items need, not what was forecast. A shard sized
+    /// for twice the volume it got keeps half its bytes.
+    fn fold_to_items(&mut self) {
+        while self.bits.can_fold()
+            && self.folded_rate() <= self.error
+            && allocated_bytes(self.bits.bytes() / 2) < allocated_bytes(self.bits.bytes())
+        {
+            self.bits = self.bits.fold();
+            self.folds += 1;
+        }
     }
 }
 
@@ -596,17 +653,27 @@ impl ShardedBloom {
     /// [`check_room`](Self::check_room) before
     /// [`drop_expired`](Self::drop_expired) sizes what [`add`](Self::add)
     /// after it allocates.
+    ///
+    /// Format 4 follows the trend both ways: the growth or fall from the
+    /// shard before the newest to the newest, within [`MAX_TREND_FALL`]
+    /// and [`MAX_TREND_RISE`], plus [`GROWTH_MARGIN`].
     fn new_shard_sizing(&self, now: Millis) -> (u64, Share) {
         let mut live = self.shards.iter().rev().filter(|shard| self.is_live(shard, now));
         let (newest, previous) = match (live.next(), live.next()) {
             (Some(newest), previous) if newest.items > 0 => (newest.items, previous.map_or(0, |shard| shard.items)),
-            _ => return (self.params.capacity, Share::Half),
+            _ => return (self.params.capacity, Share::Reserved),
         };
-        let headroom = if previous > 0 {
+        let headroom = if previous > 0 && self.scheme == Scheme::Fitted {
+            let trend = (newest as f64 / previous as f64).clamp(MAX_TREND_FALL, MAX_TREND_RISE);
+            trend * (1.0 + GROWTH_MARGIN)
+        } else if previous > 0 {
             let growth = (newest as f64 / previous as f64 - 1.0).max(0.0);
             (1.0 + growth + GROWTH_MARGIN).min(MAX_GROWTH_HEADROOM)
         } else {
-            HEADROOM
+            match self.scheme {
+                Scheme::Fitted => FITTED_HEADROOM,
+                _ => HEADROOM,
+            }
         };
         ((newest as f64 * headroom).ceil() as u64, Share::Most)
     }
@@ -688,9 +755,16 @@ impl ShardedBloom {
     }
 
     /// Starts the shard for `now` with `first` as its first sub-filter.
+    /// In format 4 the shard it follows takes no more items: its arrays
+    /// fold to what its items need.
     fn open_shard(&mut self, now: Millis, first: Planned) {
         let first = SubFilter::new(first.capacity, first.sizing, self.scheme);
         let start = self.shard_start(now);
+        if self.scheme == Scheme::Fitted
+            && let Some(closed) = self.shards.last_mut()
+        {
+            closed.filters.iter_mut().for_each(SubFilter::fold_to_items);
+        }
         self.shards.push(Shard { start, items: 0, filters: vec![first] });
     }
 
