@@ -230,13 +230,32 @@ impl Bits {
         });
     }
 
-    pub fn set(&mut self, item: ItemHash) {
+    #[cfg(test)]
+    pub(super) fn set(&mut self, item: ItemHash) {
         let (count, chunk_words, hashes, scheme) = (self.chunks.len(), self.chunk_words, self.hashes, self.scheme);
         let chunks = &mut self.chunks;
         probe_positions(count, chunk_words, hashes, scheme, item, |chunk, word, mask| {
             chunks[chunk][word] |= mask;
             true
         });
+    }
+
+    /// Sets the item's bits; `true` if any was clear (the item was not
+    /// there), the answer of [`check`](Self::check) before, negated. One
+    /// pass: a check then a set wait for the check's first cache misses
+    /// one after the other before the set starts, where here every probe's
+    /// miss overlaps the others'.
+    pub fn insert(&mut self, item: ItemHash) -> bool {
+        let (count, chunk_words, hashes, scheme) = (self.chunks.len(), self.chunk_words, self.hashes, self.scheme);
+        let chunks = &mut self.chunks;
+        let mut all_set = true;
+        probe_positions(count, chunk_words, hashes, scheme, item, |chunk, word, mask| {
+            let word = &mut chunks[chunk][word];
+            all_set &= *word & mask != 0;
+            *word |= mask;
+            true
+        });
+        !all_set
     }
 
     /// Whether [`fold`](Self::fold) can halve this array: an even number

@@ -822,10 +822,9 @@ impl ShardedBloom {
         }
         let (current, older) = self.shards.split_last_mut().expect("a shard exists");
         let top = current.filters.last_mut().expect("a shard has a sub-filter");
-        if top.bits.check(item) {
+        if !top.bits.insert(item) {
             return Ok(false);
         }
-        top.bits.set(item);
         top.items += 1;
         current.items += 1;
         Ok(!older.iter().rev().any(|shard| shard.live_at(span, now) && shard.contains(item)))

@@ -1790,3 +1790,18 @@ fn the_decoder_refuses_folds_the_commands_cannot_make() {
     absurd.shards[0].filters[0].folds = 27;
     assert_eq!(refusal(&absurd), "bad fold count");
 }
+
+#[test]
+fn insert_answers_what_check_answered_before_and_sets_what_set_sets() {
+    let hash = |n| ItemHash(xxhash_rust::xxh3::xxh3_128(&item("i", n)));
+    let mut inserted = Bits::new(1_024, 7, Scheme::Fitted);
+    let mut set = inserted.clone();
+    // Enough items that many arrive already present (false positives),
+    // and some repeats.
+    for n in (0..2_000).chain(0..100) {
+        let was_there = set.check(hash(n));
+        set.set(hash(n));
+        assert_eq!(inserted.insert(hash(n)), !was_there, "item {n}");
+        assert_eq!(inserted, set);
+    }
+}
