@@ -205,11 +205,11 @@ fn adaptive_sizing_over_short_shards() {
             );
         }
         // Steady volume: the shards sized by the trend are sized alike;
-        // the one sized with a single shard of history has 5% of headroom
-        // where they have 3%.
+        // the one sized with a single shard of history has up to 5% of
+        // headroom where they have up to 3%.
         assert!(info.shards[3..].iter().all(|sh| sh.bytes == info.shards[2].bytes), "{info:?}");
         let (one, trend) = (info.shards[1].bytes as f64, info.shards[2].bytes as f64);
-        assert!(one > trend && one < 1.1 * trend, "{info:?}");
+        assert!(one >= trend && one < 1.1 * trend, "{info:?}");
         assert_eq!(info.bytes, info.shards.iter().map(|s| s.bytes).sum::<i64>());
         assert_eq!(info.items, info.shards.iter().map(|s| s.items).sum::<i64>());
 

@@ -236,8 +236,10 @@ fn new_shards_adapt_to_the_previous_shards_volume() {
     let heights: Vec<usize> = filter.shards.iter().map(|s| s.filters.len()).collect();
     assert!(heights[0] > 5, "{heights:?}");
     assert_eq!(&heights[1..], &[1, 1, 1], "steady volume needs one sub-filter per shard");
-    let first_count = filter.shards[0].items as f64;
-    assert_eq!(filter.shards[1].filters[0].capacity, (first_count * FITTED_HEADROOM).ceil() as u64);
+    // One shard of history: its count, with up to 5% of headroom.
+    let first_count = filter.shards[0].items;
+    let capacity = filter.shards[1].filters[0].capacity;
+    assert!((first_count..=(first_count as f64 * FITTED_HEADROOM).ceil() as u64).contains(&capacity), "{capacity}");
 }
 
 #[test]
@@ -504,7 +506,8 @@ fn tiny_reservations_keep_the_rate_for_any_seed() {
 fn the_headroom_follows_the_trend_between_the_two_newest_shards() {
     // Shards of 10 s: items in the one before the newest, in the newest,
     // and the next shard's capacity over the newest's count. The trend,
-    // up to fourfold up and half down, and a margin of 3%.
+    // up to fourfold up and half down, and a margin of up to 3% (less where
+    // an allocation size would cost more than the room it buys).
     let cases = [
         (1_000, 1_000, 1.03),
         (1_000, 1_100, 1.133),
@@ -520,7 +523,12 @@ fn the_headroom_follows_the_trend_between_the_two_newest_shards() {
         add_all(&mut filter, "c", 0..1, T0 + 20_000);
         let (newest, next) = (&filter.shards[1], &filter.shards[2]);
         let ratio = next.filters[0].capacity as f64 / newest.items as f64;
-        assert!((ratio - headroom).abs() < 0.005, "{before} then {newest}: {ratio}", newest = newest.items);
+        let trend = headroom / 1.03;
+        assert!(
+            ratio >= trend - 0.005 && ratio <= headroom + 0.005,
+            "{before} then {newest}: {ratio}",
+            newest = newest.items
+        );
     }
 }
 
@@ -530,12 +538,14 @@ fn sizing_counts_only_live_shards_so_check_room_foresees_add() {
     let mut filter = new_filter(params(0.01, 10, 3, DAY), SEED, T0).unwrap();
     add_all(&mut filter, "a", 0..100, T0);
     add_all(&mut filter, "b", 0..300, T0 + DAY * 1000);
-    for (day, expected) in [(3, (filter.shards[1].items as f64 * FITTED_HEADROOM).ceil() as u64), (5, 10)] {
+    let newest = filter.shards[1].items;
+    let one_shard_of_history = newest..=(newest as f64 * FITTED_HEADROOM).ceil() as u64;
+    for (day, expected) in [(3, one_shard_of_history), (5, 10..=10)] {
         // Just past the end of day 0's shard (day 1's on day 5).
         let now = T0 + day * DAY * 1000 + 1;
         let mut later = filter.clone();
         let (capacity, _) = later.new_shard_sizing(now);
-        assert_eq!(capacity, expected, "day {day}");
+        assert!(expected.contains(&capacity), "day {day}: {capacity}");
         later.drop_expired(now);
         later.add(later.hash(b"x"), now).unwrap();
         assert_eq!(later.shards.last().unwrap().filters[0].capacity, capacity, "day {day}");
@@ -1671,6 +1681,21 @@ fn print_sizing_study() {
             }
             let (bits, rate) = sizing_study(&filter);
             println!("{shape:9} {volume:>9}: {bits:6.2} bits, rate {:.3}%", rate * 100.0);
+            if std::env::var("STUDY_SHARDS").is_ok() {
+                for shard in &filter.shards {
+                    for sub in &shard.filters {
+                        println!(
+                            "    cap {} items {} bytes {} allocated {} folds {} err {:.2e}",
+                            sub.capacity,
+                            sub.items,
+                            sub.bytes(),
+                            allocated_bytes(sub.bytes()),
+                            sub.folds,
+                            sub.error
+                        );
+                    }
+                }
+            }
         }
     }
     for volume in [1_000u64, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000] {
@@ -1803,5 +1828,25 @@ fn insert_answers_what_check_answered_before_and_sets_what_set_sets() {
         set.set(hash(n));
         assert_eq!(inserted.insert(hash(n)), !was_there, "item {n}");
         assert_eq!(inserted, set);
+    }
+}
+
+#[test]
+fn headroom_stops_short_of_an_allocation_step_it_would_not_use() {
+    // A week of 10,000 a day: a size step 2-3% apart sits just above the
+    // forecast, so the shard takes the size below it, with under 2% of
+    // room. A million a day: steps are a tenth of a percent apart, and
+    // nearly the whole 3% is taken.
+    for (volume, least, most) in [(10_000u64, 1.0, 1.02), (1_000_000, 1.025, 1.03)] {
+        let mut filter = new_filter(params(0.01, volume, 7, DAY), SEED, T0).unwrap();
+        for day in 0..3 {
+            fill_counts(&mut filter, volume, T0 + day * DAY * 1000);
+        }
+        let capacity = filter.shards[2].filters[0].capacity;
+        let headroom = capacity as f64 / volume as f64;
+        assert!(headroom >= least && headroom <= most, "{volume}: {capacity}");
+        // Room for one more item would take the next size up.
+        let bytes = |capacity| sub_filter_bytes(capacity, filter.params.shard_error(), Share::Most, Scheme::Fitted);
+        assert!(bytes(capacity + 1).unwrap() > bytes(capacity).unwrap(), "{volume}");
     }
 }
