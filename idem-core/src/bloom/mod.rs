@@ -367,10 +367,9 @@ pub enum Share {
     Half,
     /// The first sub-filter of a shard whose capacity is the user's
     /// (reserved or configured). Formats 1 to 3 aim at half, as
-    /// [`Share::Half`]; format 4 at four fifths: a user who reserves
-    /// for a volume usually gets it, and a first sub-filter at half the
-    /// budget costs a bit and a half an item more for the growth it
-    /// insures.
+    /// [`Share::Half`]; format 4 at 85%: a user who reserves for a volume
+    /// usually gets it, and a first sub-filter at half the budget costs a
+    /// bit and a half an item more for the growth it insures.
     Reserved,
     /// Capacity comes from the previous shards' real counts: growth is
     /// unlikely, so aim at nine tenths (format 4: 93%, as a sub-filter
@@ -384,7 +383,7 @@ impl Share {
     /// after rounding to an allocation class.
     fn fractions(self, scheme: Scheme) -> (f64, f64) {
         match self {
-            Share::Reserved if scheme == Scheme::Fitted => (0.8, 0.8),
+            Share::Reserved if scheme == Scheme::Fitted => (0.85, 0.85),
             Share::Half | Share::Reserved => (0.5, 0.9),
             Share::Most if scheme == Scheme::Fitted => (0.93, 0.93),
             Share::Most => (0.9, 0.97),
@@ -590,7 +589,10 @@ impl ShardedBloom {
         max_bytes: u64,
     ) -> Result<ShardedBloom, BloomError> {
         params.check_for(scheme)?;
-        let mut filter = ShardedBloom { params, seed, scheme, shards: Vec::new() };
+        // Room for the shards a window holds, up to 8: a filter of one
+        // daily shard does not carry a table for four.
+        let shards = Vec::with_capacity((params.window as usize + 1).min(8));
+        let mut filter = ShardedBloom { params, seed, scheme, shards };
         let first = filter.check_room(1, now, max_bytes)?.planned.pop().ok_or(BloomError::StackFull)?;
         filter.open_shard(now, first);
         Ok(filter)
