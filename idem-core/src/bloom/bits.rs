@@ -62,6 +62,9 @@ pub struct Bits {
     scheme: Scheme,
 }
 
+/// Most probes of an item: the most hash functions a sub-filter uses.
+const MAX_PROBES: usize = super::MAX_HASHES as usize;
+
 /// Most chunks an array is stored in.
 pub const MAX_CHUNKS: u64 = 256;
 
@@ -241,21 +244,32 @@ impl Bits {
     }
 
     /// Sets the item's bits; `true` if any was clear (the item was not
-    /// there), the answer of [`check`](Self::check) before, negated. One
-    /// pass: a check then a set wait for the check's first cache misses
-    /// one after the other before the set starts, where here every probe's
-    /// miss overlaps the others'.
+    /// there), the answer of [`check`](Self::check) before, negated. The
+    /// probes' words are all read before any is written: reads that depend
+    /// on nothing but the item go to memory together, so their cache
+    /// misses overlap, where a check then a set waited for the check's
+    /// misses one after the other (and a read-modify-write per probe makes
+    /// each store wait on its own miss).
     pub fn insert(&mut self, item: ItemHash) -> bool {
-        let (count, chunk_words, hashes, scheme) = (self.chunks.len(), self.chunk_words, self.hashes, self.scheme);
-        let chunks = &mut self.chunks;
-        let mut all_set = true;
-        probe_positions(count, chunk_words, hashes, scheme, item, |chunk, word, mask| {
-            let word = &mut chunks[chunk][word];
-            all_set &= *word & mask != 0;
-            *word |= mask;
-            true
+        let mut probes = [(0usize, 0usize, 0u64); MAX_PROBES];
+        let mut count = 0;
+        self.probes(item, |chunk, word, mask| {
+            probes[count] = (chunk, word, mask);
+            count += 1;
+            count < MAX_PROBES
         });
-        !all_set
+        let probes = &probes[..count];
+        // Every word read, none skipped: a read that waited on the one
+        // before would wait on its miss.
+        let all_set =
+            probes.iter().fold(true, |all, &(chunk, word, mask)| all & (self.chunks[chunk][word] & mask != 0));
+        if all_set {
+            return false;
+        }
+        for &(chunk, word, mask) in probes {
+            self.chunks[chunk][word] |= mask;
+        }
+        true
     }
 
     /// Whether [`fold`](Self::fold) can halve this array: an even number

@@ -1850,3 +1850,14 @@ fn headroom_stops_short_of_an_allocation_step_it_would_not_use() {
         assert!(bytes(capacity + 1).unwrap() > bytes(capacity).unwrap(), "{volume}");
     }
 }
+
+#[test]
+#[ignore = "a study: prints how long folding a large closed shard takes"]
+fn print_fold_time() {
+    for bytes in [17_694_720u64, 140_902_400] {
+        let bits = Bits::new(bytes, 7, Scheme::Fitted);
+        let started = std::time::Instant::now();
+        let folded = bits.fold();
+        println!("fold of {bytes} bytes: {:?} ({} bytes)", started.elapsed(), folded.bytes());
+    }
+}
