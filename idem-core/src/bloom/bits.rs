@@ -279,21 +279,58 @@ impl Bits {
         words >= 16 && words.is_multiple_of(2)
     }
 
-    /// The array of half the bits holding the same items: bits `2j` and
-    /// `2j + 1` become bit `j`. Exact, because a probe's position in `m`
-    /// bits is `floor(v m / 2^64)`, and in `m / 2` bits that is the same
-    /// position halved: every item set before is still found, and the
-    /// result is, bit for bit, the array of `m / 2` bits those items
-    /// would have made. The caller checks [`can_fold`](Self::can_fold).
-    pub fn fold(&self) -> Bits {
+    /// Halves the array, holding the same items: bits `2j` and `2j + 1`
+    /// become bit `j`. Exact, because a probe's position in `m` bits is
+    /// `floor(v m / 2^64)`, and in `m / 2` bits that is the same position
+    /// halved: every item set before is still found, and the result is,
+    /// bit for bit, the array of `m / 2` bits those items would have made.
+    /// The caller checks [`can_fold`](Self::can_fold).
+    ///
+    /// An array of an even number of chunks folds in place into its first
+    /// half, whose chunks it keeps: nothing is allocated, so a large shard
+    /// folds at the cost of reading it once. Others are folded into a new
+    /// array.
+    pub fn fold(&mut self) {
+        if self.chunks.len() % 2 == 1 {
+            *self = self.folded_copy();
+            return;
+        }
+        let half = self.chunk_words / 2;
+        // Source chunk `i` folds into half of destination chunk `i / 2`,
+        // which is chunk `i` itself only for `i = 0`, where word `j` is
+        // written after words `2j` and `2j + 1` are read.
+        let mut first = std::mem::take(&mut self.chunks[0]);
+        for j in 0..half {
+            first[j] = fold_words(first[2 * j], first[2 * j + 1]);
+        }
+        self.chunks[0] = first;
+        for source in 1..self.chunks.len() {
+            let (front, back) = self.chunks.split_at_mut(source);
+            let target = &mut front[source / 2][(source % 2) * half..][..half];
+            for (word, pair) in target.iter_mut().zip(back[0].chunks_exact(2)) {
+                *word = fold_words(pair[0], pair[1]);
+            }
+        }
+        let mut chunks = std::mem::take(&mut self.chunks).into_vec();
+        chunks.truncate(chunks.len() / 2);
+        self.chunks = chunks.into_boxed_slice();
+    }
+
+    /// [`fold`](Self::fold) into a new array, as [`layout`] stores it.
+    fn folded_copy(&self) -> Bits {
         let mut folded = Bits::new(self.bytes() / 2, self.hashes, self.scheme);
         let mut words = self.words().copied();
         for word in folded.chunks.iter_mut().flat_map(|chunk| chunk.iter_mut()) {
-            let (low, high) = (words.next().unwrap_or(0), words.next().unwrap_or(0));
-            *word = fold_word(low) | fold_word(high) << 32;
+            *word = fold_words(words.next().unwrap_or(0), words.next().unwrap_or(0));
         }
         folded
     }
+}
+
+/// Two neighbouring words folded into one: the low half from `low`, the
+/// high half from `high`.
+fn fold_words(low: u64, high: u64) -> u64 {
+    fold_word(low) | fold_word(high) << 32
 }
 
 /// ORs each pair of neighbouring bits of `word` into one: bits `2i` and

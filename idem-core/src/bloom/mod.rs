@@ -481,7 +481,7 @@ impl SubFilter {
             && self.folded_rate() <= self.error
             && allocated_bytes(self.bits.bytes() / 2) < allocated_bytes(self.bits.bytes())
         {
-            self.bits = self.bits.fold();
+            self.bits.fold();
             self.folds += 1;
         }
     }
