@@ -1875,3 +1875,18 @@ fn print_fold_time() {
         println!("fold of {bytes} bytes: {:?} ({} bytes, {} chunks)", started.elapsed(), bits.bytes(), bits.chunks());
     }
 }
+
+#[test]
+#[ignore = "a study: prints how long sizing a new shard takes"]
+fn print_new_shard_sizing_time() {
+    for volume in [10_000u64, 10_000_000] {
+        let mut filter = new_filter(params(0.01, volume, 7, DAY), SEED, T0).unwrap();
+        for day in 0..3 {
+            fill_counts(&mut filter, volume, T0 + day * DAY * 1000);
+        }
+        let now = T0 + 3 * DAY * 1000;
+        let started = std::time::Instant::now();
+        let room = filter.check_room(1, now, MAX_BYTES).unwrap();
+        println!("check_room opening a shard after {volume} a day: {:?} ({} bytes)", started.elapsed(), room.allocate);
+    }
+}
