@@ -3,11 +3,14 @@
 //! One filter holds a shard per period (a UTC day by default). An item is
 //! "seen" when any shard of the last `window` periods holds it; older shards
 //! are dropped. Each shard stacks sub-filters as it fills, each taking a
-//! share of what is left of the shard's error budget (half when its
-//! capacity is a guess, nine tenths when it follows the previous shard's
-//! count: see [`Share`]), so a shard never exceeds `error_rate / window`
-//! and the whole window never exceeds `error_rate`, however many items
-//! arrive.
+//! share of what is left of the shard's error budget (see [`Share`]), so a
+//! shard never exceeds `error_rate / window` and the whole window never
+//! exceeds `error_rate`, however many items arrive.
+//!
+//! A new shard's capacity follows the previous shards' counts. In format 4
+//! ([`Scheme::Fitted`]) its arrays are sized to the byte in chunks of the
+//! allocator's classes, and when the next shard opens they fold to what
+//! their items need (see [`Bits::fold`]).
 //!
 //! Every decision depends only on the filter's state and the `now` passed
 //! in, so a replica or an AOF replay given the primary's `now` ends up with
