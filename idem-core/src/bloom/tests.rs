@@ -282,13 +282,12 @@ fn every_filter_keeps_its_rate_not_only_the_average_one() {
 fn format_2_filters_keep_their_sizing_as_they_grow() {
     // Format 2 sized every array for the average filter's rate; its filters
     // keep doing so as they grow (a replica or a reload must build the
-    // same bits), while new ones are format 3. What format 2 built of
+    // same bits), while new ones are format 4. What format 2 built of
     // these adds, as a fingerprint of its payload.
     let params = Params { expansion: 1, ..params(0.01, 100, 1, DAY) };
     let mut old = ShardedBloom::with_scheme(params, Scheme::Mixed, SEED, T0, MAX_BYTES).unwrap();
     add_all(&mut old, "f2", 0..1_000, T0);
-    let mut payload = Vec::new();
-    codec::encode(&old, &mut payload);
+    let payload = encoded(&old);
     assert_eq!(payload[0], codec::FORMAT_MIXED);
     assert_eq!(codec::decode(&payload).unwrap().scheme, Scheme::Mixed);
     assert_eq!((old.sub_filter_count(), old.bytes()), (10, 2_400));
@@ -297,9 +296,7 @@ fn format_2_filters_keep_their_sizing_as_they_grow() {
     let mut new = new_filter(params, SEED, T0).unwrap();
     add_all(&mut new, "f2", 0..1_000, T0);
     assert_eq!(new.scheme, Scheme::Fitted);
-    let mut renewed = Vec::new();
-    codec::encode(&new, &mut renewed);
-    assert_ne!(renewed[1..], payload[1..], "format 4 sizes these arrays its own way");
+    assert_ne!(encoded(&new)[1..], payload[1..], "format 4 sizes these arrays its own way");
 }
 
 #[test]
@@ -314,8 +311,7 @@ fn format_3_filters_keep_their_sizing_as_they_grow() {
     for (shard, count) in [(0, 1_000), (1, 400), (2, 100)] {
         add_all(&mut old, &format!("f3.{shard}"), 0..count, T0 + shard * 10_000);
     }
-    let mut payload = Vec::new();
-    codec::encode(&old, &mut payload);
+    let payload = encoded(&old);
     assert_eq!(payload[0], codec::FORMAT_BOUNDED);
     assert_eq!(codec::decode(&payload).unwrap().scheme, Scheme::Bounded);
     assert_eq!((old.sub_filter_count(), old.bytes()), (6, 5_568));
