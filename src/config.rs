@@ -22,7 +22,7 @@ pub struct Numeric {
 }
 
 /// Every numeric config, in the order `lib.rs` registers them.
-pub static NUMERIC: [Numeric; 6] = [
+pub static NUMERIC: [Numeric; 7] = [
     Numeric { name: "retain", value: &RETAIN, default: 86_400, min: 1, max: MAX_SECONDS },
     Numeric { name: "history", value: &HISTORY, default: 3_600, min: 1, max: MAX_SECONDS },
     Numeric { name: "max-result", value: &MAX_RESULT, default: 1_048_576, min: 0, max: MAX_RESULT_LIMIT },
@@ -35,6 +35,7 @@ pub static NUMERIC: [Numeric; 6] = [
         min: MIN_BF_MAX_BYTES,
         max: bloom::MAX_BYTES as i64,
     },
+    Numeric { name: "max-waiters", value: &MAX_WAITERS, default: 10_000, min: 0, max: 1_000_000 },
 ];
 
 /// Largest `max-result`: Redis's string limit (512 MB, the default
@@ -67,6 +68,9 @@ static BF_CAPACITY: AtomicI64 = AtomicI64::new(0);
 static BF_WINDOW: AtomicI64 = AtomicI64::new(0);
 /// Largest filter, in bytes of bit arrays over all its live shards.
 static BF_MAX_BYTES: AtomicI64 = AtomicI64::new(0);
+/// Most clients waiting in `IDEM.CLAIM ... WAIT` at once: each costs the
+/// server two clients of its own (docs/operations.md).
+static MAX_WAITERS: AtomicI64 = AtomicI64::new(0);
 
 /// Default `bf-error-rate`, as registered.
 pub const DEFAULT_BF_ERROR_RATE: &str = "0.01";
@@ -83,6 +87,10 @@ pub fn lifetimes() -> Lifetimes {
 
 pub fn max_result() -> usize {
     MAX_RESULT.load(Ordering::Relaxed) as usize
+}
+
+pub fn max_waiters() -> usize {
+    MAX_WAITERS.load(Ordering::Relaxed) as usize
 }
 
 pub fn bf_max_bytes() -> u64 {

@@ -68,6 +68,10 @@ fn init(context: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&message);
         return Status::Err;
     }
+    if let Err(message) = host::owed::start(ctx) {
+        ctx.log_warning(&message);
+        return Status::Err;
+    }
     warn_if_records_can_be_evicted(ctx);
     bloom::sweeper::start(ctx);
     host::info::register(ctx, metrics::fields);
@@ -102,6 +106,7 @@ redis_module! {
             [NUMERIC[3].name, NUMERIC[3].value, NUMERIC[3].default, NUMERIC[3].min, NUMERIC[3].max, ConfigurationFlags::DEFAULT, None],
             [NUMERIC[4].name, NUMERIC[4].value, NUMERIC[4].default, NUMERIC[4].min, NUMERIC[4].max, ConfigurationFlags::DEFAULT, None],
             [NUMERIC[5].name, NUMERIC[5].value, NUMERIC[5].default, NUMERIC[5].min, NUMERIC[5].max, ConfigurationFlags::DEFAULT, None],
+            [NUMERIC[6].name, NUMERIC[6].value, NUMERIC[6].default, NUMERIC[6].min, NUMERIC[6].max, ConfigurationFlags::DEFAULT, None],
         ],
         string: [
             ["bf-error-rate", &config::BF_ERROR_RATE, config::DEFAULT_BF_ERROR_RATE, ConfigurationFlags::DEFAULT, None],

@@ -38,6 +38,7 @@ metrics! {
     WaitClaimed => "wait_claimed",
     WaitTimeout => "wait_timeout",
     WaitUnblocked => "wait_unblocked",
+    WaitRefused => "wait_refused",
 }
 
 thread_local! {

@@ -36,15 +36,6 @@ fn counter(con: &mut redis::Connection, name: &str) -> i64 {
     idem_counters(con).get(name).copied().unwrap_or_else(|| panic!("INFO idem has no {name}"))
 }
 
-/// Redis 7.2+ and Valkey (which reports 7.2.4) wake waiters when their key
-/// is deleted; Redis 7.0 does not.
-fn deletion_wakes(con: &mut redis::Connection) -> bool {
-    let text: String = redis::cmd("INFO").arg("server").query(con).unwrap();
-    let version = parse_info(&text)["redis_version"].clone();
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap());
-    (parts.next().unwrap(), parts.next().unwrap()) >= (7, 2)
-}
-
 #[test]
 fn done_answers_the_waiter_with_the_result() {
     let s = Server::start();
@@ -111,26 +102,21 @@ fn extend_keeps_the_waiter_waiting_until_the_new_end() {
     assert!((new_end..new_end + 600).contains(&claimed_at), "extended at {extended_at}, claimed at {claimed_at}");
 }
 
+/// On every server: Redis 7.2+ and Valkey wake the clients blocked on a
+/// deleted key; on Redis 7.0 the module hears of the deletion itself
+/// (tests/wait_operations.rs has each way a key goes).
 #[test]
-fn deleting_the_key_answers_new_where_the_server_wakes_on_deletion() {
+fn deleting_the_key_answers_new() {
     let s = Server::start();
     let mut con = s.conn();
     claim_new(&mut con, "k", 1);
     let w = waiter(&s, "k", 30, 3000, &[]);
     let _: i64 = redis::cmd("DEL").arg("k").query(&mut con).unwrap();
     let ((status, value, attempt), waited) = w.join().unwrap();
-    if deletion_wakes(&mut con) {
-        assert_eq!((status.as_str(), attempt), ("NEW", 1));
-        assert!(waited < Duration::from_secs(1), "answered after {waited:?}");
-        assert_eq!(done(&mut con, "k", &as_token(&value), NONE), Ok(1));
-    } else {
-        // Redis 7.0 signals only keys that exist: the deleted key wakes
-        // nobody, not even at the lease's end; time up answers BUSY with
-        // nothing left and no attempt.
-        assert_eq!((status.as_str(), as_int(&value), attempt), ("BUSY", 0, 0));
-        assert!(waited >= Duration::from_millis(2900), "answered after {waited:?}");
-        assert_eq!(counter(&mut con, "wait_timeout"), 1);
-    }
+    assert_eq!((status.as_str(), attempt), ("NEW", 1));
+    assert!(waited < Duration::from_secs(1), "answered after {waited:?}");
+    assert_eq!(done(&mut con, "k", &as_token(&value), NONE), Ok(1));
+    assert_eq!(counter(&mut con, "wait_claimed"), 1);
 }
 
 #[test]

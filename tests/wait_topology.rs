@@ -65,15 +65,6 @@ fn error_reply(handle: JoinHandle<Waited>) -> (String, Duration) {
     }
 }
 
-/// Redis 7.2+ and Valkey (which reports 7.2.4) wake waiters when their key
-/// is deleted; Redis 7.0 does not.
-fn deletion_wakes(con: &mut redis::Connection) -> bool {
-    let text: String = redis::cmd("INFO").arg("server").query(con).unwrap();
-    let version = parse_info(&text)["redis_version"].clone();
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap());
-    (parts.next().unwrap(), parts.next().unwrap()) >= (7, 2)
-}
-
 /// Every file of the server's multi-part AOF, concatenated.
 fn aof_bytes(s: &Server) -> Vec<u8> {
     let dir = s.dir.join("appendonlydir");
@@ -361,45 +352,28 @@ fn a_deleted_key_answers_its_bloom_waiter_seen_or_new_as_the_filter_says() {
     assert_eq!(bf_add(&mut con, "f", "seen"), 1);
     assert_eq!(bf_exists(&mut con, "f", "fresh"), 0);
     let holders: Vec<String> = ["seen", "fresh"].iter().map(|key| claim_new(&mut con, key, 30)).collect();
-    let wait_ms = if deletion_wakes(&mut con) { 10_000 } else { 1500 };
-    let waiters: Vec<_> = ["seen", "fresh"].iter().map(|key| waiter(&s, key, 30, wait_ms, &["BLOOM", "f"])).collect();
+    let waiters: Vec<_> = ["seen", "fresh"].iter().map(|key| waiter(&s, key, 30, 10_000, &["BLOOM", "f"])).collect();
     let deleted: i64 = redis::cmd("DEL").arg("seen").arg("fresh").query(&mut con).unwrap();
     assert_eq!(deleted, 2);
     let replies: Vec<_> = waiters.into_iter().map(claim_reply).collect();
-    if deletion_wakes(&mut con) {
-        // Each waiter claims the deleted key at once, as a CLAIM with the
-        // filter answers: SEEN where the filter holds the key, NEW otherwise.
-        for (((status, value, attempt), waited), (key, want)) in
-            replies.into_iter().zip([("seen", "SEEN"), ("fresh", "NEW")])
-        {
-            assert_eq!((status.as_str(), attempt), (want, 1), "{key}");
-            assert!(waited < Duration::from_secs(2), "{key}: answered after {waited:?}");
-            let token = as_token(&value);
-            assert!(!holders.contains(&token), "{key}: the holder's token again");
-            assert_eq!(f_str(&get_fields(&mut con, key), "state"), "processing", "{key}");
-            assert_eq!(done(&mut con, key, &token, ("BLOOM", "f")), Ok(1), "{key}");
-        }
-        let counters = idem_counters(&mut con);
-        let got = (counters["wait_claimed"], counters["claim_seen"], counters["claim_new"]);
-        // claim_new: the two holders and the "fresh" waiter.
-        assert_eq!(got, (2, 1, 3), "{counters:?}");
-        // Both keys are now in the filter.
-        assert_eq!(bf_exists(&mut con, "f", "fresh"), 1);
-    } else {
-        // Redis 7.0: the deletion wakes nobody; the waiters answer at their
-        // timeout, BUSY with no lease and no attempt, and claim nothing.
-        for ((status, value, attempt), waited) in replies {
-            assert_eq!((status.as_str(), as_int(&value), attempt), ("BUSY", 0, 0));
-            assert!(waited >= Duration::from_millis(1400), "answered after {waited:?}");
-        }
-        assert!(!exists(&mut con, "seen") && !exists(&mut con, "fresh"));
-        assert_eq!(counter_pair(&mut con), (2, 0));
+    // On every server (on Redis 7.0 the module hears of the deletion),
+    // each waiter claims the deleted key at once, as a CLAIM with the
+    // filter answers: SEEN where the filter holds the key, NEW otherwise.
+    for (((status, value, attempt), waited), (key, want)) in
+        replies.into_iter().zip([("seen", "SEEN"), ("fresh", "NEW")])
+    {
+        assert_eq!((status.as_str(), attempt), (want, 1), "{key}");
+        assert!(waited < Duration::from_secs(2), "{key}: answered after {waited:?}");
+        let token = as_token(&value);
+        assert!(!holders.contains(&token), "{key}: the holder's token again");
+        assert_eq!(f_str(&get_fields(&mut con, key), "state"), "processing", "{key}");
+        assert_eq!(done(&mut con, key, &token, ("BLOOM", "f")), Ok(1), "{key}");
     }
+    let counters = idem_counters(&mut con);
+    let got = (counters["wait_claimed"], counters["claim_seen"], counters["claim_new"]);
+    // claim_new: the two holders and the "fresh" waiter.
+    assert_eq!(got, (2, 1, 3), "{counters:?}");
+    // Both keys are now in the filter.
+    assert_eq!(bf_exists(&mut con, "f", "fresh"), 1);
     assert_eq!(blocked_clients(&mut con), 0);
-}
-
-/// `(wait_timeout, wait_claimed)`.
-fn counter_pair(con: &mut redis::Connection) -> (i64, i64) {
-    let counters = idem_counters(con);
-    (counters["wait_timeout"], counters["wait_claimed"])
 }

@@ -31,7 +31,9 @@ pub fn start(ctx: Ctx) {
 }
 
 fn step(ctx: Ctx) {
-    if !ctx.is_writable_primary() {
+    // Its drops propagate, which Redis forbids while writes are paused:
+    // they wait for the next step after the pause.
+    if !ctx.is_writable_primary() || ctx.writes_paused() {
         return;
     }
     let now = ctx.now();

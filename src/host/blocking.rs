@@ -11,12 +11,21 @@
 //! When the client goes away (disconnect, `CLIENT UNBLOCK ... ERROR`)
 //! without either, [`Waiter::abandoned`] runs.
 //!
-//! A deleted key wakes its waiters only where the server has
-//! `RedisModule_BlockClientOnKeysWithFlags` with
-//! `REDISMODULE_BLOCK_UNBLOCK_DELETED` (Redis 7.2+, Valkey 8+). On Redis 7.0
-//! only an existing key can be signalled: a deleted key wakes its waiters
-//! when it is written again, or they answer at their timeout.
+//! Two wake-ups cannot be given when they fall due, and [`owed`] gives them
+//! later:
+//! - A waiter that would write while writes are paused (`CLIENT PAUSE ...
+//!   WRITE`, a failover) holds back ([`Wake::WaitForWrites`]): Redis aborts
+//!   if anything propagates then. Its key is signalled again when the
+//!   pause ends.
+//! - A deleted key wakes its waiters where the server has
+//!   `RedisModule_BlockClientOnKeysWithFlags` with
+//!   `REDISMODULE_BLOCK_UNBLOCK_DELETED` (Redis 7.2+, Valkey 8+). Redis 7.0
+//!   serves only keys that exist, so there the module hears of deletions
+//!   itself (keyspace events, `FLUSHDB`) and unblocks the key's longest
+//!   waiter, whose timeout callback then runs [`Waiter::ready`].
 
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
@@ -27,7 +36,8 @@ use redis_module::raw;
 
 use super::api;
 use super::context::Ctx;
-use super::key::{Arg, Args};
+use super::key::{Arg, Args, KeyMode};
+use super::owed;
 
 /// What a waiter decided when its key was signalled.
 pub enum Wake {
@@ -36,6 +46,9 @@ pub enum Wake {
     /// Go on waiting; signal the key again at `signal_at` (Unix ms), if
     /// given, whether or not anything else signals it before.
     Wait { signal_at: Option<Millis> },
+    /// Go on waiting: its answer needs a write, and writes are paused. The
+    /// key is signalled again when they are not.
+    WaitForWrites,
 }
 
 /// One blocked client's state, owned by Redis while the client waits.
@@ -46,8 +59,11 @@ pub trait Waiter: Sized + 'static {
     /// command does.
     fn ready(&mut self, ctx: Ctx<'_>, args: &Args<'_>) -> Wake;
 
-    /// Time is up (or `CLIENT UNBLOCK ... TIMEOUT`): answer the client.
-    /// Must not write: Redis does not expect a timeout to change data.
+    /// Time is up (or `CLIENT UNBLOCK ... TIMEOUT`): answer the client,
+    /// with what its command would answer now. May write as a command
+    /// does, but not while [`Ctx::writes_paused`]: this is the last call,
+    /// so an answer that needs a write then is an error the client can
+    /// retry.
     fn timeout(&mut self, ctx: Ctx<'_>, args: &Args<'_>);
 
     /// The wait ended without an answer from `ready` or `timeout`: the
@@ -94,13 +110,37 @@ pub fn signal_ready(ctx: Ctx<'_>, key: Arg<'_>) {
     unsafe { api!(RedisModule_SignalKeyAsReady)(ctx.as_ptr(), key.as_ptr()) };
 }
 
-/// A timer that signals a key: owned by the [`Blocked`] it serves, so it
-/// is stopped before its data goes away.
+/// What a blocked client waits on, and a timer that signals it: owned by
+/// the [`Blocked`] it serves, so the timer is stopped and the watch
+/// unlisted before its data goes away.
 struct KeyTimer {
     db: c_int,
     key: Vec<u8>,
     /// The pending timer and when it fires; `None` once it fired.
     armed: Option<(raw::RedisModuleTimerID, Millis)>,
+    /// The blocked client, where the module serves deletions itself
+    /// (listed in [`WATCHED`]); null elsewhere.
+    handle: *mut raw::RedisModuleBlockedClient,
+    /// Unblocked by the module because its key was deleted: the timeout
+    /// callback that follows is a wake-up.
+    woken: bool,
+}
+
+/// A key as the module remembers it: its database and its name.
+pub(super) type DbKey = (c_int, Vec<u8>);
+
+thread_local! {
+    /// Where the module serves deletions itself (Redis 7.0): the clients
+    /// blocked on each key, by database and name, longest waiter first.
+    /// Callbacks and timers run on Redis's main thread, one at a time.
+    static WATCHED: RefCell<HashMap<DbKey, Vec<*mut KeyTimer>>> = RefCell::new(HashMap::new());
+    /// Clients blocked by [`block_on_key`] now.
+    static WAITING: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Clients waiting on a key now.
+pub fn waiting() -> usize {
+    WAITING.get()
 }
 
 impl KeyTimer {
@@ -139,12 +179,9 @@ unsafe extern "C" fn on_key_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_vo
     timer.armed = None;
     // SAFETY: the timer's own context, used during this call only.
     let Some(ctx) = (unsafe { Ctx::from_raw(ctx) }) else { return };
-    // SAFETY: a live context; a database index this server had when the
-    // client blocked.
-    if unsafe { api!(RedisModule_SelectDb)(ctx.as_ptr(), timer.db) } != raw::REDISMODULE_OK as c_int {
-        return;
+    if ctx.select_db(timer.db) {
+        ctx.with_key_name(&timer.key, |name| signal_ready(ctx, name));
     }
-    ctx.with_key_name(&timer.key, |name| signal_ready(ctx, name));
 }
 
 /// What Redis holds for one blocked client (its privdata).
@@ -160,9 +197,9 @@ struct Blocked<W> {
 /// signalled then. The command must not reply: the waiter will. Check
 /// [`may_block`] first.
 pub fn block_on_key<W: Waiter>(ctx: Ctx<'_>, key: Arg<'_>, timeout: Millis, signal_at: Option<Millis>, waiter: W) {
-    // SAFETY: a live command context.
-    let db = unsafe { api!(RedisModule_GetSelectedDb)(ctx.as_ptr()) };
-    let timer = Box::new(KeyTimer { db, key: key.bytes().to_vec(), armed: None });
+    let db = ctx.selected_db();
+    let timer =
+        Box::new(KeyTimer { db, key: key.bytes().to_vec(), armed: None, handle: ptr::null_mut(), woken: false });
     let blocked = Box::new(Blocked { waiter: Some(waiter), timer, answered: false });
     let privdata = Box::into_raw(blocked);
     let mut keys = [key.as_ptr()];
@@ -175,7 +212,7 @@ pub fn block_on_key<W: Waiter>(ctx: Ctx<'_>, key: Arg<'_>, timeout: Millis, sign
     // `may_block`); callbacks with the signatures Redis expects; one live
     // key name, which Redis copies; `privdata` is a Box Redis hands back
     // to `on_free` exactly once.
-    unsafe {
+    let handle = unsafe {
         match with_flags {
             Some(block) => block(
                 ctx_ptr,
@@ -200,10 +237,63 @@ pub fn block_on_key<W: Waiter>(ctx: Ctx<'_>, key: Arg<'_>, timeout: Millis, sign
             ),
         }
     };
+    WAITING.set(WAITING.get() + 1);
+    // SAFETY: Redis holds `privdata` until `on_free`, which runs only after
+    // this command returns; nothing else refers to it now.
+    let blocked = unsafe { &mut *privdata };
+    if !deletion_wakes() && !handle.is_null() {
+        blocked.timer.handle = handle;
+        let watch: *mut KeyTimer = &mut *blocked.timer;
+        WATCHED.with_borrow_mut(|watched| watched.entry((db, key.bytes().to_vec())).or_default().push(watch));
+    }
     if let Some(at) = signal_at {
-        // SAFETY: Redis holds `privdata` until `on_free`, which runs only
-        // after this command returns; nothing else refers to it now.
-        unsafe { (*privdata).timer.arm(ctx, at) };
+        blocked.timer.arm(ctx, at);
+    }
+}
+
+/// Where the module serves deletions itself (Redis 7.0): whether a client
+/// waits on `key` of database `db`.
+pub(super) fn is_watched(db: c_int, key: &[u8]) -> bool {
+    WATCHED.with_borrow(|watched| watched.contains_key(&(db, key.to_vec())))
+}
+
+/// Where the module serves deletions itself (Redis 7.0): whether a client
+/// waits on any key.
+pub(super) fn anyone_watched() -> bool {
+    WATCHED.with_borrow(|watched| !watched.is_empty())
+}
+
+/// Where the module serves deletions itself (Redis 7.0): the keys of
+/// database `db` (every database for `None`) that clients wait on.
+pub(super) fn watched_keys(db: Option<c_int>) -> Vec<DbKey> {
+    WATCHED.with_borrow(|watched| watched.keys().filter(|(of, _)| db.is_none_or(|db| db == *of)).cloned().collect())
+}
+
+/// Wakes the waiters of a deleted key (Redis 7.0), longest waiter first,
+/// for as long as the key stays missing: each runs [`Waiter::ready`] on
+/// the missing key, and the first one's claim usually makes the key busy
+/// for the others, who go on waiting. Run outside keyspace events (it
+/// writes) and only while writes are allowed; the context's database is
+/// `db`.
+pub(super) fn wake_on_deleted(ctx: Ctx<'_>, db: c_int, key: &[u8]) {
+    loop {
+        let missing = ctx.with_key_named(key, KeyMode::Read, |open| open.is_empty());
+        let next = WATCHED.with_borrow(|watched| {
+            let watches = watched.get(&(db, key.to_vec()))?;
+            // SAFETY: listed watches are alive: `on_free` unlists a watch
+            // before its Box is dropped.
+            watches.iter().copied().find(|&watch| unsafe { !(*watch).woken })
+        });
+        let Some(watch) = next.filter(|_| missing) else { return };
+        // SAFETY: as above; no other reference to it is live now.
+        let handle = unsafe {
+            (*watch).woken = true;
+            (*watch).handle
+        };
+        // SAFETY: the handle of a client still blocked (its watch is
+        // listed, so `on_free` has not run); on Redis 7.0 this runs its
+        // timeout callback at once, then frees it later through `on_free`.
+        unsafe { api!(RedisModule_UnblockClient)(handle, ptr::null_mut()) };
     }
 }
 
@@ -241,6 +331,10 @@ unsafe extern "C" fn on_ready<W: Waiter>(
             }
             KEEP_WAITING
         }
+        Ok(Wake::WaitForWrites) => {
+            owed::signal_when_writable(ctx, blocked.timer.db, &blocked.timer.key);
+            KEEP_WAITING
+        }
         Ok(Wake::Replied) => {
             blocked.answered = true;
             raw::REDISMODULE_OK as c_int
@@ -267,11 +361,19 @@ unsafe extern "C" fn on_timeout<W: Waiter>(
     };
     // SAFETY: as the caller promises.
     let Some(blocked) = (unsafe { blocked_of::<W>(ctx) }) else { return raw::REDISMODULE_OK as c_int };
-    if let Some(waiter) = blocked.waiter.as_mut()
-        && catch_unwind(AssertUnwindSafe(|| waiter.timeout(ctx, &args))).is_err()
-    {
-        ctx.log_warning("redis-idem: a waiter panicked at its timeout; it was answered with an error");
-        ctx.reply_error(&CmdError::Static(c"ERR internal error in redis-idem, see the server log"));
+    let woken = blocked.timer.woken;
+    if let Some(waiter) = blocked.waiter.as_mut() {
+        // Unblocked by `wake_on_deleted`: a wake-up, which must answer now
+        // (the client is unblocked either way).
+        let answer = || {
+            if !(woken && matches!(waiter.ready(ctx, &args), Wake::Replied)) {
+                waiter.timeout(ctx, &args);
+            }
+        };
+        if catch_unwind(AssertUnwindSafe(answer)).is_err() {
+            ctx.log_warning("redis-idem: a waiter panicked at its timeout; it was answered with an error");
+            ctx.reply_error(&CmdError::Static(c"ERR internal error in redis-idem, see the server log"));
+        }
     }
     blocked.answered = true;
     raw::REDISMODULE_OK as c_int
@@ -287,6 +389,19 @@ unsafe extern "C" fn on_free<W: Waiter>(ctx: *mut raw::RedisModuleCtx, privdata:
     }
     // SAFETY: the Box `block_on_key` leaked; Redis hands it back once.
     let mut blocked = unsafe { Box::from_raw(privdata.cast::<Blocked<W>>()) };
+    WAITING.set(WAITING.get().saturating_sub(1));
+    if !blocked.timer.handle.is_null() {
+        let watch: *mut KeyTimer = &mut *blocked.timer;
+        let name = (blocked.timer.db, std::mem::take(&mut blocked.timer.key));
+        WATCHED.with_borrow_mut(|watched| {
+            if let Some(watches) = watched.get_mut(&name) {
+                watches.retain(|&listed| listed != watch);
+                if watches.is_empty() {
+                    watched.remove(&name);
+                }
+            }
+        });
+    }
     // SAFETY: the context Redis passed in, for this call.
     if let Some(ctx) = unsafe { Ctx::from_raw(ctx) } {
         blocked.timer.stop(ctx);
@@ -295,7 +410,7 @@ unsafe extern "C" fn on_free<W: Waiter>(ctx: *mut raw::RedisModuleCtx, privdata:
         // rather than let the timer read freed memory.
         std::mem::forget(std::mem::replace(
             &mut blocked.timer,
-            Box::new(KeyTimer { db: 0, key: Vec::new(), armed: None }),
+            Box::new(KeyTimer { db: 0, key: Vec::new(), armed: None, handle: ptr::null_mut(), woken: false }),
         ));
     }
     if let Some(waiter) = blocked.waiter.take()

@@ -1,7 +1,7 @@
 //! The context of one call Redis makes into the module: a command, a timer,
 //! the load. Replies, replication and notifications go through it.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, c_int};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 
@@ -61,6 +61,34 @@ impl<'call> Ctx<'call> {
     pub fn is_writable_primary(self) -> bool {
         let flags = self.flags();
         flags & raw::REDISMODULE_CTX_FLAGS_MASTER != 0 && flags & raw::REDISMODULE_CTX_FLAGS_LOADING == 0
+    }
+
+    /// Writes may not happen now: clients are paused for writes (`CLIENT
+    /// PAUSE ... WRITE`, `FAILOVER`, a cluster manual failover; on Redis
+    /// 7.0 any pause). Redis aborts if anything propagates then, so work
+    /// the module does on its own (timers, waiters' wake-ups, the sweeper)
+    /// must hold its writes back until this is false again.
+    pub fn writes_paused(self) -> bool {
+        // SAFETY: no arguments; called on the main thread.
+        unsafe { api!(RedisModule_AvoidReplicaTraffic)() != 0 }
+    }
+
+    /// In cluster mode, where a key may leave with its slot.
+    pub fn is_cluster(self) -> bool {
+        self.flags() & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0
+    }
+
+    /// Selects database `db` for what this context does next; `false` if
+    /// the server has no such database (any more).
+    pub(super) fn select_db(self, db: c_int) -> bool {
+        // SAFETY: a live context.
+        unsafe { api!(RedisModule_SelectDb)(self.as_ptr(), db) == raw::REDISMODULE_OK as c_int }
+    }
+
+    /// The database this context works in.
+    pub(super) fn selected_db(self) -> c_int {
+        // SAFETY: a live context.
+        unsafe { api!(RedisModule_GetSelectedDb)(self.as_ptr()) }
     }
 
     /// Refuses the internal commands to clients: they store records and

@@ -16,7 +16,8 @@
 //! - [`io`]: what those callbacks read and write.
 //! - [`background`]: the timer and keyspace walk of the filter sweeper.
 //! - [`blocking`]: clients that wait on a key (`IDEM.CLAIM ... WAIT`), and
-//!   the timers and signals that wake them.
+//!   the timers and signals that wake them; [`owed`]: the wake-ups given
+//!   later (after a write pause; on Redis 7.0, deletions).
 //! - [`info`]: the `INFO idem` section.
 //!
 //! The crate's convenience layer (`decode_args`, `RedisValue` replies, a
@@ -31,6 +32,7 @@ pub mod data_type;
 pub mod info;
 pub mod io;
 pub mod key;
+pub mod owed;
 
 use std::ffi::c_char;
 

@@ -62,9 +62,10 @@ fn commit(ctx: Ctx, mut slot: Slot, write: Write, event: &'static CStr) {
 pub fn claim(ctx: Ctx, args: &Args) -> CmdResult {
     let now = ctx.now();
     let (claim, bloom) = record::parse_claim(args, now)?;
-    // Where the client may not block, WAIT answers as without it.
-    let wait = claim.wait > 0 && blocking::may_block(ctx);
-    if let Answer::Busy { lease_end } = decide_claim(ctx, args, &claim, bloom, now, wait)? {
+    // Where the client may not block, or too many already wait, WAIT
+    // answers as without it.
+    let wait = claim.wait > 0 && blocking::may_block(ctx) && room_for_a_waiter();
+    if let Answer::Busy { lease_end } = decide_claim(ctx, args, &claim, bloom, now, Caller::Command { wait })? {
         count(Metric::WaitStarted);
         let waiter = ClaimWaiter { claim, bloom };
         blocking::block_on_key(ctx, args.arg(1), claim.wait, Some(wake_after(lease_end)), waiter);
@@ -72,11 +73,37 @@ pub fn claim(ctx: Ctx, args: &Args) -> CmdResult {
     Ok(())
 }
 
+/// Whether another client may wait (`idem.max-waiters`); counted when not.
+fn room_for_a_waiter() -> bool {
+    let room = blocking::waiting() < config::max_waiters();
+    if !room {
+        count(Metric::WaitRefused);
+    }
+    room
+}
+
+/// Who runs a CLAIM, which decides what it leaves unanswered.
+#[derive(Clone, Copy)]
+enum Caller {
+    /// A client's `IDEM.CLAIM`: every answer is replied, but `BUSY` when
+    /// the client will wait.
+    Command { wait: bool },
+    /// A waiter woken on its key: `BUSY` is not replied (it waits on), nor
+    /// an answer that writes while writes are paused (it waits for the
+    /// pause to end).
+    Woken,
+    /// A waiter whose time is up: every answer is replied; one that writes
+    /// is an error when it may not write now.
+    TimedOut,
+}
+
 /// How a CLAIM ended.
 enum Answer {
     /// `BUSY`, not answered yet: the caller waits until the lease ends at
     /// `lease_end` or the record changes.
     Busy { lease_end: Millis },
+    /// Not answered: the answer writes, and writes are paused.
+    WritesPaused,
     /// A claim was granted: `NEW`, `SEEN` or `RETRY`.
     Claimed,
     /// Any other answer.
@@ -90,15 +117,15 @@ fn wake_after(lease_end: Millis) -> Millis {
 }
 
 /// Runs a CLAIM at `now` with parsed arguments, replies and stores its
-/// write; except a `BUSY` answer when `hold_busy`, which is neither replied
-/// nor counted but returned, for the caller to wait.
+/// write, but for the answers `caller` leaves unanswered (see [`Caller`]),
+/// which are returned with nothing stored.
 fn decide_claim(
     ctx: Ctx,
     args: &Args,
     claim: &ClaimArgs,
     bloom: Option<usize>,
     now: Millis,
-    hold_busy: bool,
+    caller: Caller,
 ) -> Result<Answer, CmdError> {
     let mut claim = *claim;
     let mut key = ctx.open_key(args.arg(1), KeyMode::Write);
@@ -111,7 +138,30 @@ fn decide_claim(
         claim.maybe_seen =
             slot.record().is_none() && filter.is_some_and(|filter| filter.contains(filter.hash(args.bytes(1)), now));
     }
+    // A waiter's answer comes from a callback, not from a command Redis
+    // would hold back while writes are paused.
+    if !matches!(caller, Caller::Command { .. }) {
+        // In cluster mode a missing key may have left with its slot, and
+        // claiming it here could grant it twice.
+        if matches!(caller, Caller::TimedOut) && slot.record().is_none() && !blocking::may_claim_absent_key(ctx) {
+            return Err(TRYAGAIN_GONE);
+        }
+        // An answer that writes waits for writes; it is found on a copy,
+        // so that nothing changes before it is known. Only during a pause:
+        // the copy costs nothing that matters.
+        if ctx.writes_paused() {
+            let mut copy = slot.record().cloned();
+            let (_, write) = record::claim(copy.as_mut(), &claim, now, config::lifetimes(), new_token);
+            if !matches!(write, Write::None) {
+                return match caller {
+                    Caller::Woken => Ok(Answer::WritesPaused),
+                    _ => Err(TRYAGAIN_PAUSED),
+                };
+            }
+        }
+    }
     let (reply, write) = record::claim(slot.record(), &claim, now, config::lifetimes(), new_token);
+    let hold_busy = matches!(caller, Caller::Command { wait: true } | Caller::Woken);
     if hold_busy && let ClaimReply::Busy { lease_left, .. } = reply {
         return Ok(Answer::Busy { lease_end: now + lease_left });
     }
@@ -161,15 +211,24 @@ fn decide_claim(
     Ok(answer)
 }
 
+/// A waiter's time ended while writes were paused, on a key it would claim.
+const TRYAGAIN_PAUSED: CmdError = CmdError::Static(
+    c"TRYAGAIN writes are paused (CLIENT PAUSE WRITE or a failover) and the key is free: claim it again",
+);
+/// A waiter's time ended, in cluster mode, on a key gone from this node.
+const TRYAGAIN_GONE: CmdError =
+    CmdError::Static(c"TRYAGAIN the record is gone from this node (deleted, or its slot is migrating): claim it again");
+
 /// A client of `IDEM.CLAIM ... WAIT` waiting on a record another claim
 /// holds. Every time the record key is signalled (a DONE, a RELEASE, the
 /// lease's end, the key deleted) it runs its CLAIM again, as of now: still
 /// `BUSY` goes on waiting (until the lease, perhaps extended, ends), any
-/// other answer is replied and stored exactly as a CLAIM's. Redis serves
-/// the clients blocked on a key in the order they blocked, so the longest
-/// waiter claims first and the others then find the key busy again. In
-/// cluster mode a deleted key does not wake it: the key may have left with
-/// its slot (see [`blocking::may_claim_absent_key`]).
+/// other answer is replied and stored exactly as a CLAIM's, once writes
+/// are allowed. Redis serves the clients blocked on a key in the order
+/// they blocked, so the longest waiter claims first and the others then
+/// find the key busy again. In cluster mode a deleted key does not wake
+/// it: the key may have left with its slot (see
+/// [`blocking::may_claim_absent_key`]).
 struct ClaimWaiter {
     claim: ClaimArgs,
     bloom: Option<usize>,
@@ -180,9 +239,9 @@ impl Waiter for ClaimWaiter {
         if !blocking::may_claim_absent_key(ctx) && ctx.open_key(args.arg(1), KeyMode::Read).is_empty() {
             return Wake::Wait { signal_at: None };
         }
-        let answer = decide_claim(ctx, args, &self.claim, self.bloom, ctx.now(), true);
-        match answer {
+        match decide_claim(ctx, args, &self.claim, self.bloom, ctx.now(), Caller::Woken) {
             Ok(Answer::Busy { lease_end }) => return Wake::Wait { signal_at: Some(wake_after(lease_end)) },
+            Ok(Answer::WritesPaused) => return Wake::WaitForWrites,
             Ok(Answer::Claimed) => count(Metric::WaitClaimed),
             Ok(Answer::Other) => count(Metric::WaitDone),
             Err(error) => {
@@ -193,23 +252,13 @@ impl Waiter for ClaimWaiter {
         Wake::Replied
     }
 
-    /// `BUSY` with what is left of the lease, read without writing: a
-    /// lease that lapsed just now, or a key deleted where that wakes
-    /// nobody, answers `BUSY 0`.
+    /// What a CLAIM answers now: `BUSY` with what is left of a live lease,
+    /// or, when the record changed at the last moment, its new answer.
     fn timeout(&mut self, ctx: Ctx<'_>, args: &Args<'_>) {
         count(Metric::WaitTimeout);
-        let now = ctx.now();
-        let mut key = ctx.open_key(args.arg(1), KeyMode::Read);
-        let mut slot = match Slot::open(&mut key) {
-            Ok(slot) => slot,
-            Err(error) => return ctx.reply_error(&error),
-        };
-        let (lease_left, attempt) = slot.record().map_or((0, 0), |record| (record.lease_left(now), record.attempt));
-        count(Metric::ClaimBusy);
-        ctx.reply_array(3);
-        ctx.reply_simple(c"BUSY");
-        ctx.reply_int(lease_left);
-        ctx.reply_int(attempt as i64);
+        if let Err(error) = decide_claim(ctx, args, &self.claim, self.bloom, ctx.now(), Caller::TimedOut) {
+            ctx.reply_error(&error);
+        }
     }
 
     fn abandoned(self) {

@@ -1,0 +1,177 @@
+//! Wake-ups the module owes its waiters but may not give when they fall
+//! due (see [`super::blocking`]), given by one timer as soon as it may:
+//!
+//! - keys whose waiters held back a write while writes were paused: each
+//!   is signalled again once writes are allowed;
+//! - where the server does not wake the clients blocked on a deleted key
+//!   (Redis 7.0), keys deleted, expired, evicted, renamed, moved or flushed
+//!   under their waiters, heard of through keyspace events and the
+//!   `FLUSHDB` server event. A keyspace event's handler must not write,
+//!   and waking a waiter writes (its claim), so the wake-up waits for the
+//!   timer too.
+//!
+//! While writes are paused the timer only looks again a little later.
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::ffi::{CStr, c_char, c_int, c_void};
+
+use redis_module::raw;
+
+use super::api;
+use super::blocking::{self, DbKey};
+use super::context::Ctx;
+use super::key::Arg;
+
+/// How soon a wake-up owed is given when writes are allowed.
+const SOON_MS: i64 = 1;
+/// How often a paused server is looked at again. A pause lasts from
+/// milliseconds (a failover's handover) to whatever an operator typed.
+const WHILE_PAUSED_MS: i64 = 10;
+
+#[derive(Default)]
+struct Owed {
+    /// Keys, by database and name, to signal as ready.
+    signal: HashSet<DbKey>,
+    /// Keys deleted under their waiters, whose waiters the module wakes.
+    deleted: HashSet<DbKey>,
+    /// The timer is pending.
+    armed: bool,
+}
+
+thread_local! {
+    /// Callbacks and timers run on Redis's main thread, one at a time.
+    static OWED: RefCell<Owed> = RefCell::new(Owed::default());
+}
+
+/// Signals `key` of database `db` again as soon as writes are allowed.
+pub(super) fn signal_when_writable(ctx: Ctx<'_>, db: c_int, key: &[u8]) {
+    OWED.with_borrow_mut(|owed| owed.signal.insert((db, key.to_vec())));
+    arm(ctx, SOON_MS);
+}
+
+fn deleted(ctx: Ctx<'_>, keys: impl IntoIterator<Item = DbKey>) {
+    let any = OWED.with_borrow_mut(|owed| {
+        let before = owed.deleted.len();
+        owed.deleted.extend(keys);
+        owed.deleted.len() > before
+    });
+    if any {
+        arm(ctx, SOON_MS);
+    }
+}
+
+fn arm(ctx: Ctx<'_>, delay: i64) {
+    if OWED.with_borrow_mut(|owed| std::mem::replace(&mut owed.armed, true)) {
+        return;
+    }
+    // SAFETY: a live context; the timer carries no data.
+    unsafe { api!(RedisModule_CreateTimer)(ctx.as_ptr(), delay, Some(on_timer), std::ptr::null_mut()) };
+}
+
+/// # Safety
+/// Called by Redis on the main thread with a live context.
+unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    OWED.with_borrow_mut(|owed| owed.armed = false);
+    // SAFETY: the timer's own context, used during this call only.
+    let Some(ctx) = (unsafe { Ctx::from_raw(ctx) }) else { return };
+    if ctx.writes_paused() {
+        arm(ctx, WHILE_PAUSED_MS);
+        return;
+    }
+    let (signal, deleted) =
+        OWED.with_borrow_mut(|owed| (std::mem::take(&mut owed.signal), std::mem::take(&mut owed.deleted)));
+    // A panic must not unwind into Redis: what it left undone is dropped,
+    // and those waiters answer at their lease's end or their timeout.
+    let _ = std::panic::catch_unwind(|| {
+        for (db, key) in signal {
+            if ctx.select_db(db) {
+                ctx.with_key_name(&key, |name| blocking::signal_ready(ctx, name));
+            }
+        }
+        // In cluster mode a missing key may have left with its slot: its
+        // waiters wait on (see `blocking::may_claim_absent_key`).
+        if !ctx.is_cluster() {
+            for (db, key) in deleted {
+                if ctx.select_db(db) {
+                    blocking::wake_on_deleted(ctx, db, &key);
+                }
+            }
+        }
+    });
+}
+
+/// Where the server does not wake the clients blocked on a deleted key:
+/// listens for deletions, at load time.
+pub fn start(ctx: Ctx<'_>) -> Result<(), String> {
+    if blocking::deletion_wakes() {
+        return Ok(());
+    }
+    let classes = raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_EXPIRED | raw::REDISMODULE_NOTIFY_EVICTED;
+    // SAFETY: a live OnLoad context; a callback with the signature Redis
+    // expects.
+    let subscribed =
+        unsafe { api!(RedisModule_SubscribeToKeyspaceEvents)(ctx.as_ptr(), classes, Some(on_keyspace_event)) };
+    // redismodule.h's `RedisModuleEvent_FlushDB`, a static of the header
+    // rather than a symbol: the event and the version of its data.
+    let flush_db = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_FLUSHDB, dataver: 1 };
+    // SAFETY: as above.
+    let flushes = unsafe { api!(RedisModule_SubscribeToServerEvent)(ctx.as_ptr(), flush_db, Some(on_flush)) };
+    if subscribed != raw::REDISMODULE_OK as c_int || flushes != raw::REDISMODULE_OK as c_int {
+        return Err("redis-idem: could not subscribe to deletions, which wake IDEM.CLAIM ... WAIT".into());
+    }
+    Ok(())
+}
+
+/// Events that leave a key missing under its name.
+fn leaves_key_missing(event: &[u8]) -> bool {
+    matches!(event, b"del" | b"expired" | b"evicted" | b"rename_from" | b"move_from")
+}
+
+/// # Safety
+/// Called by Redis on the main thread with a live context, a NUL-terminated
+/// event name and the key's name, for the length of the call.
+unsafe extern "C" fn on_keyspace_event(
+    ctx: *mut raw::RedisModuleCtx,
+    _class: c_int,
+    event: *const c_char,
+    key: *mut raw::RedisModuleString,
+) -> c_int {
+    // Every generic event of the server comes here (on Redis 7.0 only):
+    // most find nobody waiting.
+    if !blocking::anyone_watched() {
+        return 0;
+    }
+    // SAFETY: as the caller promises.
+    let (Some(ctx), Some(key)) = (unsafe { Ctx::from_raw(ctx) }, unsafe { Arg::from_raw(key) }) else { return 0 };
+    // SAFETY: as the caller promises.
+    let event = unsafe { CStr::from_ptr(event) }.to_bytes();
+    let db = ctx.selected_db();
+    if leaves_key_missing(event) && blocking::is_watched(db, key.bytes()) {
+        deleted(ctx, [(db, key.bytes().to_vec())]);
+    }
+    0
+}
+
+/// # Safety
+/// Called by Redis on the main thread with a live context and, for
+/// `FLUSHDB` events, a `RedisModuleFlushInfo`.
+unsafe extern "C" fn on_flush(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    sub: u64,
+    data: *mut c_void,
+) {
+    if sub != raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
+        return;
+    }
+    // SAFETY: as the caller promises.
+    let (Some(ctx), Some(info)) =
+        (unsafe { Ctx::from_raw(ctx) }, unsafe { data.cast::<raw::RedisModuleFlushInfo>().as_ref() })
+    else {
+        return;
+    };
+    // -1: every database (FLUSHALL).
+    let db = (info.dbnum >= 0).then_some(info.dbnum);
+    deleted(ctx, blocking::watched_keys(db));
+}
