@@ -1,7 +1,7 @@
 //! Command registration and dispatch. Each feature declares its commands
 //! as a table of [`CommandSpec`] rows (name, flags, ACL categories, arity,
-//! key specs, `COMMAND DOCS` text and argument tree) next to their handlers; this registers
-//! them in one pass at load time and runs them.
+//! key specs, `COMMAND DOCS` text and argument tree) next to their
+//! handlers; this registers them in one pass at load time and runs them.
 //!
 //! Redis 7.0 has no `RedisModule_SetCommandACLCategories`, so commands are
 //! registered with the raw API rather than the crate's macros (which need
