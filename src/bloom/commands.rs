@@ -10,6 +10,8 @@
 //! later day, puts every item in the shard the primary chose and ends up
 //! with the same bits.
 
+use std::ffi::CStr;
+
 use idem_core::Millis;
 use idem_core::args::ArgList;
 use idem_core::bloom::{self, MAX_BYTES, Room, ShardedBloom, codec};
@@ -18,10 +20,19 @@ use idem_core::error::{CmdError, CmdResult};
 
 use super::data_type;
 use crate::config;
-use crate::host::command::{ACCESS, CommandSpec, INSERT, OW, RO, RW, UPDATE, command_entry, key};
+use crate::host::command::{ACCESS, ArgSpec, CommandSpec, INSERT, OW, RO, RW, UPDATE, arg, command_entry, key};
 use crate::host::{Arg, Args, Ctx, Key, KeyMode};
 use crate::limits;
 use crate::metrics::{Metric, count};
+
+/// Keyspace events of the module class, on the filter's key (named as
+/// RedisBloom's `bf.reserve` and `bf.add`).
+pub const EVENT_RESERVE: &CStr = c"idem.bf.reserve";
+/// An add of one item or many (`ADD`, `MADD`, a `DONE ... BLOOM`'s), or a
+/// write that creates the filter to add to it.
+pub const EVENT_ADD: &CStr = c"idem.bf.add";
+/// The background sweeper dropped shards that left the window.
+pub const EVENT_DROP: &CStr = c"idem.bf.drop";
 
 /// A filter about to be written: the key's own, or one to create.
 enum Target<'k> {
@@ -161,9 +172,11 @@ fn change_key(key: &mut Key<'_>, change: KeyChange) -> bool {
     true
 }
 
-/// Applies the change a write of `items` at `now` made to `key`'s filter
-/// and propagates the write.
-pub fn commit(ctx: Ctx, key: &mut Key<'_>, change: KeyChange, now: Millis, items: &[Arg]) {
+/// Applies the change a write of `items` at `now` made to `key`'s filter,
+/// propagates the write and fires `event` on the key. A write that changed
+/// nothing (every item already in the current shard) is neither
+/// propagated nor notified, as `SADD` of a member already there.
+pub fn commit(ctx: Ctx, key: &mut Key<'_>, change: KeyChange, now: Millis, items: &[Arg], event: &'static CStr) {
     let header = match &change {
         KeyChange::Store(filter) => codec::effect_header(now, Some(filter)),
         _ => Vec::new(),
@@ -172,6 +185,7 @@ pub fn commit(ctx: Ctx, key: &mut Key<'_>, change: KeyChange, now: Millis, items
         let time = now.to_le_bytes();
         let header = if header.is_empty() { &time[..] } else { &header };
         ctx.replicate_key_blob_items(c"IDEM.BF.APPLY", key.name(), header, items);
+        ctx.notify(event, key.name());
     }
 }
 
@@ -187,7 +201,7 @@ pub fn reserve(ctx: Ctx, args: &Args) -> CmdResult {
     let prepared =
         prepare(ctx, &mut key, 0, now, || Ok(ShardedBloom::new(params, rand::random(), now, config::bf_max_bytes())?))?;
     let change = add_prepared(prepared, now, &[], |_| {});
-    commit(ctx, &mut key, change, now, &[]);
+    commit(ctx, &mut key, change, now, &[], EVENT_RESERVE);
     ctx.reply_simple(c"OK");
     Ok(())
 }
@@ -204,7 +218,7 @@ fn add_items(ctx: Ctx, args: &Args, as_array: bool) -> CmdResult {
         count(if new { Metric::BfAddNew } else { Metric::BfAddSeen });
         ctx.reply_int(new as i64);
     });
-    commit(ctx, &mut key, change, now, items);
+    commit(ctx, &mut key, change, now, items, EVENT_ADD);
     Ok(())
 }
 
@@ -334,6 +348,10 @@ pub fn load(ctx: Ctx, args: &Args) -> CmdResult {
     Ok(())
 }
 
+/// `SHARD DAY|HOUR|seconds`.
+static SHARD_PERIODS: &[ArgSpec] =
+    &[arg::keyword(c"day", c"DAY"), arg::keyword(c"hour", c"HOUR"), arg::integer(c"seconds")];
+
 /// The filter commands as registered.
 pub static COMMANDS: [CommandSpec; 8] = [
     CommandSpec {
@@ -345,6 +363,15 @@ pub static COMMANDS: [CommandSpec; 8] = [
         summary: c"Creates a date-sharded Bloom filter: a shard per period, the last WINDOW shards remembered.",
         complexity: c"O(1)",
         keys: &[key(1, RW | INSERT)],
+        args: &[
+            arg::key(c"key", 0),
+            arg::double(c"error_rate"),
+            arg::integer(c"capacity"),
+            // Both options' values are `n` in the docs; names stay unique.
+            arg::option(c"WINDOW", arg::shown_as(c"n", arg::integer(c"window"))),
+            arg::option(c"SHARD", arg::one_of(c"period", SHARD_PERIODS)),
+            arg::option(c"EXPANSION", arg::shown_as(c"n", arg::integer(c"expansion"))),
+        ],
     },
     CommandSpec {
         name: c"IDEM.BF.ADD",
@@ -355,6 +382,7 @@ pub static COMMANDS: [CommandSpec; 8] = [
         summary: c"Records an item in the current shard; replies 1 if the window had not seen it.",
         complexity: c"O(K x S): K hash functions, S shards in the window",
         keys: &[key(1, RW | ACCESS | UPDATE)],
+        args: &[arg::key(c"key", 0), arg::string(c"item")],
     },
     CommandSpec {
         name: c"IDEM.BF.MADD",
@@ -365,6 +393,7 @@ pub static COMMANDS: [CommandSpec; 8] = [
         summary: c"Records items in the current shard; replies, for each, 1 if the window had not seen it.",
         complexity: c"O(N x K x S) for N items",
         keys: &[key(1, RW | ACCESS | UPDATE)],
+        args: &[arg::key(c"key", 0), arg::many(arg::string(c"item"))],
     },
     CommandSpec {
         name: c"IDEM.BF.EXISTS",
@@ -375,6 +404,7 @@ pub static COMMANDS: [CommandSpec; 8] = [
         summary: c"Replies 1 if the item may have been seen within the window, 0 if not.",
         complexity: c"O(K x S): K hash functions, S shards in the window",
         keys: &[key(1, RO | ACCESS)],
+        args: &[arg::key(c"key", 0), arg::string(c"item")],
     },
     CommandSpec {
         name: c"IDEM.BF.MEXISTS",
@@ -385,6 +415,7 @@ pub static COMMANDS: [CommandSpec; 8] = [
         summary: c"Replies, for each item, 1 if it may have been seen within the window, 0 if not.",
         complexity: c"O(N x K x S) for N items",
         keys: &[key(1, RO | ACCESS)],
+        args: &[arg::key(c"key", 0), arg::many(arg::string(c"item"))],
     },
     CommandSpec {
         name: c"IDEM.BF.INFO",
@@ -395,6 +426,7 @@ pub static COMMANDS: [CommandSpec; 8] = [
         summary: c"Shows a filter's parameters and its live shards.",
         complexity: c"O(S) for S shards",
         keys: &[key(1, RO)],
+        args: &[arg::key(c"key", 0)],
     },
     CommandSpec {
         name: c"IDEM.BF.APPLY",
@@ -405,6 +437,7 @@ pub static COMMANDS: [CommandSpec; 8] = [
         summary: c"Internal: a filter write as the primary made it, at the primary's time (replication and AOF).",
         complexity: c"O(N x K x S) for N items",
         keys: &[key(1, RW | UPDATE)],
+        args: &[arg::key(c"key", 0), arg::string(c"header"), arg::any(arg::string(c"item"))],
     },
     CommandSpec {
         name: c"IDEM.BF.LOAD",
@@ -415,5 +448,6 @@ pub static COMMANDS: [CommandSpec; 8] = [
         summary: c"Internal: stores a whole filter, as the AOF rewrite writes it.",
         complexity: c"O(N) where N is the size of the filter",
         keys: &[key(1, OW | UPDATE)],
+        args: &[arg::key(c"key", 0), arg::string(c"blob")],
     },
 ];

@@ -1,7 +1,7 @@
 //! Command registration and dispatch. Each feature declares its commands
 //! as a table of [`CommandSpec`] rows (name, flags, ACL categories, arity,
-//! key specs, `COMMAND DOCS` text) next to their handlers; this registers
-//! them in one pass at load time and runs them.
+//! key specs, `COMMAND DOCS` text and argument tree) next to their
+//! handlers; this registers them in one pass at load time and runs them.
 //!
 //! Redis 7.0 has no `RedisModule_SetCommandACLCategories`, so commands are
 //! registered with the raw API rather than the crate's macros (which need
@@ -55,6 +55,97 @@ pub const fn key(position: c_int, flags: u32) -> KeyArg {
     KeyArg { at: KeyAt::Index(position), flags }
 }
 
+/// What an argument is, in `COMMAND DOCS`.
+#[derive(Clone, Copy)]
+pub enum ArgType {
+    /// A key, found by the command's key spec of this index.
+    Key(c_int),
+    String,
+    Integer,
+    Double,
+    /// A keyword standing alone (`DAY`): the argument's token.
+    PureToken,
+    /// Exactly one of these.
+    OneOf(&'static [ArgSpec]),
+}
+
+/// One argument of a command, as `COMMAND DOCS` shows it: what redis-cli's
+/// hints and client code generators read. Made with the functions of
+/// [`arg`].
+#[derive(Clone, Copy)]
+pub struct ArgSpec {
+    /// What the value is, e.g. `lease`: unique among its siblings, since
+    /// code generators name parameters after it.
+    pub name: &'static CStr,
+    pub kind: ArgType,
+    /// The keyword before the value (`PAYLOAD` in `PAYLOAD data`).
+    pub token: Option<&'static CStr>,
+    /// Shown instead of the name where the docs' syntax line says
+    /// otherwise (Redis 7.2+, Valkey; Redis 7.0 shows the name).
+    pub display: Option<&'static CStr>,
+    pub optional: bool,
+    /// Repeats: `item [item ...]`.
+    pub multiple: bool,
+}
+
+/// Builders of [`ArgSpec`] for the command tables.
+pub mod arg {
+    use super::{ArgSpec, ArgType, CStr, c_int};
+
+    const fn of(name: &'static CStr, kind: ArgType) -> ArgSpec {
+        ArgSpec { name, kind, token: None, display: None, optional: false, multiple: false }
+    }
+
+    /// A key, declared by the command's key spec `spec` (its index in
+    /// `CommandSpec::keys`).
+    pub const fn key(name: &'static CStr, spec: c_int) -> ArgSpec {
+        of(name, ArgType::Key(spec))
+    }
+
+    pub const fn string(name: &'static CStr) -> ArgSpec {
+        of(name, ArgType::String)
+    }
+
+    pub const fn integer(name: &'static CStr) -> ArgSpec {
+        of(name, ArgType::Integer)
+    }
+
+    pub const fn double(name: &'static CStr) -> ArgSpec {
+        of(name, ArgType::Double)
+    }
+
+    /// A keyword alone, such as `DAY`.
+    pub const fn keyword(name: &'static CStr, token: &'static CStr) -> ArgSpec {
+        ArgSpec { token: Some(token), ..of(name, ArgType::PureToken) }
+    }
+
+    /// One of `choices`.
+    pub const fn one_of(name: &'static CStr, choices: &'static [ArgSpec]) -> ArgSpec {
+        of(name, ArgType::OneOf(choices))
+    }
+
+    /// An option: `token` then `value`, which may be left out.
+    pub const fn option(token: &'static CStr, value: ArgSpec) -> ArgSpec {
+        ArgSpec { token: Some(token), optional: true, ..value }
+    }
+
+    /// `value`, once or more: `item [item ...]`.
+    pub const fn many(value: ArgSpec) -> ArgSpec {
+        ArgSpec { multiple: true, ..value }
+    }
+
+    /// `value`, any number of times, none included.
+    pub const fn any(value: ArgSpec) -> ArgSpec {
+        ArgSpec { optional: true, ..many(value) }
+    }
+
+    /// `value`, shown as `display` (where two options' values share the
+    /// docs' name, such as `n`).
+    pub const fn shown_as(display: &'static CStr, value: ArgSpec) -> ArgSpec {
+        ArgSpec { display: Some(display), ..value }
+    }
+}
+
 /// One command as registered.
 pub struct CommandSpec {
     pub name: &'static CStr,
@@ -67,6 +158,8 @@ pub struct CommandSpec {
     pub summary: &'static CStr,
     pub complexity: &'static CStr,
     pub keys: &'static [KeyArg],
+    /// The argument tree after the command name, in the docs' order.
+    pub args: &'static [ArgSpec],
 }
 
 /// The version every command reports in `COMMAND DOCS`.
@@ -163,6 +256,56 @@ fn key_spec(key: &KeyArg) -> raw::RedisModuleCommandKeySpec {
     spec
 }
 
+/// [`ArgSpec`]s as the C array Redis reads (ended by an all-zero entry),
+/// with the arrays its `ONEOF`s point to, which must live as long.
+struct CommandArgs {
+    list: Vec<raw::RedisModuleCommandArg>,
+    _choices: Vec<CommandArgs>,
+}
+
+impl CommandArgs {
+    fn new(specs: &[ArgSpec]) -> CommandArgs {
+        let mut choices = Vec::new();
+        let mut list: Vec<_> = specs
+            .iter()
+            .map(|spec| {
+                // SAFETY: an all-zero argument is valid: no strings, no
+                // flags, no sub-arguments (and it ends a list).
+                let mut arg: raw::RedisModuleCommandArg = unsafe { MaybeUninit::zeroed().assume_init() };
+                arg.name = spec.name.as_ptr();
+                arg.token = spec.token.map_or(ptr::null(), CStr::as_ptr);
+                arg.display_text = spec.display.map_or(ptr::null(), CStr::as_ptr);
+                arg.key_spec_index = -1;
+                arg.flags = (if spec.optional { raw::REDISMODULE_CMD_ARG_OPTIONAL } else { 0 }
+                    | if spec.multiple { raw::REDISMODULE_CMD_ARG_MULTIPLE } else { 0 })
+                    as c_int;
+                arg.type_ = match spec.kind {
+                    ArgType::Key(index) => {
+                        arg.key_spec_index = index;
+                        raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY
+                    }
+                    ArgType::String => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+                    ArgType::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+                    ArgType::Double => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_DOUBLE,
+                    ArgType::PureToken => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
+                    ArgType::OneOf(specs) => {
+                        // The inner list's buffer stays put when `sub`
+                        // moves into `choices`.
+                        let mut sub = CommandArgs::new(specs);
+                        arg.subargs = sub.list.as_mut_ptr();
+                        choices.push(sub);
+                        raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF
+                    }
+                };
+                arg
+            })
+            .collect();
+        // SAFETY: as above; the all-zero entry ends the list.
+        list.push(unsafe { MaybeUninit::zeroed().assume_init() });
+        CommandArgs { list, _choices: choices }
+    }
+}
+
 /// The module's own ACL category, `+@idem`, where the server lets modules
 /// add one (Redis 7.4+, Valkey 8.1+). `false` where it cannot.
 fn add_idem_category(ctx: *mut raw::RedisModuleCtx) -> bool {
@@ -232,6 +375,7 @@ pub fn register(ctx: Ctx<'_>, tables: &[&[CommandSpec]]) -> Result<(), String> {
         let mut key_specs: Vec<_> = spec.keys.iter().map(key_spec).collect();
         // SAFETY: an all-zero key spec is valid, and ends the list.
         key_specs.push(unsafe { MaybeUninit::zeroed().assume_init() });
+        let mut args = CommandArgs::new(spec.args);
         let info = raw::RedisModuleCommandInfo {
             version: &version,
             summary: spec.summary.as_ptr(),
@@ -241,9 +385,10 @@ pub fn register(ctx: Ctx<'_>, tables: &[&[CommandSpec]]) -> Result<(), String> {
             tips: ptr::null(),
             arity: spec.arity,
             key_specs: key_specs.as_mut_ptr(),
-            args: ptr::null_mut(),
+            args: args.list.as_mut_ptr(),
         };
-        // Redis copies what it keeps; the table may go after this call.
+        // Redis copies what it keeps, argument strings included (module.c
+        // `moduleCopyCommandArgs`); the arrays may go after this call.
         if command.is_null()
             // SAFETY: a command just registered, and an info whose
             // pointers live through the call.

@@ -20,7 +20,7 @@ use crate::bloom::data_type as bloom_data_type;
 use crate::config;
 use crate::host::blocking::{self, Waiter, Wake};
 use crate::host::command::{
-    ACCESS, CommandSpec, INCOMPLETE, INSERT, KeyArg, KeyAt, OW, RO, RW, UPDATE, command_entry, key,
+    ACCESS, CommandSpec, INCOMPLETE, INSERT, KeyArg, KeyAt, OW, RO, RW, UPDATE, arg, command_entry, key,
 };
 use crate::host::{Args, Ctx, KeyMode};
 use crate::limits;
@@ -335,7 +335,7 @@ fn add_completed_to_filter(ctx: Ctx, args: &Args, filter_index: usize, now: Mill
     let change = bloom_commands::add_prepared(prepared, now, &item, |new| {
         count(if new { Metric::BfAddNew } else { Metric::BfAddSeen });
     });
-    bloom_commands::commit(ctx, &mut filter_key, change, now, &item);
+    bloom_commands::commit(ctx, &mut filter_key, change, now, &item, bloom_commands::EVENT_ADD);
     Ok(())
 }
 
@@ -473,6 +473,14 @@ pub static COMMANDS: [CommandSpec; 7] = [
     CommandSpec {
         name: c"IDEM.CLAIM",
         entry: command_entry!(claim, keys: claim_keys),
+        args: &[
+            arg::key(c"key", 0),
+            arg::integer(c"lease"),
+            arg::option(c"PAYLOAD", arg::string(c"data")),
+            arg::option(c"MAXTRIES", arg::integer(c"n")),
+            arg::option(c"BLOOM", arg::key(c"filterkey", 1)),
+            arg::option(c"WAIT", arg::integer(c"ms")),
+        ],
         // `blocking`: WAIT may block the client (COMMAND INFO, @blocking),
         // as BZPOPMAX is "write fast blocking".
         flags: c"write deny-oom fast getkeys-api blocking",
@@ -485,6 +493,13 @@ pub static COMMANDS: [CommandSpec; 7] = [
     CommandSpec {
         name: c"IDEM.DONE",
         entry: command_entry!(done, keys: done_keys),
+        args: &[
+            arg::key(c"key", 0),
+            arg::string(c"token"),
+            arg::option(c"RESULT", arg::string(c"value")),
+            arg::option(c"RETAIN", arg::integer(c"seconds")),
+            arg::option(c"BLOOM", arg::key(c"filterkey", 1)),
+        ],
         // Not deny-oom: completing work must not fail on a full memory
         // (what cannot be stored is dropped, see `done`).
         flags: c"write getkeys-api",
@@ -503,6 +518,7 @@ pub static COMMANDS: [CommandSpec; 7] = [
         summary: c"Gives up a live claim so that a retry can claim the key at once.",
         complexity: c"O(1)",
         keys: &[key(1, RW | UPDATE)],
+        args: &[arg::key(c"key", 0), arg::string(c"token")],
     },
     CommandSpec {
         name: c"IDEM.EXTEND",
@@ -513,6 +529,7 @@ pub static COMMANDS: [CommandSpec; 7] = [
         summary: c"Extends the lease of the current claim.",
         complexity: c"O(1)",
         keys: &[key(1, RW | UPDATE)],
+        args: &[arg::key(c"key", 0), arg::string(c"token"), arg::integer(c"lease")],
     },
     CommandSpec {
         name: c"IDEM.GET",
@@ -523,6 +540,7 @@ pub static COMMANDS: [CommandSpec; 7] = [
         summary: c"Shows a record's state, attempt, times, result and fingerprint (never its token).",
         complexity: c"O(1)",
         keys: &[key(1, RO | ACCESS)],
+        args: &[arg::key(c"key", 0)],
     },
     CommandSpec {
         name: c"IDEM.ONCE",
@@ -533,6 +551,7 @@ pub static COMMANDS: [CommandSpec; 7] = [
         summary: c"Marks a key done if it has no record, in one step, for consumers that need no lease.",
         complexity: c"O(1)",
         keys: &[key(1, RW | INSERT)],
+        args: &[arg::key(c"key", 0), arg::integer(c"retain")],
     },
     CommandSpec {
         name: c"IDEM.APPLY",
@@ -543,5 +562,6 @@ pub static COMMANDS: [CommandSpec; 7] = [
         summary: c"Internal: stores a record exactly as the primary wrote it (replication and AOF).",
         complexity: c"O(N) where N is the size of the record",
         keys: &[key(1, OW | UPDATE)],
+        args: &[arg::key(c"key", 0), arg::string(c"blob")],
     },
 ];
