@@ -204,3 +204,37 @@ fn claim_arguments_in_full() {
     ];
     assert_eq!(summary, want);
 }
+
+/// The backquoted names in `text` that look like counters (`a_b`, lower
+/// case), as `INFO idem` would name them.
+fn counter_names(text: &str, prefix: &str) -> BTreeSet<String> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|word| {
+            word.contains('_') && !word.ends_with('_') && word.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+        })
+        .map(|word| if word.starts_with(prefix) { word.to_string() } else { format!("{prefix}{word}") })
+        .collect()
+}
+
+fn doc_section(file: &str, heading: &str) -> String {
+    let docs = std::fs::read_to_string(format!("{}/docs/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let start = docs.find(heading).unwrap_or_else(|| panic!("docs/{file} has no {heading}"));
+    let rest = &docs[start + heading.len()..];
+    rest[..rest.find("\n#").unwrap_or(rest.len())].to_string()
+}
+
+/// Every `INFO idem` field is in both docs' lists, and they list no other.
+#[test]
+fn info_idem_fields_are_the_documented_ones() {
+    let s = Server::start();
+    let mut con = s.conn();
+    let served: BTreeSet<String> =
+        s.info(&mut con, "idem").into_keys().filter(|name| name.starts_with("idem_")).collect();
+    assert!(served.len() > 20, "INFO idem: {served:?}");
+    for (file, heading) in [("commands.md", "## INFO idem"), ("operations.md", "## INFO idem")] {
+        let documented = counter_names(&doc_section(file, heading), "idem_");
+        assert_eq!(documented, served, "docs/{file} {heading} against INFO idem");
+    }
+}
