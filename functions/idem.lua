@@ -31,7 +31,8 @@ local EDITION = 'functions'
 local VERSION = '0.1.0'
 
 -- Lua numbers are doubles, exact up to 2^53: every time is kept below it
--- (about 285,000 years from 1970). The module's limit is i64; the longest
+-- (about 285,000 years from 1970), and so Redis writes the numbers passed
+-- to redis.call as exact integers. The module's limit is i64; the longest
 -- history or retention (100 years) is subtracted as the module does.
 local MAX_MS = 9007199254740992
 local MAX_SECONDS = 100 * 365 * 24 * 3600
@@ -77,20 +78,18 @@ local function one_key(keys, name)
   end
 end
 
--- Unix ms, from the server's clock.
+-- Unix ms from the server's clock, and the clock as TIME gave it.
 local function now_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
-local function int_text(n)
-  return string.format('%d', n)
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
 end
 
 -- Redis's string2ll: the exact decimal spelling of an i64, nothing else.
 -- Values past 2^53 come back rounded; every caller compares them with
 -- limits far below that.
 local function parse_int(text)
+  -- The common case first: a positive number well within 2^53.
+  if #text < 16 and string.find(text, '^[1-9]%d*$') then return tonumber(text) end
   local digits, negative = text, false
   if string.sub(text, 1, 1) == '-' then
     digits, negative = string.sub(text, 2), true
@@ -150,23 +149,21 @@ local function read(key)
   return record
 end
 
--- Tokens: 128 bits of SHA-1 over a salt drawn when this library instance
--- first issues one (the server's clock in us and heap addresses, which ASLR
--- makes differ between processes), a counter that never repeats within the
--- instance, and the key and time of the claim. The counter makes every
--- input this instance hashes distinct; the salt keeps other instances (a
--- restart, a FUNCTION LOAD, another primary) off its inputs. Functions
--- replicate their effects, so replicas and the AOF store the primary's
--- token and never draw one.
-local salt
-local issued = 0
-local function new_token(key, now)
-  if not salt then
-    local t = redis.call('TIME')
-    salt = redis.sha1hex(t[1] .. '.' .. t[2] .. tostring({}) .. tostring(redis.call) .. tostring(new_token))
+-- Tokens: 128 bits of a SHA-1 chain. Each token hashes the previous link
+-- with the key and the server's clock in us; the first link hashes that
+-- clock and heap addresses, which ASLR makes differ between processes. A
+-- chain never returns to a link it left (that would take a SHA-1 cycle),
+-- so this library instance never hashes the same input twice; another
+-- instance (a restart, a FUNCTION LOAD, another primary) starts elsewhere.
+-- Functions replicate their effects, so replicas and the AOF store the
+-- primary's token and never draw one.
+local chain
+local function new_token(key, clock)
+  if not chain then
+    chain = redis.sha1hex(clock[1] .. '.' .. clock[2] .. tostring({}) .. tostring(redis.call) .. tostring(new_token))
   end
-  issued = issued + 1
-  return string.sub(redis.sha1hex(salt .. issued .. ':' .. now .. ':' .. key), 1, 32)
+  chain = redis.sha1hex(chain .. clock[1] .. '.' .. clock[2] .. key)
+  return string.sub(chain, 1, 32)
 end
 
 local function fingerprint(payload)
@@ -180,7 +177,7 @@ local function claim(keys, argv)
   local argc = #argv
   if argc < 1 then return arity_error('IDEM.CLAIM') end
   local key = keys[1]
-  local now = now_ms()
+  local now, clock = now_ms()
   local lease, err = seconds_arg(argv[1], 'IDEM.CLAIM', now)
   if not lease then return err end
   local payload_fp, max_tries, bloom, wait
@@ -223,13 +220,13 @@ local function claim(keys, argv)
   if record == nil then return read_err end
   local lease_end = now + lease
   if not record then
-    local token = new_token(key, now)
+    local token = new_token(key, clock)
     if payload_fp then
-      redis.call('HSET', key, 's', 'p', 'a', '1', 'c', int_text(now), 'l', int_text(lease_end), 't', token, 'f', payload_fp)
+      redis.call('HSET', key, 's', 'p', 'a', '1', 'c', now, 'l', lease_end, 't', token, 'f', payload_fp)
     else
-      redis.call('HSET', key, 's', 'p', 'a', '1', 'c', int_text(now), 'l', int_text(lease_end), 't', token)
+      redis.call('HSET', key, 's', 'p', 'a', '1', 'c', now, 'l', lease_end, 't', token)
     end
-    redis.call('PEXPIREAT', key, int_text(lease_end + HISTORY_MS))
+    redis.call('PEXPIREAT', key, lease_end + HISTORY_MS)
     return { S_NEW, token, 1 }
   end
   local attempt = tonumber(record.a)
@@ -250,14 +247,14 @@ local function claim(keys, argv)
     return { S_EXHAUSTED, false, attempt }
   end
   attempt = attempt + 1
-  local token = new_token(key, now)
+  local token = new_token(key, clock)
   if payload_fp and not stored_fp then
-    redis.call('HSET', key, 's', 'p', 'a', int_text(attempt), 'c', int_text(now), 'l', int_text(lease_end), 't', token,
+    redis.call('HSET', key, 's', 'p', 'a', attempt, 'c', now, 'l', lease_end, 't', token,
       'f', payload_fp)
   else
-    redis.call('HSET', key, 's', 'p', 'a', int_text(attempt), 'c', int_text(now), 'l', int_text(lease_end), 't', token)
+    redis.call('HSET', key, 's', 'p', 'a', attempt, 'c', now, 'l', lease_end, 't', token)
   end
-  redis.call('PEXPIREAT', key, int_text(lease_end + HISTORY_MS))
+  redis.call('PEXPIREAT', key, lease_end + HISTORY_MS)
   return { S_RETRY, token, attempt }
 end
 
@@ -302,14 +299,14 @@ local function done(keys, argv)
 
   local record, read_err = read(key)
   if record == nil then return read_err end
-  local expire_at = int_text(now + (retain or RETAIN_MS))
+  local expire_at = (now + (retain or RETAIN_MS))
   if not record then
     -- A late completion after the record was forgotten: recorded, so a
     -- redelivery is still recognised as done.
     if result then
-      redis.call('HSET', key, 's', 'd', 'a', '0', 'd', int_text(now), 'r', result)
+      redis.call('HSET', key, 's', 'd', 'a', '0', 'd', now, 'r', result)
     else
-      redis.call('HSET', key, 's', 'd', 'a', '0', 'd', int_text(now))
+      redis.call('HSET', key, 's', 'd', 'a', '0', 'd', now)
     end
     redis.call('PEXPIREAT', key, expire_at)
     return 1
@@ -318,9 +315,9 @@ local function done(keys, argv)
   if not token or token ~= record.t then return STALE_DONE end
   -- A processing or released record holds no result and no done_at yet.
   if result then
-    redis.call('HSET', key, 's', 'd', 'd', int_text(now), 'l', '0', 't', '', 'r', result)
+    redis.call('HSET', key, 's', 'd', 'd', now, 'l', '0', 't', '', 'r', result)
   else
-    redis.call('HSET', key, 's', 'd', 'd', int_text(now), 'l', '0', 't', '')
+    redis.call('HSET', key, 's', 'd', 'd', now, 'l', '0', 't', '')
   end
   redis.call('PEXPIREAT', key, expire_at)
   return 1
@@ -340,8 +337,8 @@ local function release(keys, argv)
   if not record or record.s ~= 'p' or tonumber(record.l) <= now or not token or token ~= record.t then
     return 0
   end
-  redis.call('HSET', key, 's', 'r', 'l', int_text(now))
-  redis.call('PEXPIREAT', key, int_text(now + HISTORY_MS))
+  redis.call('HSET', key, 's', 'r', 'l', now)
+  redis.call('PEXPIREAT', key, now + HISTORY_MS)
   return 1
 end
 
@@ -364,8 +361,8 @@ local function extend(keys, argv)
     return STALE_EXTEND
   end
   local lease_end = now + lease
-  redis.call('HSET', key, 'l', int_text(lease_end))
-  redis.call('PEXPIREAT', key, int_text(lease_end + HISTORY_MS))
+  redis.call('HSET', key, 'l', lease_end)
+  redis.call('PEXPIREAT', key, lease_end + HISTORY_MS)
   return 1
 end
 
@@ -381,8 +378,8 @@ local function once(keys, argv)
   local record, read_err = read(key)
   if record == nil then return read_err end
   if record then return 0 end
-  redis.call('HSET', key, 's', 'd', 'a', '0', 'd', int_text(now))
-  redis.call('PEXPIREAT', key, int_text(now + retain))
+  redis.call('HSET', key, 's', 'd', 'a', '0', 'd', now)
+  redis.call('PEXPIREAT', key, now + retain)
   return 1
 end
 
