@@ -6,8 +6,11 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
+use common::cluster::*;
 use common::*;
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 const NAMES_THE_MODULE: &str = "needs the redis-idem module";
@@ -290,4 +293,162 @@ fn tokens_never_repeat_for_a_key_across_deletes_reloads_and_restarts() {
         }
     }
     assert_eq!(seen.len(), 4500);
+}
+
+/// What the claiming threads of the cluster test saw.
+#[derive(Default)]
+struct Claims {
+    answered: u64,
+    /// Granted claims (NEW or RETRY) by key: key index -> tokens.
+    grants: BTreeMap<usize, Vec<String>>,
+    transient: BTreeMap<String, u64>,
+    unexpected: Vec<String>,
+}
+
+/// Claims random keys of `keys` through the cluster client with a long
+/// lease until `stop`: each key may be granted once in the whole run.
+fn claim_load(
+    client: redis::cluster::ClusterClient,
+    keys: Arc<Vec<String>>,
+    stop: Arc<AtomicBool>,
+    answered: Arc<AtomicU64>,
+) -> Claims {
+    let mut claims = Claims::default();
+    let mut con = None;
+    while !stop.load(Ordering::Relaxed) {
+        let Some(cc) = con.as_mut() else {
+            con = client.get_connection().ok();
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        };
+        let index = rand::random_range(0..keys.len());
+        let reply: RedisResult<Value> =
+            redis::cmd("FCALL").arg("idem_claim").arg(1).arg(&keys[index]).arg(600).query(cc);
+        match reply {
+            Ok(v) => {
+                claims.answered += 1;
+                answered.fetch_add(1, Ordering::Relaxed);
+                let (status, value, attempt) = parse_claim(v);
+                match (status.as_str(), attempt) {
+                    ("NEW", 1) => claims.grants.entry(index).or_default().push(as_token(&value)),
+                    ("BUSY", 1) => {}
+                    _ => claims.unexpected.push(format!("{}: {status} {value:?} {attempt}", keys[index])),
+                }
+            }
+            Err(e) => match e.code() {
+                // No reply, or the cluster moving under the client: the
+                // claim may have run; a retry then finds it BUSY.
+                None | Some("TRYAGAIN" | "MOVED" | "ASK" | "CLUSTERDOWN") => {
+                    *claims.transient.entry(e.code().unwrap_or("connection").to_string()).or_default() += 1;
+                    con = None;
+                }
+                Some(_) => claims.unexpected.push(format!("{}: {}", keys[index], err_text(&e))),
+            },
+        }
+    }
+    claims
+}
+
+#[test]
+fn resharding_under_load_moves_records_and_grants_each_claim_once() {
+    let cluster = Cluster::start();
+    let topo = cluster.topology();
+    let primaries = topo.primaries();
+    // Functions do not travel between cluster nodes: load on every primary
+    // (its replica gets it by replication).
+    for primary in &primaries {
+        load_library(&mut cluster.conn(primary.port));
+    }
+    let (src, dst) = (primaries[0].clone(), primaries[1].clone());
+    let n_move = 1000;
+    let moving: HashSet<u16> = src.slot_list()[..n_move].iter().copied().collect();
+
+    // Records in every state in the slots that move.
+    let mut sc = cluster.conn(src.port);
+    let seeded: Vec<String> =
+        (0..).map(|i| format!("seeded:{i}")).filter(|k| moving.contains(&key_slot(k))).take(30).collect();
+    for (i, key) in seeded.iter().enumerate() {
+        let token = fclaim_new(&mut sc, key, 600);
+        match i % 3 {
+            0 => assert_eq!(fint(&mut sc, "idem_done", key, (&token, "RESULT", "r")), Ok(1)),
+            1 => assert_eq!(fint(&mut sc, "idem_release", key, &token), Ok(1)),
+            _ => {}
+        }
+    }
+    let seeded_refs: Vec<&str> = seeded.iter().map(String::as_str).collect();
+    let before = snapshot(&mut sc, &seeded_refs);
+
+    // More keys than the run claims: first claims go on throughout the reshard.
+    let keys: Arc<Vec<String>> = Arc::new((0..20_000).map(|i| format!("load:{i}")).collect());
+    let stop = Arc::new(AtomicBool::new(false));
+    let answered = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let (client, keys, stop, answered) = (cluster.client(), keys.clone(), stop.clone(), answered.clone());
+            std::thread::spawn(move || claim_load(client, keys, stop, answered))
+        })
+        .collect();
+    let progress = |n: u64, what: &str| {
+        let target = answered.load(Ordering::Relaxed) + n;
+        wait_until(what, Duration::from_secs(60), || answered.load(Ordering::Relaxed) >= target);
+    };
+    progress(500, "claims before the reshard");
+    redis_cli(
+        &[
+            "--cluster".into(),
+            "reshard".into(),
+            format!("127.0.0.1:{}", src.port),
+            "--cluster-from".into(),
+            src.id.clone(),
+            "--cluster-to".into(),
+            dst.id.clone(),
+            "--cluster-slots".into(),
+            n_move.to_string(),
+            "--cluster-yes".into(),
+        ],
+        Duration::from_secs(120),
+    );
+    cluster.wait_stable("after the reshard");
+    progress(500, "claims after the reshard");
+    stop.store(true, Ordering::SeqCst);
+    let mut claims = Claims::default();
+    for thread in threads {
+        let part = thread.join().expect("a claiming thread panicked");
+        claims.answered += part.answered;
+        for (index, tokens) in part.grants {
+            claims.grants.entry(index).or_default().extend(tokens);
+        }
+        for (kind, n) in part.transient {
+            *claims.transient.entry(kind).or_default() += n;
+        }
+        claims.unexpected.extend(part.unexpected);
+    }
+    eprintln!(
+        "library under a reshard: {} claims answered, {} keys granted, transient {:?}",
+        claims.answered,
+        claims.grants.len(),
+        claims.transient
+    );
+    assert!(
+        claims.unexpected.is_empty(),
+        "unexpected replies: {:?}",
+        &claims.unexpected[..claims.unexpected.len().min(20)]
+    );
+
+    // The slots moved, with the records in them as they were (MIGRATE
+    // carries a relative TTL: the expiry may shift by the move's duration).
+    let after = cluster.topology();
+    assert!(moving.iter().all(|&slot| after.owner(slot).id == dst.id), "the slots did not all move");
+    let mut dc = cluster.conn(dst.port);
+    for ((key, fields, expiry), (_, moved_fields, moved_expiry)) in before.iter().zip(snapshot(&mut dc, &seeded_refs)) {
+        assert_eq!(&moved_fields, fields, "{key} after the reshard");
+        assert!((moved_expiry - expiry).abs() < 5_000, "{key}: expiry {expiry} became {moved_expiry}");
+    }
+    // No key was granted twice, and each granted key holds its token.
+    let mut cc = cluster.cluster_conn();
+    for (index, tokens) in &claims.grants {
+        assert_eq!(tokens.len(), 1, "{} granted {} times", keys[*index], tokens.len());
+        let held: String = redis::cmd("HGET").arg(&keys[*index]).arg("t").query(&mut cc).unwrap();
+        assert_eq!(&held, &tokens[0], "{}", keys[*index]);
+    }
 }
