@@ -60,6 +60,10 @@ def memory(server):
     rows = [
         ("IDEM.ONCE (a done record)", memory_per_key(server, lambda n: ("IDEM.ONCE", key36(n), 86400))),
         ("IDEM.CLAIM (a processing record)", memory_per_key(server, lambda n: ("IDEM.CLAIM", key36(n), 60))),
+        ("FCALL idem_once (Functions edition, a done record)", memory_per_key(
+            server, lambda n: ("FCALL", "idem_once", 1, key36(n), 86400))),
+        ("FCALL idem_claim (Functions edition, a processing record)", memory_per_key(
+            server, lambda n: ("FCALL", "idem_claim", 1, key36(n), 60))),
         ("SET key <16-byte token> NX PX", memory_per_key(
             server, lambda n: ("SET", key36(n), f"{n:016x}", "NX", "PX", 86400000))),
     ]
