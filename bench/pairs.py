@@ -34,7 +34,18 @@ def run_idem(client, keys):
 def run_lua(client, keys):
     pipe = client.pipeline(transaction=False)
     for key in keys:
-        pipe.execute_command("FCALL", "idem_claim", 1, key, 60, TOKEN32)
+        pipe.execute_command("FCALL", "bench_claim", 1, key, 60, TOKEN32)
+    tokens = [reply[1] for reply in pipe.execute()]
+    pipe = client.pipeline(transaction=False)
+    for key, token in zip(keys, tokens):
+        pipe.execute_command("FCALL", "bench_done", 1, key, token)
+    assert all(reply == 1 for reply in pipe.execute())
+
+
+def run_edition(client, keys):
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.execute_command("FCALL", "idem_claim", 1, key, 60)
     tokens = [reply[1] for reply in pipe.execute()]
     pipe = client.pipeline(transaction=False)
     for key, token in zip(keys, tokens):
@@ -53,7 +64,8 @@ def run_set(client, keys):
     pipe.execute()
 
 
-SIDES = {"SET NX PX + SET XX": run_set, "IDEM.CLAIM + IDEM.DONE": run_idem, "Lua claim + done": run_lua}
+SIDES = {"SET NX PX + SET XX": run_set, "IDEM.CLAIM + IDEM.DONE": run_idem, "Lua claim + done": run_lua,
+         "Functions edition idem_claim + idem_done": run_edition}
 
 
 def worker(port, side, prefix, count):

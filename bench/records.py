@@ -1,5 +1,6 @@
 """Record figures: IDEM.CLAIM and IDEM.ONCE beside what users run today
-(SET NX PX, the same CLAIM written as a Lua function, PING as the ceiling),
+(SET NX PX, the same CLAIM written as a Lua function, PING as the ceiling)
+and beside the Functions edition (functions/idem.lua, FCALL idem_claim),
 with and without a replica, memory per record, and unpipelined latency.
 
 Every write run starts from an empty keyspace (FLUSHALL before each run),
@@ -15,23 +16,29 @@ from harness import Server, compare, latency_percentiles, pipelined
 TOKEN16 = "0123456789abcdef"
 TOKEN32 = TOKEN16 * 2
 LUA = (Path(__file__).resolve().parent / "claim.lua").read_text()
+# The Functions edition, loaded beside the module (its functions have other
+# names than the module's commands, so both run on one server).
+EDITION = (Path(__file__).resolve().parent.parent / "functions" / "idem.lua").read_text()
 RECORDS = 200_000
 
 
 def load_lua(server):
     server.client.execute_command("FUNCTION", "LOAD", "REPLACE", LUA)
+    server.client.execute_command("FUNCTION", "LOAD", "REPLACE", EDITION)
 
 
 CLAIM_SIDES = [
     ("SET NX PX", ["SET", "s:__rand_int__", TOKEN16, "NX", "PX", "86400000"]),
     ("IDEM.CLAIM", ["IDEM.CLAIM", "c:__rand_int__", "60"]),
-    ("Lua claim", ["FCALL", "idem_claim", "1", "l:__rand_int__", "60", TOKEN32]),
+    ("Lua claim", ["FCALL", "bench_claim", "1", "l:__rand_int__", "60", TOKEN32]),
+    ("FCALL idem_claim (Functions edition)", ["FCALL", "idem_claim", "1", "f:__rand_int__", "60"]),
     ("PING", ["PING"]),
 ]
 
 ONCE_SIDES = [
     ("SET 1 NX EX", ["SET", "o:__rand_int__", "1", "NX", "EX", "86400"]),
     ("IDEM.ONCE", ["IDEM.ONCE", "i:__rand_int__", "86400"]),
+    ("FCALL idem_once (Functions edition)", ["FCALL", "idem_once", "1", "j:__rand_int__", "86400"]),
 ]
 
 
@@ -53,6 +60,10 @@ def memory(server):
     rows = [
         ("IDEM.ONCE (a done record)", memory_per_key(server, lambda n: ("IDEM.ONCE", key36(n), 86400))),
         ("IDEM.CLAIM (a processing record)", memory_per_key(server, lambda n: ("IDEM.CLAIM", key36(n), 60))),
+        ("FCALL idem_once (Functions edition, a done record)", memory_per_key(
+            server, lambda n: ("FCALL", "idem_once", 1, key36(n), 86400))),
+        ("FCALL idem_claim (Functions edition, a processing record)", memory_per_key(
+            server, lambda n: ("FCALL", "idem_claim", 1, key36(n), 60))),
         ("SET key <16-byte token> NX PX", memory_per_key(
             server, lambda n: ("SET", key36(n), f"{n:016x}", "NX", "PX", 86400000))),
     ]

@@ -71,7 +71,8 @@ pub fn start_cluster_member() -> Server {
     module_path();
     let id = NEXT_ID.fetch_add(1, Ordering::SeqCst);
     let dir = test_servers_root().join(format!("{}-{}", std::process::id(), id));
-    let mut server = Server { port: 0, dir, module_args: Vec::new(), extra_args: node_args(), child: None };
+    let mut server =
+        Server { port: 0, dir, module_args: Vec::new(), extra_args: node_args(), child: None, load_module: true };
     let mut last = String::new();
     for _ in 0..30 {
         // A fresh directory each try: no log or nodes.conf of a failed try.

@@ -13,6 +13,7 @@
 //! - `commands`: the module's commands as functions;
 //! - `clock`: the server's clock, shard boundaries, timed pipelines;
 //! - `fixtures`: records and filters in every state, snapshots of keys;
+//! - `functions`: the Functions edition (functions/idem.lua) loaded and called;
 //! - `dump`: DUMP payloads: CRC64, re-framing, crafted filter blobs;
 //! - `cluster`: a real Redis Cluster, MIGRATE, a claiming load;
 //! - `model`: what the commands answer, for tests/stateful.rs.
@@ -29,6 +30,7 @@ mod clock;
 mod commands;
 mod dump;
 mod fixtures;
+mod functions;
 mod reply;
 mod server;
 
@@ -41,6 +43,8 @@ pub use commands::*;
 pub use dump::*;
 #[allow(unused_imports)]
 pub use fixtures::*;
+#[allow(unused_imports)]
+pub use functions::*;
 #[allow(unused_imports)]
 pub use reply::*;
 #[allow(unused_imports)]

@@ -73,6 +73,8 @@ pub struct Server {
     pub(crate) module_args: Vec<String>,
     pub(crate) extra_args: Vec<String>,
     pub(crate) child: Option<Child>,
+    /// False for a plain server (the Functions edition's tests).
+    pub(crate) load_module: bool,
 }
 
 impl Server {
@@ -93,6 +95,15 @@ impl Server {
     /// module argument) is an `Err` with its log instead of a panic.
     pub fn try_with_args(module_args: &[&str], extra_args: &[&str]) -> Result<Server, String> {
         module_path(); // fail early and clearly
+        Server::launch(true, module_args, extra_args)
+    }
+
+    /// A server without the module (for the Functions edition).
+    pub fn without_module(extra_args: &[&str]) -> Server {
+        Server::launch(false, &[], extra_args).unwrap_or_else(|msg| panic!("{msg}"))
+    }
+
+    fn launch(load_module: bool, module_args: &[&str], extra_args: &[&str]) -> Result<Server, String> {
         let id = NEXT_ID.fetch_add(1, Ordering::SeqCst);
         let dir = test_servers_root().join(format!("{}-{}", std::process::id(), id));
         let _ = std::fs::remove_dir_all(&dir);
@@ -103,6 +114,7 @@ impl Server {
             module_args: module_args.iter().map(|s| s.to_string()).collect(),
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
             child: None,
+            load_module,
         };
         let mut last = String::new();
         for _ in 0..30 {
@@ -167,10 +179,11 @@ impl Server {
             "0".into(),
             "--loglevel".into(),
             "verbose".into(),
-            "--loadmodule".into(),
-            module_path().display().to_string(),
         ];
-        args.extend(self.module_args.iter().cloned());
+        if self.load_module {
+            args.extend(["--loadmodule".into(), module_path().display().to_string()]);
+            args.extend(self.module_args.iter().cloned());
+        }
         args.extend(self.extra_args.iter().cloned());
         args
     }
