@@ -437,18 +437,11 @@ pub fn apply(ctx: Ctx, args: &Args) -> CmdResult {
 }
 
 /// For `getkeys-api` commands: the positions of the record key and of the
-/// `BLOOM` option's value, with their access flags, found by walking the
-/// options in pairs so that a value spelling "BLOOM" is never taken for the
-/// option.
-fn record_and_bloom_keys(args: &Args, record: u32, bloom: u32) -> Vec<(usize, u32)> {
+/// `BLOOM` option's value, with their access flags, as the command's own
+/// parser finds them.
+fn record_and_bloom_keys(args: &Args, options: &[&str], record: u32, bloom: u32) -> Vec<(usize, u32)> {
     let mut keys = vec![(1, record)];
-    let mut index = 3;
-    while index + 1 < args.len() {
-        if args.bytes(index).eq_ignore_ascii_case(b"BLOOM") {
-            keys.push((index + 1, bloom));
-        }
-        index += 2;
-    }
+    keys.extend(record::bloom_key_position(args, options).map(|at| (at, bloom)));
     keys
 }
 
@@ -461,11 +454,11 @@ const DONE_RECORD: u32 = RW | UPDATE;
 const DONE_FILTER: u32 = RW | UPDATE;
 
 fn claim_keys(args: &Args) -> Vec<(usize, u32)> {
-    record_and_bloom_keys(args, CLAIM_RECORD, CLAIM_FILTER)
+    record_and_bloom_keys(args, record::CLAIM_OPTIONS, CLAIM_RECORD, CLAIM_FILTER)
 }
 
 fn done_keys(args: &Args) -> Vec<(usize, u32)> {
-    record_and_bloom_keys(args, DONE_RECORD, DONE_FILTER)
+    record_and_bloom_keys(args, record::DONE_OPTIONS, DONE_RECORD, DONE_FILTER)
 }
 
 /// The record commands as registered.

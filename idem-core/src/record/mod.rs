@@ -392,13 +392,34 @@ fn bloom_key<A: ArgList + ?Sized>(args: &A, value: usize) -> Result<Option<usize
     Ok(Some(value))
 }
 
+/// `IDEM.CLAIM`'s options, in the order `parse_claim` takes them.
+pub const CLAIM_OPTIONS: &[&str] = &["PAYLOAD", "MAXTRIES", "BLOOM", "WAIT"];
+/// `IDEM.DONE`'s options, in the order `parse_done` takes them.
+pub const DONE_OPTIONS: &[&str] = &["RESULT", "RETAIN", "BLOOM"];
+
+/// Where the `BLOOM` option's key is among `args` (a CLAIM's or a DONE's,
+/// with their `options`), found by the walker the parsers use, so that a
+/// value spelling an option name is never taken for it. Options that do
+/// not parse (the command will refuse them) end the search.
+pub fn bloom_key_position<A: ArgList + ?Sized>(args: &A, options: &[&str]) -> Option<usize> {
+    let bloom = options.iter().position(|name| *name == "BLOOM")?;
+    let mut found = None;
+    let _ = parse_options(args, 3, options, |option, value| {
+        if option == bloom {
+            found = Some(value);
+        }
+        Ok(())
+    });
+    found
+}
+
 /// `IDEM.CLAIM key lease [PAYLOAD data] [MAXTRIES n] [BLOOM filterkey]
 /// [WAIT ms]`: the claim, and the index of the `BLOOM` filter key if given.
 pub fn parse_claim<A: ArgList + ?Sized>(args: &A, now: Millis) -> Result<(ClaimArgs, Option<usize>), CmdError> {
     require(args, 3)?;
     let mut claim = ClaimArgs { lease: seconds_arg(args, 2, now)?, ..ClaimArgs::default() };
     let mut bloom = None;
-    parse_options(args, 3, &["PAYLOAD", "MAXTRIES", "BLOOM", "WAIT"], |option, value| {
+    parse_options(args, 3, CLAIM_OPTIONS, |option, value| {
         match option {
             0 => claim.fingerprint = Some(fingerprint(args.bytes(value))),
             1 => {
@@ -441,7 +462,7 @@ pub fn parse_done<A: ArgList + ?Sized>(
 ) -> Result<DoneArgs<'_>, CmdError> {
     require(args, 3)?;
     let mut done = DoneArgs { token: token_arg(args, 2)?, result: None, retain, bloom: None };
-    parse_options(args, 3, &["RESULT", "RETAIN", "BLOOM"], |option, value| {
+    parse_options(args, 3, DONE_OPTIONS, |option, value| {
         match option {
             0 => {
                 let bytes = args.bytes(value);

@@ -610,3 +610,19 @@ fn wait_option_refuses_what_is_not_an_integer_in_range() {
     assert!(parse(&["IDEM.CLAIM", "k", "10", "WAIT"]).unwrap_err().contains("option WAIT needs a value"));
     assert!(parse(&["IDEM.CLAIM", "k", "10", "WAIT", "1", "WAIT", "2"]).unwrap_err().contains("given twice"));
 }
+
+/// The key positions ACL and cluster read are where the parser finds the
+/// option's value, whatever the values spell.
+#[test]
+fn bloom_key_position_is_where_the_parser_takes_the_option() {
+    let at = |words: &[&str], options| {
+        let args: Vec<&[u8]> = words.iter().map(|word| word.as_bytes()).collect();
+        bloom_key_position(&args[..], options)
+    };
+    let claim = ["IDEM.CLAIM", "k", "10", "PAYLOAD", "BLOOM", "WAIT", "5", "BLOOM", "f"];
+    assert_eq!(at(&claim, CLAIM_OPTIONS), Some(8));
+    assert_eq!(parse(&claim).unwrap().1, Some(8));
+    assert_eq!(at(&["IDEM.CLAIM", "k", "10", "PAYLOAD", "BLOOM"], CLAIM_OPTIONS), None);
+    assert_eq!(at(&["IDEM.DONE", "k", "t", "RESULT", "BLOOM", "BLOOM", "RESULT"], DONE_OPTIONS), Some(6));
+    assert_eq!(at(&["IDEM.DONE", "k", "t", "RETAIN", "5"], DONE_OPTIONS), None);
+}
