@@ -13,12 +13,8 @@ use std::time::{Duration, Instant};
 /// Whether the server lets modules give commands ACL categories (Redis
 /// 7.2+, Valkey 8+).
 fn has_module_acl_categories(con: &mut redis::Connection) -> bool {
-    let info = parse_info(&redis::cmd("INFO").arg("server").query::<String>(con).unwrap());
-    if info.get("server_name").map(String::as_str) == Some("valkey") {
-        return true;
-    }
-    let version: Vec<u32> = info["redis_version"].split('.').map(|p| p.parse().unwrap_or(0)).collect();
-    (version[0], version[1]) >= (7, 2)
+    let version = ServerVersion::of(con);
+    version.kind == ServerKind::Valkey || version.is_at_least(ServerKind::Redis, 7, 2)
 }
 
 /// `ACL SETUSER name on nopass <rules...>` and a connection as that user.
