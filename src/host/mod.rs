@@ -71,3 +71,34 @@ pub fn has_absolute_expiry() -> bool {
         unsafe { (redis_module::raw::RedisModule_SetAbsExpire, redis_module::raw::RedisModule_GetAbsExpire) };
     set.is_some() && get.is_some()
 }
+
+/// The optional parts of the module API the module uses, as this server
+/// has them: found by their function pointers at load, never assumed from
+/// a version number (a 7.2 or 7.4, or a fork, has what it has).
+pub struct ApiFeatures {
+    /// `RedisModule_SetCommandACLCategories` (Redis 7.2+, Valkey 8+): the
+    /// commands carry ACL categories.
+    pub command_acl_categories: bool,
+    /// `RedisModule_AddACLCategory` (Redis 7.4+, Valkey 8.1+): `@idem`.
+    pub module_acl_category: bool,
+    /// `RedisModule_BlockClientOnKeysWithFlags` (Redis 7.2+, Valkey 8+):
+    /// a deleted key wakes its waiters.
+    pub block_on_keys_with_flags: bool,
+}
+
+pub fn api_features() -> ApiFeatures {
+    use redis_module::raw;
+    // SAFETY: reads (copies) function pointers Redis set before OnLoad.
+    let (acl, category, block) = unsafe {
+        (
+            raw::RedisModule_SetCommandACLCategories,
+            raw::RedisModule_AddACLCategory,
+            raw::RedisModule_BlockClientOnKeysWithFlags,
+        )
+    };
+    ApiFeatures {
+        command_acl_categories: acl.is_some(),
+        module_acl_category: category.is_some(),
+        block_on_keys_with_flags: block.is_some(),
+    }
+}

@@ -465,6 +465,60 @@ pub fn parse_info(text: &str) -> HashMap<String, String> {
         .collect()
 }
 
+/// Which server the tests run on, from `INFO server`. Tests that answer
+/// differently on one server read it here (the one version parser of the
+/// tests); the module itself checks API functions, never versions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerKind {
+    Redis,
+    Valkey,
+}
+
+/// A server's kind and its own version (Valkey's `valkey_version`, not the
+/// `redis_version` 7.2.4 it reports for compatibility).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerVersion {
+    pub kind: ServerKind,
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl ServerVersion {
+    pub fn of(con: &mut redis::Connection) -> ServerVersion {
+        let text: String = redis::cmd("INFO").arg("server").query(con).expect("INFO server");
+        let info = parse_info(&text);
+        let (kind, version) = match info.get("valkey_version") {
+            Some(version) => (ServerKind::Valkey, version),
+            None => (ServerKind::Redis, &info["redis_version"]),
+        };
+        let mut parts = version.split('.').map(|part| part.parse::<u32>().unwrap_or(0));
+        let mut next = || parts.next().unwrap_or(0);
+        ServerVersion { kind, major: next(), minor: next(), patch: next() }
+    }
+
+    /// This kind of server, at `major.minor` or later.
+    pub fn is_at_least(self, kind: ServerKind, major: u32, minor: u32) -> bool {
+        self.kind == kind && (self.major, self.minor) >= (major, minor)
+    }
+}
+
+impl std::fmt::Display for ServerVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self.kind {
+            ServerKind::Redis => "Redis",
+            ServerKind::Valkey => "Valkey",
+        };
+        write!(f, "{name} {}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+impl Server {
+    pub fn version(&self) -> ServerVersion {
+        ServerVersion::of(&mut self.conn())
+    }
+}
+
 /// `blocked_clients` of `INFO clients`.
 pub fn blocked_clients(con: &mut redis::Connection) -> i64 {
     let text: String = redis::cmd("INFO").arg("clients").query(con).unwrap();
