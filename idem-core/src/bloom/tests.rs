@@ -2021,3 +2021,104 @@ fn an_odd_fold_is_the_array_of_that_many_times_fewer_bits() {
         assert!((0..words).all(|n| array.check(hash(n))));
     }
 }
+
+/// A format 4 payload the code before issue 18 (392d591) encoded:
+/// EXPANSION 1, shard 0 a stack of 6 sub-filters of 40 (grown by the
+/// expansion alone), shard 1 sized for 251 and closed with 30 (folded
+/// twice, to an odd 9 words), shard 2 open with 2.
+const FORMAT_4_BEFORE_ISSUE_18: &[&str] = &[
+    "049a9999999999a93f2800000000000000030000000a00000000000000010000000b30557a9fc4e90e33587da2c7ec11",
+    "365b80a5caef14395e83a8cdf2173c6186030000008061496b00000000f0000000000000000600000028000000000000",
+    "002800000000000000bdce58aa7bf4723f090000004000000000000000df9e8a3401a3db95e5edd33652bdd49ccf6e16",
+    "571399500bc9e1297e1f2d98f2409e452a4fbf3e74e7a60283dd576af1459b4a14fea1225f13565894d59f6d18280000",
+    "00000000002800000000000000bdce58aa7bf4723f090000004000000000000000e59e2e3cb311ba582ac6038f4b7b35",
+    "7ce8ef9bf4691f3a8be96e303a02c7a25d540b517e63dbe766e9c421a94e2f272e0e1b4752da1c11c246be4cfa751ebd",
+    "e1280000000000000028000000000000000de4eef775df513f0b0000005000000000000000af8898fdef6e7404429a0b",
+    "bdf4eea4a2cad1983da80b0c1cdb6e286188e5fbf12854ba2fae54f708238e73594eb333a125f1de028e22e7d1af7630",
+    "9ddb882f42678207d6b478799b57fdab07cd3577a7280000000000000028000000000000000de4eef775df513f0b0000",
+    "005000000000000000f2dafc40617b8797b11091471d3be2cb0d910d2bb803cff9bd30d35888f5e3457210b5abff3567",
+    "5019f65f91d057d3c9d6d7839f09e6612dc4b7cb8167d75ae3925829209abecd56f4145fad505ab5b228000000000000",
+    "0028000000000000000de4eef775df513f0b000000500000000000000025c512376896a06a8a8b635dc670e627348a84",
+    "f7e17c04a1aed83ed240cf5c4def1249b992907f6a3c1db5f88c643e3ee48783804f1971514dd46a221fe41e78ba1048",
+    "ee4bcac57a55f4cc75ef39f85c280000000000000028000000000000000de4eef775df513f0b00000050000000000000",
+    "00a8e7f7d4a3a7c4809127ca2327c3b483d7f133dd47abd8efe7cc1e6654e21d1fac37d5ad542df3f0f2a6dd60db82e4",
+    "bdee198030840014bc3ab2b7255cf92921da96b8e57aeddbcf0241adb44da800fd8a61496b000000001e000000000000",
+    "0001000000fb000000000000001e00000000000000d2d7c47e3c308f3f06000000480000000200000008420002185610",
+    "a020403284110201b1900c45402031080640606832044390804e250601c2550050948818680200b484895800c3418aa0",
+    "100504200c106107049d40c092a8b964109461496b000000000200000000000000010000001000000000000000020000",
+    "00000000005c800ab5303c603f0b00000020000000000000000428002100100000000000080c00860000010030001000",
+    "10000c004000001000",
+];
+
+#[test]
+fn format_4_payloads_written_before_odd_folds_and_doubling_stacks_still_load() {
+    let payload = unhex(FORMAT_4_BEFORE_ISSUE_18);
+    assert_eq!(xxhash_rust::xxh3::xxh3_64(&payload), 0xcae60a0cb06bc16e);
+    let old = codec::decode(&payload).unwrap();
+    let shape: Vec<Vec<(u64, u32, u32, u64)>> = old
+        .shards
+        .iter()
+        .map(|s| s.filters.iter().map(|f| (f.capacity, f.folds, f.odd_fold, f.bytes())).collect())
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            vec![(40, 0, 1, 64), (40, 0, 1, 64), (40, 0, 1, 80), (40, 0, 1, 80), (40, 0, 1, 80), (40, 0, 1, 80)],
+            vec![(251, 2, 1, 72)],
+            vec![(16, 0, 1, 32)],
+        ]
+    );
+    assert_eq!(encoded(&old), payload, "it saves as it was");
+    // Today's code makes the same adds into a stack that doubles past
+    // EXPANSION_HEIGHT, and folds the closed shard by an odd factor too:
+    // its payload, as a fingerprint of the new shapes.
+    let p = Params { expansion: 1, ..params(0.05, 40, 3, 10) };
+    let mut new = new_filter(p, SEED, T0).unwrap();
+    add_all(&mut new, "a", 0..240, T0);
+    add_all(&mut new, "b", 0..30, T0 + 10_000);
+    add_all(&mut new, "c", 0..2, T0 + 20_000);
+    let capacities: Vec<u64> = new.shards[0].filters.iter().map(|f| f.capacity).collect();
+    assert_eq!(capacities, [40, 40, 40, 40, 80]);
+    let closed = &new.shards[1].filters[0];
+    assert!(closed.odd_fold > 1 && closed.bytes() < 72, "{} bytes, odd fold {}", closed.bytes(), closed.odd_fold);
+    let payload = encoded(&new);
+    assert_eq!(payload[0], codec::FORMAT_FITTED);
+    assert_eq!(encoded(&codec::decode(&payload).unwrap()), payload);
+    assert_eq!(xxhash_rust::xxh3::xxh3_64(&payload), 0xe6fc_241a_d0d8_cc3e);
+    // The old filter grows on by today's rule: its stack was full at 6
+    // of 40 in a closed shard; its open shard stacks past EXPANSION_HEIGHT
+    // by doubling, and the payload still decodes.
+    let mut grown = old.clone();
+    add_all(&mut grown, "d", 0..500, T0 + 20_000);
+    let top: Vec<u64> = grown.shards[2].filters.iter().map(|f| f.capacity).collect();
+    assert_eq!(top[..EXPANSION_HEIGHT], [16; EXPANSION_HEIGHT]);
+    assert!(top.windows(2).skip(EXPANSION_HEIGHT - 1).all(|w| w[1] == 2 * w[0]), "{top:?}");
+    assert_eq!(refusal(&grown), "accepted");
+}
+
+#[test]
+fn the_decoder_refuses_odd_folds_the_commands_cannot_make() {
+    let good = closed_after(10_000_000, 10);
+    assert_eq!(refusal(&good), "accepted");
+    let odd = good.shards[0].filters[0].odd_fold;
+    let mut newest = good.clone();
+    let top = &mut newest.shards[1].filters[0];
+    if top.bits.bytes() % 24 == 0 {
+        top.bits.fold_by(3);
+    }
+    top.odd_fold = 3;
+    assert_ne!(refusal(&newest), "accepted");
+    let mut too_far = good.clone();
+    let sub = &mut too_far.shards[0].filters[0];
+    let words = sub.bits.bytes() / 8;
+    let factor = (2..=words).find(|f| words.is_multiple_of(*f)).unwrap();
+    sub.bits.fold_by(factor);
+    sub.odd_fold *= factor as u32;
+    assert_ne!(refusal(&too_far), "accepted");
+    let mut miscounted = good.clone();
+    miscounted.shards[0].filters[0].odd_fold = odd + 2;
+    assert_ne!(refusal(&miscounted), "accepted");
+    let mut absurd = good.clone();
+    absurd.shards[0].filters[0].odd_fold = (1 << 27) - 1;
+    assert_eq!(refusal(&absurd), "bad fold count");
+}
