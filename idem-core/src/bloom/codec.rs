@@ -200,7 +200,7 @@ fn decode_with(bytes: &[u8], stored: bool) -> Result<ShardedBloom, DecodeError> 
     let shard_error = params.shard_error();
     let mut total_bytes = 0u64;
     let mut total_filters = 0usize;
-    let mut shards: Vec<Shard> = Vec::new();
+    let mut shards: Vec<Shard> = Vec::with_capacity(shard_count as usize);
     for _ in 0..shard_count {
         let start = i64::from_le_bytes(input.array()?);
         let items = input.u64()?;

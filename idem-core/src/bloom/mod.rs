@@ -654,10 +654,7 @@ impl ShardedBloom {
         max_bytes: u64,
     ) -> Result<ShardedBloom, BloomError> {
         params.check_for(scheme)?;
-        // Room for the shards a window holds, up to 8: a filter of one
-        // daily shard does not carry a table for four.
-        let shards = Vec::with_capacity((params.window as usize + 1).min(8));
-        let mut filter = ShardedBloom { params, seed, scheme, shards };
+        let mut filter = ShardedBloom { params, seed, scheme, shards: Vec::new() };
         let first = filter.check_room(1, now, max_bytes)?.planned.pop().ok_or(BloomError::StackFull)?;
         filter.open_shard(now, first);
         Ok(filter)
@@ -876,6 +873,10 @@ impl ShardedBloom {
         {
             closed.filters.iter_mut().for_each(SubFilter::fold_to_items);
         }
+        // Tables exactly as long as their contents: a filter per tenant
+        // pays every spare slot per tenant (a table of 8 shards cost a
+        // 1,000-item filter 320 bytes besides its 1,792 of bits).
+        self.shards.reserve_exact(1);
         self.shards.push(Shard { start, items: 0, filters: vec![first] });
     }
 
@@ -929,7 +930,9 @@ impl ShardedBloom {
             }
             let next = next(self)?;
             let next = SubFilter::new(next.capacity, next.sizing, scheme);
-            self.shards.last_mut().expect("a shard exists").filters.push(next);
+            let filters = &mut self.shards.last_mut().expect("a shard exists").filters;
+            filters.reserve_exact(1);
+            filters.push(next);
         }
         let (current, older) = self.shards.split_last_mut().expect("a shard exists");
         let top = current.filters.last_mut().expect("a shard has a sub-filter");

@@ -2103,7 +2103,7 @@ fn the_decoder_refuses_odd_folds_the_commands_cannot_make() {
     let odd = good.shards[0].filters[0].odd_fold;
     let mut newest = good.clone();
     let top = &mut newest.shards[1].filters[0];
-    if top.bits.bytes() % 24 == 0 {
+    if top.bits.bytes().is_multiple_of(24) {
         top.bits.fold_by(3);
     }
     top.odd_fold = 3;
