@@ -54,7 +54,8 @@ fn volumes_that_swing_by_turns_never_fill_the_filter() {
     // Volume 1 and then thousands, by turns: each busy shard was sized
     // after a quiet one and stacked a dozen sub-filters, so that a window
     // of 300 reached 512 sub-filters at shard 63 and refused every add. A
-    // new shard is now sized at least at the window's high-water mark.
+    // new shard is now sized at least for a shard in the window that
+    // outgrew its forecast.
     let mut s = Server::start();
     let mut con = s.conn();
     next_shard(&mut con);

@@ -109,15 +109,16 @@ pub const GROWTH_MARGIN: f64 = 0.03;
 /// is left to stacking, which keeps the rate too; a quarter still covers
 /// 20% a day with its margin.
 pub const MAX_GROWTH_HEADROOM: f64 = 1.25;
-/// Format 4's bound on the trend a new shard follows: the newest shard's
+/// Format 4's bounds on the trend a new shard follows: the newest shard's
 /// count over the one before, times the newest count, is the forecast. A
 /// rise is followed up to fourfold: a forecast too high costs only until
 /// the shard closes, when its arrays fold to what its items need. A fall
-/// is not followed: the forecast never goes below the window's
-/// high-water mark (see `new_shard_sizing`), as a shard sized too small
-/// stacks sub-filters at tighter rates, which cost more than the fall
-/// saved.
+/// is followed down to half: a forecast too low makes the shard stack
+/// sub-filters at tighter rates, which cost more than the fall saved.
+/// Neither goes below the count of a live shard that outgrew its own
+/// forecast (see `new_shard_sizing`).
 pub const MAX_TREND_RISE: f64 = 4.0;
+pub const MAX_TREND_FALL: f64 = 0.5;
 /// Format 4 stacks this many sub-filters in a shard at the filter's own
 /// `EXPANSION`; each one past them holds at least twice the one below.
 /// A shard that beats its forecast by far (a quiet period's forecast,
@@ -718,10 +719,10 @@ impl ShardedBloom {
     /// [`drop_expired`](Self::drop_expired) sizes what [`add`](Self::add)
     /// after it allocates.
     ///
-    /// Format 4 follows a rising trend: the newest count times its growth
-    /// from the shard before, up to [`MAX_TREND_RISE`], and never below
-    /// the largest count of a live shard (the window's high-water mark),
-    /// plus up to [`GROWTH_MARGIN`]
+    /// Format 4 follows the trend both ways: the newest count times its
+    /// growth or fall from the shard before, within [`MAX_TREND_FALL`] and
+    /// [`MAX_TREND_RISE`], but never below the count of a live shard that
+    /// outgrew its forecast (stacked), plus up to [`GROWTH_MARGIN`]
     /// (up to [`FITTED_HEADROOM`] with one shard of history): see
     /// [`headroom_within_size`](Self::headroom_within_size).
     fn new_shard_sizing(&self, now: Millis) -> (u64, Share) {
@@ -734,19 +735,21 @@ impl ShardedBloom {
             let (forecast, headroom) = match previous {
                 0 => (newest as f64, FITTED_HEADROOM),
                 _ => {
-                    let trend = (newest as f64 / previous as f64).clamp(1.0, MAX_TREND_RISE);
+                    let trend = (newest as f64 / previous as f64).clamp(MAX_TREND_FALL, MAX_TREND_RISE);
                     (newest as f64 * trend, 1.0 + GROWTH_MARGIN)
                 }
             };
-            // Never below the busiest live shard: traffic that swings
-            // (quiet nights or weekends between busy periods) comes back
-            // to its high-water mark, and a shard sized for the quiet one
-            // stacks a dozen sub-filters to get there, every busy period,
-            // until the window holds hundreds. Sized for the high, a
-            // quiet shard costs its arrays only while it is the current
-            // one: closed, it folds to what its items need.
-            let high_water = self.shards.iter().filter(|shard| self.is_live(shard, now)).map(|shard| shard.items).max();
-            let forecast = forecast.max(high_water.unwrap_or(0) as f64);
+            // Never below a live shard that outgrew its forecast: traffic
+            // that swings (quiet nights or weekends between busy periods)
+            // comes back to its high, and a shard sized after the quiet
+            // one stacks a dozen sub-filters to get there, every busy
+            // period, until the window holds hundreds. Once one did, the
+            // shards after it are sized for that high while it is in the
+            // window; a quiet one costs its arrays only while it is the
+            // current one: closed, it folds to what its items need.
+            // Traffic that falls steadily never stacks, and is followed.
+            let beaten = self.shards.iter().filter(|shard| shard.filters.len() > 1 && self.is_live(shard, now));
+            let forecast = forecast.max(beaten.map(|shard| shard.items).max().unwrap_or(0) as f64);
             let (least, most) = (forecast.ceil() as u64, (forecast * headroom).ceil() as u64);
             return (self.headroom_within_size(least, most), Share::Most);
         }
