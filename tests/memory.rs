@@ -144,8 +144,11 @@ fn claimed_records_cost_at_most_sixteen_bytes_more_than_set_nx_px() {
 
 /// The module's own structures per filter key (beside its bits and
 /// Redis's key), at most: a filter per tenant pays them per tenant.
-/// Before issue 18 they took 496 bytes (a table of 8 shard slots, 320).
+/// Before issue 18 they took 496 bytes on Redis 7.0 (a table of 8 shard
+/// slots, 320); now 224 (Redis 8.2: 216). Valkey 9.1 measures 246 against
+/// its done records, whose keys it accounts differently.
 const FILTER_OVERHEAD_BOUND: f64 = 232.0;
+const FILTER_OVERHEAD_BOUND_VALKEY: f64 = 256.0;
 
 #[test]
 fn a_small_filter_costs_its_bits_and_little_more() {
@@ -168,9 +171,10 @@ fn a_small_filter_costs_its_bits_and_little_more() {
         "bytes per key: filter of 1,000 {per_filter:.1} (bits {bits}), done record {per_record:.1}; \
          the filter's own structures {overhead:.1}"
     );
+    let bound = if is_valkey(&filters) { FILTER_OVERHEAD_BOUND_VALKEY } else { FILTER_OVERHEAD_BOUND };
     assert!(
-        overhead < FILTER_OVERHEAD_BOUND,
-        "a filter's own structures cost {overhead:.1} B/key (bound {FILTER_OVERHEAD_BOUND}): \
+        overhead < bound,
+        "a filter's own structures cost {overhead:.1} B/key (bound {bound}): \
          {per_filter:.1} B/key with {bits} of bits, a done record {per_record:.1}"
     );
 }
