@@ -433,7 +433,12 @@ const FILTER_WATCHED: [&str; 5] = ["f", "tiny", "s", "r", "m"]; // m: missing
 /// string) and r (a claimed record, whose token `make` gets); checks the
 /// refusals, then that everything still works.
 fn refuse_filter_cases(make: impl FnOnce(&str) -> Vec<(Vec<String>, Want)>) {
-    let mut s = Server::start();
+    refuse_filter_cases_with(&[], make)
+}
+
+/// [`refuse_filter_cases`] on a server loaded with `module_args`.
+fn refuse_filter_cases_with(module_args: &[&str], make: impl FnOnce(&str) -> Vec<(Vec<String>, Want)>) {
+    let mut s = Server::with_args(module_args, &[]);
     let mut con = s.conn();
     reserve(&mut con, "f", "0.01", 1000, &["WINDOW", "3"]);
     bf_madd(&mut con, "f", &items("i", 0..100));
@@ -587,16 +592,18 @@ fn reserve_refuses_bad_parameters_and_filters_too_large_to_allocate() {
 
 #[test]
 fn filter_writes_refuse_overfilling_and_every_command_refuses_the_wrong_type() {
-    refuse_filter_cases(|_| {
+    // A filter grows past its forecast whatever its EXPANSION: what
+    // remains to refuse is growth past idem.bf-max-bytes.
+    refuse_filter_cases_with(&["bf-max-bytes", "65536"], |_| {
         use Want::*;
         let mut cases = Vec::new();
         let mut add = |args: &[&str], w: Want| push_case(&mut cases, args, w);
 
-        // More items than 32 sub-filters of one hold: refused whole.
-        let many: Vec<String> = items("many", 0..40);
+        // More items than 64 KiB of bits hold: refused whole.
+        let many: Vec<String> = items("many", 0..40_000);
         let mut madd_many = vec!["IDEM.BF.MADD", "tiny"];
         madd_many.extend(many.iter().map(String::as_str));
-        add(&madd_many, Prefix("ERR filter full"));
+        add(&madd_many, Prefix("ERR the filter would grow to"));
         // WRONGTYPE on a string and on a record, for every filter command.
         for k in ["s", "r"] {
             add(&["IDEM.BF.ADD", k, "x"], Prefix("WRONGTYPE"));

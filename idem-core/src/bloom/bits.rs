@@ -274,10 +274,37 @@ impl Bits {
     }
 
     /// Whether [`fold`](Self::fold) can halve this array: an even number
-    /// of words, of at least 16.
+    /// of words.
     pub fn can_fold(&self) -> bool {
-        let words = self.chunks.len() * self.chunk_words;
-        words >= 16 && words.is_multiple_of(2)
+        self.words_len().is_multiple_of(2)
+    }
+
+    fn words_len(&self) -> usize {
+        self.chunks.len() * self.chunk_words
+    }
+
+    /// Divides the array's length by `factor`, which divides its word
+    /// count, holding the same items: bit `p` becomes bit `p / factor`.
+    /// Exact for any whole factor, as [`fold`](Self::fold) is for 2: a
+    /// probe's position in `m / f` bits, `floor(v (m / f) / 2^64)`, is
+    /// its position in `m` bits divided by `f`, rounded down. For the odd
+    /// factors that stop halving (an array of 935 words folds by 187 to
+    /// 5): the result is a new array, as [`layout`] stores it.
+    pub fn fold_by(&mut self, factor: u64) {
+        let words = self.words_len() as u64;
+        debug_assert!(factor >= 1 && words.is_multiple_of(factor));
+        let mut folded = Bits::new(words / factor * 8, self.hashes, self.scheme);
+        let chunk_bits = folded.chunk_words as u64 * 64;
+        for (index, &word) in self.words().enumerate() {
+            let mut left = word;
+            while left != 0 {
+                let position = (index as u64 * 64 + left.trailing_zeros() as u64) / factor;
+                let (chunk, bit) = ((position / chunk_bits) as usize, position % chunk_bits);
+                folded.chunks[chunk][(bit / 64) as usize] |= 1 << (bit % 64);
+                left &= left - 1;
+            }
+        }
+        *self = folded;
     }
 
     /// Halves the array, holding the same items: bits `2j` and `2j + 1`

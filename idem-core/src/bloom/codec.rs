@@ -32,7 +32,7 @@ use super::bits::{Bits, Scheme};
 use super::{
     FORMAT_1_MAX_WINDOW, MAX_BYTES, MAX_HASHES, MAX_SUB_FILTERS, MAX_TOTAL_SUB_FILTERS, MAX_WINDOW, PROTO_MAX_BULK_LEN,
     Params, Shard, ShardedBloom, Share, SubFilter, allocation_class, false_positive_rate, format_1_class_below,
-    hash_count, rate_with_hashes, sub_filter_bytes,
+    hash_count, rate_with_hashes, stacked_capacity, sub_filter_bytes,
 };
 use crate::Millis;
 use crate::decode::{DecodeError, Reader};
@@ -54,11 +54,26 @@ const FORMAT_1_MAX_BYTES: u64 = 512 * 1024 * 1024 - 64 * 1024;
 const HEADER_LEN: u64 = 1 + 8 + 8 + 4 + 8 + 4 + 32 + 4;
 const SHARD_HEADER_LEN: u64 = 8 + 8 + 4;
 const SUB_FILTER_HEADER_LEN: u64 = 8 + 8 + 8 + 4 + 4;
-/// Format 4's: the count of folds after the others.
+/// Format 4's: the folds after the others (see [`encode_folds`]).
 const FITTED_SUB_FILTER_HEADER_LEN: u64 = SUB_FILTER_HEADER_LEN + 4;
 /// The most times a sub-filter's array can have been halved: 512 MiB
 /// folds to 8 bytes in 26.
 const MAX_FOLDS: u32 = 26;
+
+/// Format 4's fold field: the halvings in its low 5 bits, and above them
+/// half the odd factor (rounded down) that the array was then divided
+/// by. Payloads written before odd factors existed hold only halvings
+/// (at most 26), which read as an odd factor of 1; builds from before
+/// refuse a payload with an odd factor as a bad fold count, never
+/// misread it.
+fn encode_folds(sub: &SubFilter) -> u32 {
+    sub.folds | (sub.odd_fold / 2) << 5
+}
+
+/// The halvings and the odd factor of a fold field.
+fn decode_folds(field: u32) -> (u32, u32) {
+    (field & 31, (field >> 5) * 2 + 1)
+}
 /// The most bytes a filter's encoding adds to its bits.
 pub const MAX_OVERHEAD: u64 = HEADER_LEN
     + (MAX_WINDOW as u64 + 1) * SHARD_HEADER_LEN
@@ -143,7 +158,7 @@ pub fn encode(filter: &ShardedBloom, out: &mut Vec<u8>) {
             out.extend_from_slice(&sub.bits.hashes().to_le_bytes());
             out.extend_from_slice(&(sub.bits.bytes() as u32).to_le_bytes());
             if filter.scheme == Scheme::Fitted {
-                out.extend_from_slice(&sub.folds.to_le_bytes());
+                out.extend_from_slice(&encode_folds(sub).to_le_bytes());
             }
             sub.bits.write_bytes(out);
         }
@@ -185,7 +200,7 @@ fn decode_with(bytes: &[u8], stored: bool) -> Result<ShardedBloom, DecodeError> 
     let shard_error = params.shard_error();
     let mut total_bytes = 0u64;
     let mut total_filters = 0usize;
-    let mut shards: Vec<Shard> = Vec::new();
+    let mut shards: Vec<Shard> = Vec::with_capacity(shard_count as usize);
     for _ in 0..shard_count {
         let start = i64::from_le_bytes(input.array()?);
         let items = input.u64()?;
@@ -214,7 +229,12 @@ fn decode_with(bytes: &[u8], stored: bool) -> Result<ShardedBloom, DecodeError> 
                 if below.items != below.capacity {
                     return Err(DecodeError("a sub-filter under the top one is not full"));
                 }
-                if sub.capacity != below.capacity.saturating_mul(params.expansion as u64).max(1) {
+                // Format 4 stacks grew by the expansion alone before
+                // [`EXPANSION_HEIGHT`] existed: those still load.
+                let height = filters.len();
+                let grown = stacked_capacity(scheme, params.expansion, height, below.capacity);
+                let grown_before = below.capacity.saturating_mul(params.expansion as u64).max(1);
+                if sub.capacity != grown && sub.capacity != grown_before {
                     return Err(DecodeError("sub-filter capacities do not follow the expansion"));
                 }
             }
@@ -238,7 +258,7 @@ fn decode_with(bytes: &[u8], stored: bool) -> Result<ShardedBloom, DecodeError> 
     input.finish()?;
     // Only a closed shard folds: the newest takes items into the arrays
     // it was sized with.
-    if shards.last().is_some_and(|newest| newest.filters.iter().any(|sub| sub.folds > 0)) {
+    if shards.last().is_some_and(|newest| newest.filters.iter().any(|sub| sub.folds > 0 || sub.odd_fold > 1)) {
         return Err(DecodeError("the newest shard's arrays are folded"));
     }
     if let (Some(oldest), Some(newest)) = (shards.first(), shards.last())
@@ -255,11 +275,12 @@ fn decode_sub_filter(input: &mut Reader, scheme: Scheme) -> Result<SubFilter, De
     let error = f64::from_le_bytes(input.array()?);
     let hashes = input.u32()?;
     let len = input.u32()? as u64;
-    let folds = if scheme == Scheme::Fitted { input.u32()? } else { 0 };
+    let (folds, odd_fold) = if scheme == Scheme::Fitted { decode_folds(input.u32()?) } else { (0, 1) };
     if capacity == 0 || items > capacity || !(error > 0.0 && error < 1.0) {
         return Err(DecodeError("bad sub-filter counts"));
     }
-    if folds > MAX_FOLDS {
+    // The size it was sized with is at most the largest array.
+    if folds > MAX_FOLDS || (len as u128 * odd_fold as u128) << folds > FORMAT_1_MAX_BYTES as u128 {
         return Err(DecodeError("bad fold count"));
     }
     // A crafted hash count must not make every probe loop for ages.
@@ -275,10 +296,11 @@ fn decode_sub_filter(input: &mut Reader, scheme: Scheme) -> Result<SubFilter, De
         return Err(DecodeError("more bits set than the items set"));
     }
     // A fold stops where the items would exceed the error.
-    if folds > 0 && rate_with_hashes(len * 8, items, hashes, scheme) > error * (1.0 + RATE_TOLERANCE) {
+    if (folds > 0 || odd_fold > 1) && rate_with_hashes(len * 8, items, hashes, scheme) > error * (1.0 + RATE_TOLERANCE)
+    {
         return Err(DecodeError("an array folded past its error"));
     }
-    Ok(SubFilter { capacity, items, error, folds, bits })
+    Ok(SubFilter { capacity, items, error, folds, odd_fold, bits })
 }
 
 /// Whether a sub-filter is what the sizing makes for its capacity with
@@ -291,7 +313,7 @@ fn check_sizing(sub: &SubFilter, budget: f64, scheme: Scheme) -> Result<(), Deco
     // The bytes it was sized as: its own before any fold, or for a small
     // format 1 array one of the strays of `format_1_class_below` (which
     // occur at 64 bytes and below) whose whole words it holds.
-    let len = sub.bytes() << sub.folds;
+    let len = sub.sized_bytes();
     let strays = (8..=64).map(format_1_class_below).filter(|&size| size != len && size / 8 * 8 == len);
     let mut sizings: Vec<u64> = vec![len];
     if scheme == Scheme::DoubleHashing {

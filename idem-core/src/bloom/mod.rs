@@ -115,8 +115,29 @@ pub const MAX_GROWTH_HEADROOM: f64 = 1.25;
 /// the shard closes, when its arrays fold to what its items need. A fall
 /// is followed down to half: a forecast too low makes the shard stack
 /// sub-filters at tighter rates, which cost more than the fall saved.
+/// Neither goes below the count of a live shard that outgrew its own
+/// forecast (see `new_shard_sizing`).
 pub const MAX_TREND_RISE: f64 = 4.0;
 pub const MAX_TREND_FALL: f64 = 0.5;
+/// Format 4 stacks this many sub-filters in a shard at the filter's own
+/// `EXPANSION`; each one past them holds at least twice the one below.
+/// A shard that beats its forecast by far (a quiet period's forecast,
+/// then a busy one) then reaches its volume in a few sub-filters more,
+/// whatever the expansion, instead of filling [`MAX_SUB_FILTERS`] equal
+/// ones (with `EXPANSION 1` that was 32 times the forecast, and then
+/// every add refused). Every sub-filter still takes half of what is left
+/// of its shard's error budget, so the rate holds.
+pub const EXPANSION_HEIGHT: usize = 4;
+
+/// Capacity of the sub-filter stacked at `height` (0-based) of a shard's
+/// stack over one of `below` items.
+fn stacked_capacity(scheme: Scheme, expansion: u32, height: usize, below: u64) -> u64 {
+    let factor = match scheme {
+        Scheme::Fitted if height >= EXPANSION_HEIGHT => expansion.max(2),
+        _ => expansion,
+    };
+    below.saturating_mul(factor as u64).max(1)
+}
 /// The filter's settings, fixed at creation.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Params {
@@ -233,8 +254,13 @@ pub struct SubFilter {
     /// Its false-positive rate when full, as sized.
     pub error: f64,
     /// How many times its array was halved since it was sized (see
-    /// [`Bits::fold`]): `bits` holds its sized bytes over `2^folds`.
+    /// [`Bits::fold`]): `bits` holds its sized bytes over `2^folds`, and
+    /// over `odd_fold` more.
     pub folds: u32,
+    /// The odd factor its array was then divided by, where halving
+    /// stopped at an odd number of words (see [`Bits::fold_by`]); 1 when
+    /// it was not.
+    pub odd_fold: u32,
     pub bits: Bits,
 }
 
@@ -462,7 +488,8 @@ impl SubFilter {
     /// same but for format 1's strays: see [`format_1_class_below`]).
     fn new(capacity: u64, sizing: u64, scheme: Scheme) -> SubFilter {
         let bits = Bits::new(sizing / 8 * 8, hash_count(sizing * 8, capacity), scheme);
-        SubFilter { capacity, items: 0, error: false_positive_rate(sizing * 8, capacity, scheme), folds: 0, bits }
+        let error = false_positive_rate(sizing * 8, capacity, scheme);
+        SubFilter { capacity, items: 0, error, folds: 0, odd_fold: 1, bits }
     }
 
     pub fn bytes(&self) -> u64 {
@@ -470,23 +497,59 @@ impl SubFilter {
     }
 
     /// The rate of its array halved, holding the items it holds.
+    #[cfg(test)]
     fn folded_rate(&self) -> f64 {
         rate_with_hashes(self.bits.bytes() * 4, self.items, self.bits.hashes(), self.bits.scheme())
     }
 
-    /// Halves its array as long as the items it holds keep within the
-    /// error it was sized for, and the halves cost the allocator less: a
-    /// sub-filter that will take no more items (its shard is closed) then
-    /// costs what its items need, not what was forecast. A shard sized
-    /// for twice the volume it got keeps half its bytes.
+    /// The bytes it was sized with: its array's, times what it was
+    /// folded by.
+    pub fn sized_bytes(&self) -> u64 {
+        (self.bits.bytes() * self.odd_fold as u64) << self.folds
+    }
+
+    /// Whether its array holds its items within its error at `words`.
+    fn fits_in(&self, words: u64) -> bool {
+        rate_with_hashes(words * 64, self.items, self.bits.hashes(), self.bits.scheme()) <= self.error
+    }
+
+    /// Folds its array to the fewest words its items need within the
+    /// error it was sized for: a sub-filter that will take no more items
+    /// (its shard is closed) then costs what its items need, not what was
+    /// forecast. The array's length can be divided by any divisor of its
+    /// word count, exactly (see [`Bits::fold_by`]): of those that keep the
+    /// error, the one the allocator charges least for (the smallest on a
+    /// tie). The halvings of that factor are done in place (see
+    /// [`Bits::fold`]), its odd part by a copy of what is left. Fitted
+    /// sizes are odd multiples of powers of two: 10 items in a 10M
+    /// reservation halve only to 935 words, and 935 divides by 187.
     fn fold_to_items(&mut self) {
-        while self.bits.can_fold()
-            && self.folded_rate() <= self.error
-            && allocated_bytes(self.bits.bytes() / 2) < allocated_bytes(self.bits.bytes())
-        {
-            self.bits.fold();
-            self.folds += 1;
+        let words = self.bits.bytes() / 8;
+        let (mut best_cost, mut best) = (allocated_bytes(words * 8), words);
+        let mut consider = |result: u64| {
+            let cost = allocated_bytes(result * 8);
+            if (cost < best_cost || (cost == best_cost && result < best)) && self.fits_in(result) {
+                (best_cost, best) = (cost, result);
+            }
+        };
+        let mut divisor = 1;
+        while divisor * divisor <= words {
+            if words.is_multiple_of(divisor) {
+                consider(divisor);
+                consider(words / divisor);
+            }
+            divisor += 1;
         }
+        let factor = words / best;
+        let (halvings, odd) = (factor.trailing_zeros(), factor >> factor.trailing_zeros());
+        for _ in 0..halvings {
+            self.bits.fold();
+        }
+        if odd > 1 {
+            self.bits.fold_by(odd);
+        }
+        self.folds += halvings;
+        self.odd_fold *= odd as u32;
     }
 }
 
@@ -508,9 +571,9 @@ impl Shard {
     }
 
     /// Capacity of the sub-filter that would come next.
-    fn next_capacity(&self, params: &Params) -> u64 {
+    fn next_capacity(&self, params: &Params, scheme: Scheme) -> u64 {
         let last = self.filters.last().map_or(0, |f| f.capacity);
-        last.saturating_mul(params.expansion as u64).max(1)
+        stacked_capacity(scheme, params.expansion, self.filters.len(), last)
     }
 }
 
@@ -567,7 +630,7 @@ impl Growth {
         self.sub_filters += 1;
         self.height += 1;
         self.spent += false_positive_rate(sizing * 8, capacity, self.scheme);
-        self.capacity = capacity.saturating_mul(self.expansion as u64).max(1);
+        self.capacity = stacked_capacity(self.scheme, self.expansion, self.height, capacity);
         self.share = Share::Half;
         Ok(Planned { capacity, sizing, bytes })
     }
@@ -592,10 +655,7 @@ impl ShardedBloom {
         max_bytes: u64,
     ) -> Result<ShardedBloom, BloomError> {
         params.check_for(scheme)?;
-        // Room for the shards a window holds, up to 8: a filter of one
-        // daily shard does not carry a table for four.
-        let shards = Vec::with_capacity((params.window as usize + 1).min(8));
-        let mut filter = ShardedBloom { params, seed, scheme, shards };
+        let mut filter = ShardedBloom { params, seed, scheme, shards: Vec::new() };
         let first = filter.check_room(1, now, max_bytes)?.planned.pop().ok_or(BloomError::StackFull)?;
         filter.open_shard(now, first);
         Ok(filter)
@@ -661,8 +721,9 @@ impl ShardedBloom {
     ///
     /// Format 4 follows the trend both ways: the newest count times its
     /// growth or fall from the shard before, within [`MAX_TREND_FALL`] and
-    /// [`MAX_TREND_RISE`], plus up to [`GROWTH_MARGIN`] (up to
-    /// [`FITTED_HEADROOM`] with one shard of history): see
+    /// [`MAX_TREND_RISE`], but never below the count of a live shard that
+    /// outgrew its forecast (stacked), plus up to [`GROWTH_MARGIN`]
+    /// (up to [`FITTED_HEADROOM`] with one shard of history): see
     /// [`headroom_within_size`](Self::headroom_within_size).
     fn new_shard_sizing(&self, now: Millis) -> (u64, Share) {
         let mut live = self.shards.iter().rev().filter(|shard| self.is_live(shard, now));
@@ -678,6 +739,17 @@ impl ShardedBloom {
                     (newest as f64 * trend, 1.0 + GROWTH_MARGIN)
                 }
             };
+            // Never below a live shard that outgrew its forecast: traffic
+            // that swings (quiet nights or weekends between busy periods)
+            // comes back to its high, and a shard sized after the quiet
+            // one stacks a dozen sub-filters to get there, every busy
+            // period, until the window holds hundreds. Once one did, the
+            // shards after it are sized for that high while it is in the
+            // window; a quiet one costs its arrays only while it is the
+            // current one: closed, it folds to what its items need.
+            // Traffic that falls steadily never stacks, and is followed.
+            let beaten = self.shards.iter().filter(|shard| shard.filters.len() > 1 && self.is_live(shard, now));
+            let forecast = forecast.max(beaten.map(|shard| shard.items).max().unwrap_or(0) as f64);
             let (least, most) = (forecast.ceil() as u64, (forecast * headroom).ceil() as u64);
             return (self.headroom_within_size(least, most), Share::Most);
         }
@@ -748,7 +820,7 @@ impl ShardedBloom {
                 let top = shard.filters.last().expect("a shard has a sub-filter");
                 growth.height = shard.filters.len();
                 growth.spent = shard.filters.iter().map(|f| f.error).sum::<f64>();
-                growth.capacity = shard.next_capacity(params);
+                growth.capacity = shard.next_capacity(params, self.scheme);
                 (growth, top.capacity.saturating_sub(top.items))
             }
             None => {
@@ -804,6 +876,10 @@ impl ShardedBloom {
         {
             closed.filters.iter_mut().for_each(SubFilter::fold_to_items);
         }
+        // Tables exactly as long as their contents: a filter per tenant
+        // pays every spare slot per tenant (a table of 8 shards cost a
+        // 1,000-item filter 320 bytes besides its 1,792 of bits).
+        self.shards.reserve_exact(1);
         self.shards.push(Shard { start, items: 0, filters: vec![first] });
     }
 
@@ -857,7 +933,9 @@ impl ShardedBloom {
             }
             let next = next(self)?;
             let next = SubFilter::new(next.capacity, next.sizing, scheme);
-            self.shards.last_mut().expect("a shard exists").filters.push(next);
+            let filters = &mut self.shards.last_mut().expect("a shard exists").filters;
+            filters.reserve_exact(1);
+            filters.push(next);
         }
         let (current, older) = self.shards.split_last_mut().expect("a shard exists");
         let top = current.filters.last_mut().expect("a shard has a sub-filter");
@@ -891,16 +969,17 @@ impl From<BloomError> for CmdError {
                 "ERR filter too large: it would need {needed} bytes, over the largest filter ({MAX_BYTES}); \
                  lower its capacity or raise its error rate"
             )),
-            BloomError::SizeLimit { needed, limit } => {
-                CmdError::new(format!("ERR the filter would grow to {needed} bytes, over idem.bf-max-bytes ({limit})"))
-            }
+            BloomError::SizeLimit { needed, limit } => CmdError::new(format!(
+                "ERR the filter would grow to {needed} bytes, over idem.bf-max-bytes ({limit}); \
+                 raise idem.bf-max-bytes, or spread the items over more filter keys"
+            )),
             BloomError::StackFull => CmdError::new(format!(
                 "ERR filter full: the current shard already stacks {MAX_SUB_FILTERS} sub-filters; \
-                 reserve a larger capacity or EXPANSION"
+                 spread the items over more filter keys, or recreate the filter with a shorter SHARD period"
             )),
             BloomError::TooManySubFilters => CmdError::new(format!(
                 "ERR filter full: it would hold more than {MAX_TOTAL_SUB_FILTERS} sub-filters in all; \
-                 reserve a larger capacity or a shorter WINDOW"
+                 recreate the filter with a shorter WINDOW or a longer SHARD period"
             )),
         }
     }
