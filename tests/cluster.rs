@@ -388,21 +388,7 @@ fn resharding_under_load_keeps_records_and_grants_each_claim_once() {
 
     let errors_before = error_stats(&cluster);
     let t = Instant::now();
-    let out = redis_cli(
-        &[
-            "--cluster".into(),
-            "reshard".into(),
-            format!("127.0.0.1:{}", src.port),
-            "--cluster-from".into(),
-            src.id.clone(),
-            "--cluster-to".into(),
-            dst.id.clone(),
-            "--cluster-slots".into(),
-            n_move.to_string(),
-            "--cluster-yes".into(),
-        ],
-        Duration::from_secs(60),
-    );
+    let out = reshard(src.port, &src.id, &dst.id, n_move, Duration::from_secs(60));
     eprintln!("reshard of {n_move} slots in {:?} ({} output lines)", t.elapsed(), out.lines().count());
     cluster.wait_stable("after the reshard");
     load.wait_progress(300, "after the reshard");

@@ -393,21 +393,7 @@ fn resharding_under_load_moves_records_and_grants_each_claim_once() {
         wait_until(what, Duration::from_secs(60), || answered.load(Ordering::Relaxed) >= target);
     };
     progress(500, "claims before the reshard");
-    redis_cli(
-        &[
-            "--cluster".into(),
-            "reshard".into(),
-            format!("127.0.0.1:{}", src.port),
-            "--cluster-from".into(),
-            src.id.clone(),
-            "--cluster-to".into(),
-            dst.id.clone(),
-            "--cluster-slots".into(),
-            n_move.to_string(),
-            "--cluster-yes".into(),
-        ],
-        Duration::from_secs(120),
-    );
+    reshard(src.port, &src.id, &dst.id, n_move, Duration::from_secs(120));
     cluster.wait_stable("after the reshard");
     progress(500, "claims after the reshard");
     stop.store(true, Ordering::SeqCst);

@@ -23,6 +23,7 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
+use common::rng::Rng;
 use common::*;
 
 use std::collections::{BTreeMap, HashMap};
@@ -32,30 +33,6 @@ const TIME_SLACK_MS: i64 = 3_000;
 const KEYS: [&str; 4] = ["order:1", "order:2", "{t}:3", "k4"];
 /// A plain string, for WRONGTYPE.
 const STRING_KEY: &str = "plain";
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn chance(&mut self, percent: usize) -> bool {
-        self.below(100) < percent
-    }
-
-    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len())]
-    }
-}
 
 /// One argument of a command, as the generator wrote it.
 #[derive(Clone, Debug)]
@@ -111,7 +88,7 @@ fn lease(rng: &mut Rng) -> Arg {
 
 /// `latest`: the number of the token the key's latest claim got.
 fn token(rng: &mut Rng, issued: usize, latest: Option<usize>) -> Arg {
-    let roll = rng.below(100);
+    let roll = rng.index(100);
     if let Some(n) = latest
         && roll < 50
     {
@@ -119,14 +96,14 @@ fn token(rng: &mut Rng, issued: usize, latest: Option<usize>) -> Arg {
     }
     if issued > 0 && roll < 70 {
         // Mostly one of the latest tokens: the ones that may still hold.
-        let n = issued - 1 - rng.below(issued.min(4));
+        let n = issued - 1 - rng.index(issued.min(4));
         return Arg::Token(n);
     }
     if issued > 0 && roll < 78 {
-        return Arg::TokenUpper(issued - 1 - rng.below(issued.min(3)));
+        return Arg::TokenUpper(issued - 1 - rng.index(issued.min(3)));
     }
     if issued > 0 && roll < 85 {
-        return Arg::Token(rng.below(issued));
+        return Arg::Token(rng.index(issued));
     }
     text(rng.pick(&[
         "0123456789abcdef0123456789abcdef",
@@ -144,11 +121,11 @@ fn key(rng: &mut Rng) -> String {
 /// Options as `NAME value` pairs, shuffled, with the odd mistake.
 fn options(rng: &mut Rng, mut pairs: Vec<(&'static str, Arg)>) -> Vec<Arg> {
     for i in (1..pairs.len()).rev() {
-        pairs.swap(i, rng.below(i + 1));
+        pairs.swap(i, rng.index(i + 1));
     }
     let mut args = Vec::new();
     for (name, value) in pairs {
-        let spelled = match rng.below(3) {
+        let spelled = match rng.index(3) {
             0 => name.to_lowercase(),
             1 => name.to_string(),
             _ => name[..1].to_string() + &name[1..].to_lowercase(),
@@ -156,7 +133,7 @@ fn options(rng: &mut Rng, mut pairs: Vec<(&'static str, Arg)>) -> Vec<Arg> {
         args.push(Arg::Text(spelled.into_bytes()));
         args.push(value);
     }
-    match rng.below(100) {
+    match rng.index(100) {
         0..=1 => args.push(text("NOSUCH")),
         2..=3 if !args.is_empty() => {
             args.pop();
@@ -174,7 +151,7 @@ fn options(rng: &mut Rng, mut pairs: Vec<(&'static str, Arg)>) -> Vec<Arg> {
 fn generate(rng: &mut Rng, issued: usize, latest: &HashMap<String, usize>) -> Step {
     let key = key(rng);
     let held = latest.get(&key).copied();
-    let roll = rng.below(100);
+    let roll = rng.index(100);
     let (record, name, args) = match roll {
         0..=34 => {
             let mut pairs = Vec::new();

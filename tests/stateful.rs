@@ -42,6 +42,7 @@
 mod common;
 
 use common::model::*;
+use common::rng::Rng;
 use common::*;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -71,38 +72,6 @@ const PAYLOADS: [&[u8]; 3] = [b"p0", b"p1", b""];
 
 fn all_keys() -> Vec<&'static str> {
     RECS.iter().chain(FILTS.iter()).copied().collect()
-}
-
-// ---------------------------------------------------------------------------
-// Seeded randomness (splitmix64: the same sequence on every platform)
-// ---------------------------------------------------------------------------
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn range(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + self.below((hi - lo + 1) as u64) as i64
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-
-    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len() as u64) as usize]
-    }
 }
 
 // ---------------------------------------------------------------------------

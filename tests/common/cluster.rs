@@ -101,6 +101,24 @@ pub fn is_running(server: &Server) -> bool {
     server.child.is_some()
 }
 
+/// `redis-cli --cluster reshard`: moves `slots` slots from node `from` to
+/// node `to` (both by node id), through the node on `port`; its output.
+pub fn reshard(port: u16, from: &str, to: &str, slots: usize, timeout: Duration) -> String {
+    let args = [
+        "--cluster".to_string(),
+        "reshard".into(),
+        format!("127.0.0.1:{port}"),
+        "--cluster-from".into(),
+        from.into(),
+        "--cluster-to".into(),
+        to.into(),
+        "--cluster-slots".into(),
+        slots.to_string(),
+        "--cluster-yes".into(),
+    ];
+    redis_cli(&args, timeout)
+}
+
 /// Runs `redis-cli args...`, waits at most `timeout`, panics on failure
 /// (exit status, or an `[ERR]` line). Returns its output.
 pub fn redis_cli(args: &[String], timeout: Duration) -> String {

@@ -25,6 +25,7 @@ pub use redis::{RedisError, RedisResult, Value};
 
 pub mod cluster;
 pub mod model;
+pub mod rng;
 
 mod clock;
 mod commands;
