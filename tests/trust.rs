@@ -291,12 +291,15 @@ fn a_damaged_aof_loads_what_it_can_and_plants_nothing() {
     s.assert_alive();
 }
 
-/// A filter that can take no more items: capacity 1, EXPANSION 1, one
-/// window shard, filled until ADD refuses.
+/// A filter that can take no more items: a filter's own growth never
+/// refuses an add, so `idem.bf-max-bytes` goes to its least (4096 bytes
+/// of bits) and the filter is filled until ADD refuses for that limit.
 fn fill_until_full(con: &mut redis::Connection, key: &str) {
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("idem.bf-max-bytes").arg(4096).query(con).unwrap();
     let _: () = redis::cmd("IDEM.BF.RESERVE").arg(key).arg(0.01).arg(1).arg("EXPANSION").arg(1).query(con).unwrap();
     for i in 0..10_000 {
-        if redis::cmd("IDEM.BF.ADD").arg(key).arg(format!("item{i}")).query::<i64>(con).is_err() {
+        if let Err(e) = redis::cmd("IDEM.BF.ADD").arg(key).arg(format!("item{i}")).query::<i64>(con) {
+            assert!(err_text(&e).contains("idem.bf-max-bytes"), "{key} refused item {i}: {}", err_text(&e));
             return;
         }
     }
