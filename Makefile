@@ -28,7 +28,7 @@ RUNDIR := tmp
 # sudo only when not root and sudo exists.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
-.PHONY: deps build lint test test-redis8 test-valkey run load-functions bench bench-wait bench-sweep bench-instructions fuzz-smoke fuzz clean
+.PHONY: deps build lint test test-clients test-redis8 test-valkey run load-functions bench bench-wait bench-sweep bench-instructions fuzz-smoke fuzz clean
 
 deps:
 	@missing=""; \
@@ -59,6 +59,16 @@ test: deps build lint fuzz-smoke pyenv clients
 	$(CARGO) test --profile test-release --no-fail-fast --workspace
 	@$(MAKE) --no-print-directory test-redis8
 	@$(MAKE) --no-print-directory test-valkey
+	@$(MAKE) --no-print-directory test-clients
+
+# The client libraries (clients/<language>/): each one's clients/<language>/client.mk
+# defines test-client-<language>, which runs that library's own tests on
+# Redis 7.0, Redis 8.2 and Valkey 9.1 (the servers below) and the Functions
+# edition. REDIS7_SERVER is Debian's redis-server.
+REDIS7_SERVER := redis-server
+CLIENT_TESTS := $(patsubst clients/%/client.mk,test-client-%,$(wildcard clients/*/client.mk))
+test-clients: $(CLIENT_TESTS)
+-include $(wildcard clients/*/client.mk)
 
 # rustfmt.toml's style, and clippy's default lints with warnings as errors,
 # on both crates, the tests and the fuzz targets.
