@@ -9,8 +9,10 @@
 use std::cell::Cell;
 
 use idem_core::Millis;
+use idem_core::bloom::{Limits, MAX_BYTES};
 use idem_core::error::{CmdError, CmdResult};
 
+use crate::config;
 use crate::host::Ctx;
 
 /// Smallest `proto-max-bulk-len` Redis accepts (1mb). A value below it
@@ -52,6 +54,46 @@ pub fn check_memory_for(ctx: Ctx, bytes: u64) -> CmdResult {
             "OOM the filter needs {bytes} more bytes, which would take used memory ({used}) past maxmemory ({max})"
         ))),
         _ => Ok(()),
+    }
+}
+
+/// The server's limits on a client's filter write, as the core asks for
+/// them (`idem_core::bloom::Limits`): `idem.bf-max-bytes`,
+/// `proto-max-bulk-len` and `maxmemory`.
+pub struct ServerLimits<'c> {
+    ctx: Ctx<'c>,
+    /// Refuse any allocation: used memory is already over `maxmemory`
+    /// (a `DONE`'s add, which is not `deny-oom`).
+    memory_full: bool,
+}
+
+impl<'c> ServerLimits<'c> {
+    pub fn of(ctx: Ctx<'c>) -> ServerLimits<'c> {
+        ServerLimits { ctx, memory_full: false }
+    }
+
+    /// The limits when used memory is over `maxmemory`: only a write that
+    /// allocates nothing goes ahead.
+    pub fn memory_full(ctx: Ctx<'c>) -> ServerLimits<'c> {
+        ServerLimits { ctx, memory_full: true }
+    }
+}
+
+impl Limits for ServerLimits<'_> {
+    fn max_bytes(&self) -> u64 {
+        config::bf_max_bytes().min(MAX_BYTES)
+    }
+
+    fn check_value_size(&self, dumped: u64) -> CmdResult {
+        check_value_size(self.ctx, dumped, "this write")
+    }
+
+    fn check_memory_for(&self, bytes: u64) -> CmdResult {
+        check_memory_for(self.ctx, bytes)?;
+        if self.memory_full && bytes > 0 {
+            return Err(CmdError::Static(c"OOM the filter needs memory and used memory is over maxmemory"));
+        }
+        Ok(())
     }
 }
 

@@ -6,7 +6,9 @@
 //! stays decodable after the writes the commands make to it.
 #![no_main]
 
-use idem_core::bloom::{MAX_BYTES, MAX_HASHES, MAX_SUB_FILTERS, MAX_TOTAL_SUB_FILTERS, Scheme, ShardedBloom, codec};
+use idem_core::bloom::{
+    FixedLimits, MAX_BYTES, MAX_HASHES, MAX_SUB_FILTERS, MAX_TOTAL_SUB_FILTERS, Scheme, ShardedBloom, WhenGone, codec,
+};
 use idem_core::decode::{DecodeError, Reader};
 use libfuzzer_sys::fuzz_target;
 
@@ -14,7 +16,7 @@ use libfuzzer_sys::fuzz_target;
 /// valid filter reserved huge (the decoder accepts it: it is only
 /// parameters) does not make each run allocate and re-encode hundreds of
 /// MiB.
-const WRITE_LIMIT: u64 = 1 << 20;
+const WRITE_LIMITS: FixedLimits = FixedLimits { max_bytes: 1 << 20, max_value: u64::MAX, memory_left: u64::MAX };
 
 fn encode(filter: &ShardedBloom) -> Vec<u8> {
     let mut bytes = Vec::new();
@@ -46,15 +48,10 @@ fuzz_target!(|data: &[u8]| {
         let newest = filter.shards.last().map_or(0, |shard| shard.start * 1000);
         for (step, n) in [(0, 1u64), (filter.params.period * 1000, 2), (filter.params.period * 3000 + 1, 40)] {
             let now = newest.saturating_add(step);
-            let item = filter.hash(&n.to_le_bytes());
-            let _ = filter.contains(item, now);
-            filter.drop_expired(now);
-            if let Ok(mut plan) = filter.check_room(n, now, WRITE_LIMIT) {
-                for i in 0..n {
-                    let item = filter.hash(&(i + 100 * n).to_le_bytes());
-                    filter.add_planned(&mut plan, item, now);
-                }
-            }
+            let _ = filter.may_contain(&n.to_le_bytes(), now);
+            let items: Vec<[u8; 8]> = (0..n).map(|i| (i + 100 * n).to_le_bytes()).collect();
+            let items = items.iter().map(|item| &item[..]);
+            let _ = ShardedBloom::write(Some(&mut filter), WhenGone::LEAVE, items, now, &WRITE_LIMITS);
             decode(&encode(&filter)).expect("what the commands build decodes");
         }
     }

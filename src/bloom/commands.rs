@@ -14,7 +14,7 @@ use std::ffi::CStr;
 
 use idem_core::Millis;
 use idem_core::args::ArgList;
-use idem_core::bloom::{self, MAX_BYTES, Room, ShardedBloom, codec};
+use idem_core::bloom::{self, Answers, Effect, HardLimits, KeyChange, NewFilter, ShardedBloom, WhenGone, codec};
 use idem_core::decode::Reader;
 use idem_core::error::{CmdError, CmdResult};
 
@@ -22,7 +22,7 @@ use super::data_type;
 use crate::config;
 use crate::host::command::{ACCESS, ArgSpec, CommandSpec, INSERT, OW, RO, RW, UPDATE, arg, command_entry, key};
 use crate::host::{Arg, Args, Ctx, Key, KeyMode};
-use crate::limits;
+use crate::limits::ServerLimits;
 use crate::metrics::{Metric, count};
 
 /// Keyspace events of the module class, on the filter's key (named as
@@ -34,158 +34,41 @@ pub const EVENT_ADD: &CStr = c"idem.bf.add";
 /// The background sweeper dropped shards that left the window.
 pub const EVENT_DROP: &CStr = c"idem.bf.drop";
 
-/// A filter about to be written: the key's own, or one to create.
-enum Target<'k> {
-    Existing(&'k mut ShardedBloom),
-    Create(ShardedBloom),
+/// The items of a write, as the core reads them.
+fn item_bytes<'a>(items: &'a [Arg<'a>]) -> impl ExactSizeIterator<Item = &'a [u8]> {
+    items.iter().map(|item| item.bytes())
 }
 
-/// A filter write checked and ready: nothing has changed yet.
-pub struct Prepared<'k> {
-    target: Target<'k>,
-    /// The plan the filter checked, which the add executes.
-    room: Room,
-    /// Bytes of bit arrays the write will allocate (a new filter's
-    /// included).
-    allocate: u64,
+/// A new filter from the `idem.bf-*` configs, for a write to a missing key.
+fn from_configs() -> Result<NewFilter, CmdError> {
+    Ok(NewFilter::current(config::default_filter(), rand::random()))
 }
 
-impl Prepared<'_> {
-    /// Whether the write needs memory: a new filter, shard or sub-filter.
-    pub fn allocates(&self) -> bool {
-        self.allocate > 0
+/// Applies a write's [`KeyChange`] to `key`, propagates its effect as
+/// `IDEM.BF.APPLY key <header> items...` and fires `event` on the key.
+/// A write that changed nothing is neither propagated nor notified.
+fn commit(ctx: Ctx, key: &mut Key<'_>, change: KeyChange, effect: Option<Effect>, items: &[Arg], event: &'static CStr) {
+    change_key(key, change);
+    if let Some(effect) = effect {
+        ctx.replicate_key_blob_items(c"IDEM.BF.APPLY", key.name(), effect.header(), items);
+        ctx.notify(event, key.name());
     }
 }
 
-/// The filter at `key`, ready for `count` more items at `now`: the key's
-/// own or, for a missing key, a new one from `create`. Checks type and room
-/// and changes nothing, so a refused write leaves the key as it was.
-/// Replicated writes (`IDEM.BF.APPLY`) take this path alone: a replica does
-/// what its primary did.
-///
-/// A filter with no shard left in its window is gone for every command
-/// (see `ShardedBloom::is_alive`): a write that `renew`s (one adding items,
-/// `RESERVE`, and their replicated effect) replaces it with a new one, as
-/// on a missing key; a drop of old shards (`renew` false) empties it, and
-/// the key is deleted.
-fn prepare_target<'k>(
-    key: &'k mut Key<'_>,
-    count: usize,
-    now: Millis,
-    renew: bool,
-    max_bytes: u64,
-    create: impl FnOnce() -> Result<ShardedBloom, CmdError>,
-) -> Result<Prepared<'k>, CmdError> {
-    let target = match data_type::open(key)? {
-        Some(filter) if !renew || filter.is_alive(now) => Target::Existing(filter),
-        _ => Target::Create(create()?),
-    };
-    let (filter, new_bytes) = match &target {
-        Target::Existing(filter) => (&**filter, 0),
-        Target::Create(filter) => (filter, filter.bytes()),
-    };
-    let room = filter.check_room(count as u64, now, max_bytes)?;
-    Ok(Prepared { allocate: new_bytes + room.allocate, room, target })
-}
-
-/// A write of no items to an existing filter, which drops the shards that
-/// left the window (the background sweeper's).
-pub fn prepare_drop<'k>(key: &'k mut Key<'_>, now: Millis) -> Result<Prepared<'k>, CmdError> {
-    prepare_target(key, 0, now, false, MAX_BYTES, || Err(CmdError::Static(c"ERR no such filter")))
-}
-
-/// [`prepare_target`] for a client's write, which must also leave the
-/// filter small enough to move (`proto-max-bulk-len`) and used memory
-/// within `maxmemory`.
-pub fn prepare<'k>(
-    ctx: Ctx,
-    key: &'k mut Key<'_>,
-    count: usize,
-    now: Millis,
-    create: impl FnOnce() -> Result<ShardedBloom, CmdError>,
-) -> Result<Prepared<'k>, CmdError> {
-    let prepared = prepare_target(key, count, now, true, config::bf_max_bytes(), create)?;
-    if prepared.allocates() {
-        let (filter, existing) = match &prepared.target {
-            Target::Existing(filter) => (&**filter, prepared.allocate),
-            Target::Create(filter) => (filter, prepared.allocate - filter.bytes()),
-        };
-        // The filter's encoding after the write, as DUMP wraps it: 64 bytes
-        // cover each new sub-filter's and shard's headers (52) and the DUMP
-        // envelope (31).
-        let dumped = codec::encoded_len(filter) + existing + 64 * (prepared.room.sub_filters as u64 + 1);
-        limits::check_value_size(ctx, dumped, "this write")?;
-        limits::check_memory_for(ctx, prepared.allocate)?;
-    }
-    Ok(prepared)
-}
-
-/// A filter for a missing key, from the `idem.bf-*` configs.
-pub fn from_configs(now: Millis) -> Result<ShardedBloom, CmdError> {
-    Ok(ShardedBloom::new(config::default_filter(), rand::random(), now, config::bf_max_bytes())?)
-}
-
-/// What a write leaves for its key, to [`commit`].
-pub enum KeyChange {
-    /// A new filter to store.
-    Store(ShardedBloom),
-    /// The filter was left with no shard in its window: a filter key never
-    /// outlives its window, whatever TTL a user gave it.
-    Delete,
-    /// The filter changed in place and now expires then.
-    Expire(Option<Millis>),
-    Unchanged,
-}
-
-/// Adds `items` at `now` as prepared; `on_item` hears, in order, whether
-/// each item was new to the window. The key's own change follows with
-/// [`commit`] (or, for a replicated write, [`change_key`]).
-pub fn add_prepared(prepared: Prepared, now: Millis, items: &[Arg], mut on_item: impl FnMut(bool)) -> KeyChange {
-    let Prepared { mut target, mut room, .. } = prepared;
-    let filter = match &mut target {
-        Target::Existing(filter) => &mut **filter,
-        Target::Create(filter) => filter,
-    };
-    let items_before = filter.items();
-    let dropped = filter.drop_expired(now);
-    for item in items {
-        let hash = filter.hash(item.bytes());
-        on_item(filter.add_planned(&mut room, hash, now));
-    }
-    let changed = dropped || filter.items() != items_before;
-    match target {
-        Target::Create(filter) => KeyChange::Store(filter),
-        Target::Existing(filter) if filter.shards.is_empty() => KeyChange::Delete,
-        Target::Existing(filter) if changed => KeyChange::Expire(filter.expire_at()),
-        Target::Existing(_) => KeyChange::Unchanged,
-    }
-}
-
-/// Applies a write's [`KeyChange`]; `true` when the key changed.
-fn change_key(key: &mut Key<'_>, change: KeyChange) -> bool {
+/// Makes `key` what a write left it.
+fn change_key(key: &mut Key<'_>, change: KeyChange) {
     match change {
         KeyChange::Store(filter) => data_type::store(key, filter),
         KeyChange::Delete => key.delete(),
-        KeyChange::Expire(at) => key.set_expire_at(at),
-        KeyChange::Unchanged => return false,
+        KeyChange::Updated { expire_at } => key.set_expire_at(expire_at),
+        KeyChange::Unchanged => {}
     }
-    true
 }
 
-/// Applies the change a write of `items` at `now` made to `key`'s filter,
-/// propagates the write and fires `event` on the key. A write that changed
-/// nothing (every item already in the current shard) is neither
-/// propagated nor notified, as `SADD` of a member already there.
-pub fn commit(ctx: Ctx, key: &mut Key<'_>, change: KeyChange, now: Millis, items: &[Arg], event: &'static CStr) {
-    let header = match &change {
-        KeyChange::Store(filter) => codec::effect_header(now, Some(filter)),
-        _ => Vec::new(),
-    };
-    if change_key(key, change) {
-        let time = now.to_le_bytes();
-        let header = if header.is_empty() { &time[..] } else { &header };
-        ctx.replicate_key_blob_items(c"IDEM.BF.APPLY", key.name(), header, items);
-        ctx.notify(event, key.name());
+/// Counts each answer of an add.
+fn count_adds(answers: &Answers) {
+    for new in answers.iter() {
+        count(if new { Metric::BfAddNew } else { Metric::BfAddSeen });
     }
 }
 
@@ -198,10 +81,9 @@ pub fn reserve(ctx: Ctx, args: &Args) -> CmdResult {
     if !key.is_empty() && !dead_filter {
         return Err(CmdError::Static(c"ERR key already exists"));
     }
-    let prepared =
-        prepare(ctx, &mut key, 0, now, || Ok(ShardedBloom::new(params, rand::random(), now, config::bf_max_bytes())?))?;
-    let change = add_prepared(prepared, now, &[], |_| {});
-    commit(ctx, &mut key, change, now, &[], EVENT_RESERVE);
+    let create = WhenGone::Create(|| Ok(NewFilter::current(params, rand::random())));
+    let (_, change, effect) = ShardedBloom::write(data_type::open(&mut key)?, create, [], now, &ServerLimits::of(ctx))?;
+    commit(ctx, &mut key, change, effect, &[], EVENT_RESERVE);
     ctx.reply_simple(c"OK");
     Ok(())
 }
@@ -210,15 +92,17 @@ fn add_items(ctx: Ctx, args: &Args, as_array: bool) -> CmdResult {
     let now = ctx.now();
     let items = args.from(2);
     let mut key = ctx.open_key(args.arg(1), KeyMode::Write);
-    let prepared = prepare(ctx, &mut key, items.len(), now, || from_configs(now))?;
+    let create = WhenGone::Create(from_configs);
+    let (answers, change, effect) =
+        ShardedBloom::write(data_type::open(&mut key)?, create, item_bytes(items), now, &ServerLimits::of(ctx))?;
     if as_array {
         ctx.reply_array(items.len());
     }
-    let change = add_prepared(prepared, now, items, |new| {
-        count(if new { Metric::BfAddNew } else { Metric::BfAddSeen });
+    for new in answers.iter() {
         ctx.reply_int(new as i64);
-    });
-    commit(ctx, &mut key, change, now, items, EVENT_ADD);
+    }
+    count_adds(&answers);
+    commit(ctx, &mut key, change, effect, items, EVENT_ADD);
     Ok(())
 }
 
@@ -232,6 +116,40 @@ pub fn madd(ctx: Ctx, args: &Args) -> CmdResult {
     add_items(ctx, args, true)
 }
 
+/// `IDEM.DONE ... BLOOM filterkey`'s add (one item, or many for a batch):
+/// the completed records' key names into the filter at `filter_key`,
+/// created from the configs if missing. With `memory_full`, only an add
+/// that allocates nothing goes ahead. `Err` says why the add was dropped,
+/// with nothing changed in the filter.
+pub fn add_completed(ctx: Ctx, filter_key: Arg, items: &[Arg], now: Millis, memory_full: bool) -> CmdResult {
+    let mut key = ctx.open_key(filter_key, KeyMode::Write);
+    let limits = if memory_full { ServerLimits::memory_full(ctx) } else { ServerLimits::of(ctx) };
+    let create = WhenGone::Create(from_configs);
+    let (answers, change, effect) =
+        ShardedBloom::write(data_type::open(&mut key)?, create, item_bytes(items), now, &limits)?;
+    count_adds(&answers);
+    commit(ctx, &mut key, change, effect, items, EVENT_ADD);
+    Ok(())
+}
+
+/// The sweeper's write: drops the shards of `key`'s filter that left the
+/// window at `now` (the key is deleted when none is left).
+pub fn drop_old_shards(ctx: Ctx, key: &mut Key<'_>, now: Millis) -> CmdResult {
+    let (_, change, effect) = ShardedBloom::write(data_type::open(key)?, WhenGone::LEAVE, [], now, &HardLimits)?;
+    commit(ctx, key, change, effect, &[], EVENT_DROP);
+    Ok(())
+}
+
+/// Whether `item` may have been seen within the window of the filter at
+/// `filter_key` (`CLAIM ... BLOOM`'s read): `false` for a missing key, and
+/// with no item (a record exists: the filter is not asked), where only the
+/// key's type is checked.
+pub fn may_contain(ctx: Ctx, filter_key: Arg, item: Option<&[u8]>, now: Millis) -> Result<bool, CmdError> {
+    let mut key = ctx.open_key(filter_key, KeyMode::Read);
+    let filter = data_type::open(&mut key)?;
+    Ok(item.is_some_and(|item| filter.is_some_and(|filter| filter.may_contain(item, now))))
+}
+
 fn exists_items(ctx: Ctx, args: &Args, as_array: bool) -> CmdResult {
     let now = ctx.now();
     let items = args.from(2);
@@ -241,7 +159,7 @@ fn exists_items(ctx: Ctx, args: &Args, as_array: bool) -> CmdResult {
         ctx.reply_array(items.len());
     }
     for item in items {
-        let hit = filter.as_ref().is_some_and(|filter| filter.contains(filter.hash(item.bytes()), now));
+        let hit = filter.as_ref().is_some_and(|filter| filter.may_contain(item.bytes(), now));
         count(if hit { Metric::BfExistsHit } else { Metric::BfExistsMiss });
         ctx.reply_int(hit as i64);
     }
@@ -313,16 +231,22 @@ pub fn apply(ctx: Ctx, args: &Args) -> CmdResult {
         .map_err(|_| CmdError::Static(c"ERR invalid IDEM.BF.APPLY header"))?;
     let items = args.from(3);
     let mut key = ctx.open_key(args.arg(1), KeyMode::Write);
+    let filter = data_type::open(&mut key)?;
     // The primary sends creation parameters exactly when it made a new
     // filter: the key was missing or its filter gone. A replica does what
-    // its primary did, whatever its own bf-max-bytes.
-    let prepared = prepare_target(&mut key, items.len(), now, !create.is_empty(), MAX_BYTES, || {
-        let mut input = Reader(create);
-        let (params, scheme, seed) = codec::decode_params(&mut input)
-            .map_err(|_| CmdError::Static(c"ERR IDEM.BF.APPLY on a missing filter needs valid parameters"))?;
-        Ok(ShardedBloom::with_scheme(params, scheme, seed, now, MAX_BYTES)?)
-    })?;
-    let change = add_prepared(prepared, now, items, |_| {});
+    // its primary did, whatever its own limits.
+    let when_gone = match create.is_empty() {
+        true if filter.is_none() => {
+            return Err(CmdError::Static(c"ERR IDEM.BF.APPLY on a missing filter needs valid parameters"));
+        }
+        true => WhenGone::Leave,
+        false => WhenGone::Create(|| {
+            let (params, scheme, seed) = codec::decode_params(&mut Reader(create))
+                .map_err(|_| CmdError::Static(c"ERR IDEM.BF.APPLY on a missing filter needs valid parameters"))?;
+            Ok(NewFilter { params, scheme, seed })
+        }),
+    };
+    let (_, change, _) = ShardedBloom::write(filter, when_gone, item_bytes(items), now, &HardLimits)?;
     change_key(&mut key, change);
     // On a primary this reaches replicas and the AOF; on a replica, its
     // own AOF.

@@ -10,7 +10,7 @@ use std::cell::RefCell;
 
 use idem_core::Millis;
 
-use super::commands::{EVENT_DROP, add_prepared, commit, prepare_drop};
+use super::commands;
 use super::data_type;
 use crate::host::background::{self, Periodic, VisitedKey, Walk};
 use crate::host::{Ctx, KeyMode};
@@ -62,9 +62,7 @@ fn step(ctx: Ctx) {
 
 fn drop_old_shards(ctx: Ctx, name: &[u8], now: Millis) {
     ctx.with_key_named(name, KeyMode::Write, |key| {
-        if let Ok(prepared) = prepare_drop(key, now) {
-            let change = add_prepared(prepared, now, &[], |_| {});
-            commit(ctx, key, change, now, &[], EVENT_DROP);
-        }
+        // A key of another type since the scan is left alone.
+        let _ = commands::drop_old_shards(ctx, key, now);
     });
 }

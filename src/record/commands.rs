@@ -16,7 +16,6 @@ use idem_core::record::{self, ClaimArgs, ClaimReply, DoneArgs, DoneReply, Millis
 
 use super::data_type::{self, Slot};
 use crate::bloom::commands as bloom_commands;
-use crate::bloom::data_type as bloom_data_type;
 use crate::config;
 use crate::host::blocking::{self, Waiter, Wake};
 use crate::host::command::{
@@ -133,10 +132,8 @@ fn decide_claim(
     if let Some(filter_index) = bloom {
         // Only a missing record consults the filter: "may have completed
         // within its window" turns NEW into SEEN.
-        let mut filter_key = ctx.open_key(args.arg(filter_index), KeyMode::Read);
-        let filter = bloom_data_type::open(&mut filter_key)?;
-        claim.maybe_seen =
-            slot.record().is_none() && filter.is_some_and(|filter| filter.contains(filter.hash(args.bytes(1)), now));
+        let item = slot.record().is_none().then(|| args.bytes(1));
+        claim.maybe_seen = bloom_commands::may_contain(ctx, args.arg(filter_index), item, now)?;
     }
     // A waiter's answer comes from a callback, not from a command Redis
     // would hold back while writes are paused.
@@ -311,31 +308,13 @@ pub fn done(ctx: Ctx, args: &Args) -> CmdResult {
         completed |= DONE_RESULT_DROPPED;
     }
     if let Some(filter_index) = bloom
-        && let Err(why) = add_completed_to_filter(ctx, args, filter_index, now, memory_full)
+        && let Err(why) = bloom_commands::add_completed(ctx, args.arg(filter_index), &[args.arg(1)], now, memory_full)
     {
         count(Metric::DoneBloomDropped);
         limits::log_drop(ctx, &format!("dropped the BLOOM add of a completed IDEM.DONE: {}", why.message()));
         completed |= DONE_BLOOM_DROPPED;
     }
     ctx.reply_int(completed);
-    Ok(())
-}
-
-/// Adds a completed record's key name to its `BLOOM` filter: `Err` says
-/// why the add was dropped, with nothing changed in the filter.
-fn add_completed_to_filter(ctx: Ctx, args: &Args, filter_index: usize, now: Millis, memory_full: bool) -> CmdResult {
-    let mut filter_key = ctx.open_key(args.arg(filter_index), KeyMode::Write);
-    let item = [args.arg(1)];
-    let prepared =
-        bloom_commands::prepare(ctx, &mut filter_key, item.len(), now, || bloom_commands::from_configs(now))?;
-    // Under a full memory only an add that allocates nothing goes ahead.
-    if memory_full && prepared.allocates() {
-        return Err(CmdError::Static(c"OOM the filter needs memory and used memory is over maxmemory"));
-    }
-    let change = bloom_commands::add_prepared(prepared, now, &item, |new| {
-        count(if new { Metric::BfAddNew } else { Metric::BfAddSeen });
-    });
-    bloom_commands::commit(ctx, &mut filter_key, change, now, &item, bloom_commands::EVENT_ADD);
     Ok(())
 }
 

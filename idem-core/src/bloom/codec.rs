@@ -31,7 +31,7 @@
 use super::bits::{Bits, Scheme};
 use super::{
     FORMAT_1_MAX_WINDOW, MAX_BYTES, MAX_HASHES, MAX_SUB_FILTERS, MAX_TOTAL_SUB_FILTERS, MAX_WINDOW, PROTO_MAX_BULK_LEN,
-    Params, Shard, ShardedBloom, Share, SubFilter, allocation_class, false_positive_rate, format_1_class_below,
+    Params, Plan, Shard, ShardedBloom, Share, SubFilter, allocation_class, false_positive_rate, format_1_class_below,
     hash_count, rate_with_hashes, stacked_capacity, sub_filter_bytes,
 };
 use crate::Millis;
@@ -50,8 +50,10 @@ pub const FORMAT_FITTED: u8 = 4;
 /// they load up to it, and grow no further than [`MAX_BYTES`].
 const FORMAT_1_MAX_BYTES: u64 = 512 * 1024 * 1024 - 64 * 1024;
 
+/// Bytes of the format, parameters and seed ([`encode_params`]).
+pub const PARAMS_LEN: usize = 1 + 8 + 8 + 4 + 8 + 4 + 32;
 /// Bytes of the parameters, seed and shard count.
-const HEADER_LEN: u64 = 1 + 8 + 8 + 4 + 8 + 4 + 32 + 4;
+const HEADER_LEN: u64 = PARAMS_LEN as u64 + 4;
 const SHARD_HEADER_LEN: u64 = 8 + 8 + 4;
 const SUB_FILTER_HEADER_LEN: u64 = 8 + 8 + 8 + 4 + 4;
 /// Format 4's: the folds after the others (see [`encode_folds`]).
@@ -78,10 +80,10 @@ fn decode_folds(field: u32) -> (u32, u32) {
 pub const MAX_OVERHEAD: u64 = HEADER_LEN
     + (MAX_WINDOW as u64 + 1) * SHARD_HEADER_LEN
     + MAX_TOTAL_SUB_FILTERS as u64 * FITTED_SUB_FILTER_HEADER_LEN;
-/// What `DUMP` wraps around the encoding: type, module id, string opcode
-/// and length, end opcode, RDB version and checksum (31 bytes), rounded
-/// up.
-const DUMP_ENVELOPE: u64 = 64;
+/// What `DUMP` wraps around the encoding: the type (1 byte), module id
+/// (9), string opcode (1) and length (at most 9), end opcode (1), RDB
+/// version (2) and checksum (8).
+const DUMP_ENVELOPE: u64 = 31;
 // The largest filter DUMPs within proto-max-bulk-len.
 const _: () = assert!(MAX_BYTES + MAX_OVERHEAD + DUMP_ENVELOPE <= PROTO_MAX_BULK_LEN);
 
@@ -111,6 +113,19 @@ pub fn encoded_len(filter: &ShardedBloom) -> u64 {
         + filter.shards.len() as u64 * SHARD_HEADER_LEN
         + filter.sub_filter_count() as u64 * sub_filter_header_len(filter.scheme)
         + filter.bytes()
+}
+
+/// What a write as `plan` adds to the encoding: its bits, the headers of
+/// the sub-filters it stacks and of the shard it opens.
+pub fn encoded_growth(plan: &Plan) -> u64 {
+    plan.allocate
+        + plan.sub_filters as u64 * FITTED_SUB_FILTER_HEADER_LEN
+        + if plan.opens_shard { SHARD_HEADER_LEN } else { 0 }
+}
+
+/// The length of a `DUMP` payload around an encoding of `encoded` bytes.
+pub fn dumped_len(encoded: u64) -> u64 {
+    encoded + DUMP_ENVELOPE
 }
 
 pub fn encode_params(params: &Params, scheme: Scheme, seed: &[u8; 32], out: &mut Vec<u8>) {

@@ -18,6 +18,7 @@
 
 pub mod bits;
 pub mod codec;
+mod write;
 
 use bits::Bits;
 pub use bits::{Scheme, allocated_bytes, allocation_class, fitted_bytes};
@@ -26,6 +27,7 @@ use xxhash_rust::xxh3::xxh3_128_with_seed;
 use crate::Millis;
 use crate::args::{ArgList, parse_options, require};
 use crate::error::CmdError;
+pub use write::{Answers, Effect, FixedLimits, HardLimits, KeyChange, Limits, NewFilter, WhenGone, Written};
 
 /// Unix time or a duration in whole seconds.
 pub type Seconds = i64;
@@ -171,19 +173,48 @@ pub enum BloomError {
     TooManySubFilters,
 }
 
-/// A write as [`ShardedBloom::check_room`] planned it: what it will
-/// allocate, and the sub-filters it will stack, already sized and checked
-/// against the limits. [`ShardedBloom::add_planned`] executes it.
+/// A write as [`ShardedBloom::plan`] planned it: what it will allocate,
+/// and the sub-filters it will stack, already sized and checked against
+/// the limits. [`ShardedBloom::insert_planned`] executes it.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Room {
+pub struct Plan {
     /// Bytes of new bit arrays; 0 when the items fit the current shard's
-    /// top sub-filter. Each is one allocation of exactly this many bytes
-    /// (an allocation class: see [`allocation_class`]).
+    /// top sub-filter.
     pub allocate: u64,
     /// New sub-filters (a new shard's first one included).
     pub sub_filters: u32,
+    /// Whether the write opens a shard.
+    pub opens_shard: bool,
     /// Those sub-filters, last to be stacked first.
-    planned: Vec<Planned>,
+    planned: Vec<PlannedSubFilter>,
+}
+
+/// What an insertion did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Added {
+    /// Recorded in the current shard; no shard of the window had seen it.
+    New,
+    /// Recorded in the current shard; an older shard of the window may
+    /// have seen it.
+    Seen,
+    /// Already in the current shard: nothing changed.
+    AlreadyThere,
+    /// Not stored: past the hard limits, which a write within its plan
+    /// never reaches (see [`ShardedBloom::insert_planned`]); `seen` when a
+    /// shard of the window may hold it.
+    Refused { seen: bool },
+}
+
+impl Added {
+    /// The answer: whether the item was new to the window.
+    pub fn is_new(self) -> bool {
+        matches!(self, Added::New | Added::Refused { seen: false })
+    }
+
+    /// Whether the filter changed.
+    pub fn is_inserted(self) -> bool {
+        matches!(self, Added::New | Added::Seen)
+    }
 }
 
 impl Params {
@@ -578,8 +609,9 @@ impl Shard {
 }
 
 /// The next sub-filter a write would allocate, and what the filter would
-/// then hold: the one reckoning [`ShardedBloom::check_room`] plans with
-/// and [`ShardedBloom::add`] allocates by, so that they cannot disagree.
+/// then hold: the one reckoning [`ShardedBloom::plan`] plans with
+/// and [`ShardedBloom::insert_planned`] allocates by past a plan, so that
+/// they cannot disagree.
 struct Growth {
     scheme: Scheme,
     expansion: u32,
@@ -599,7 +631,7 @@ struct Growth {
 
 /// A sub-filter [`Growth`] sized.
 #[derive(Clone, Debug, PartialEq)]
-struct Planned {
+struct PlannedSubFilter {
     capacity: u64,
     /// What [`sub_filter_bytes`] gave, and the array's bytes.
     sizing: u64,
@@ -610,7 +642,7 @@ impl Growth {
     /// Sizes the next sub-filter against the hard limits and `limit`
     /// (bytes of bit arrays, at most [`MAX_BYTES`]), counts it in and
     /// moves on to the one after it. What it is, or why it cannot be.
-    fn allocate(&mut self, limit: u64) -> Result<Planned, BloomError> {
+    fn allocate(&mut self, limit: u64) -> Result<PlannedSubFilter, BloomError> {
         if self.height >= MAX_SUB_FILTERS {
             return Err(BloomError::StackFull);
         }
@@ -632,7 +664,7 @@ impl Growth {
         self.spent += false_positive_rate(sizing * 8, capacity, self.scheme);
         self.capacity = stacked_capacity(self.scheme, self.expansion, self.height, capacity);
         self.share = Share::Half;
-        Ok(Planned { capacity, sizing, bytes })
+        Ok(PlannedSubFilter { capacity, sizing, bytes })
     }
 }
 
@@ -656,17 +688,9 @@ impl ShardedBloom {
     ) -> Result<ShardedBloom, BloomError> {
         params.check_for(scheme)?;
         let mut filter = ShardedBloom { params, seed, scheme, shards: Vec::new() };
-        let first = filter.check_room(1, now, max_bytes)?.planned.pop().ok_or(BloomError::StackFull)?;
+        let first = filter.plan(1, now, max_bytes)?.planned.pop().ok_or(BloomError::StackFull)?;
         filter.open_shard(now, first);
         Ok(filter)
-    }
-
-    /// What [`new`](Self::new) would allocate, or why it would fail,
-    /// without allocating it.
-    pub fn plan_new(params: &Params, now: Millis, max_bytes: u64) -> Result<Room, BloomError> {
-        params.check()?;
-        let empty = ShardedBloom { params: *params, seed: [0; 32], scheme: Scheme::CURRENT, shards: Vec::new() };
-        empty.check_room(1, now, max_bytes)
     }
 
     pub fn hash(&self, item: &[u8]) -> ItemHash {
@@ -715,8 +739,8 @@ impl ShardedBloom {
     /// shard before the newest to the newest plus [`GROWTH_MARGIN`], at
     /// most [`MAX_GROWTH_HEADROOM`], or [`HEADROOM`] when that shard is
     /// missing or empty. Only shards live at `now` count, so
-    /// [`check_room`](Self::check_room) before
-    /// [`drop_expired`](Self::drop_expired) sizes what [`add`](Self::add)
+    /// [`plan`](Self::plan) before
+    /// [`drop_expired`](Self::drop_expired) sizes what an insertion
     /// after it allocates.
     ///
     /// Format 4 follows the trend both ways: the newest count times its
@@ -834,18 +858,20 @@ impl ShardedBloom {
     /// (`max_bytes` of bit arrays in the live shards after the write, at
     /// most [`MAX_BYTES`]) and on sub-filters, and what they would
     /// allocate. The limits bound growth: a write that allocates nothing
-    /// fits, even in a filter over a limit lowered since it grew. Allocates nothing. [`add`](Self::add) of `n` items at
-    /// `now` cannot fail after it, and allocates at most the plan (exactly
-    /// it when all `n` are new to the current shard).
-    pub fn check_room(&self, n: u64, now: Millis, max_bytes: u64) -> Result<Room, BloomError> {
+    /// fits, even in a filter over a limit lowered since it grew.
+    /// Allocates nothing. [`insert_planned`](Self::insert_planned) of `n`
+    /// items at `now` after it allocates at most the plan (exactly it when
+    /// all `n` are new to the current shard).
+    pub fn plan(&self, n: u64, now: Millis, max_bytes: u64) -> Result<Plan, BloomError> {
         // The common case: the current shard's top sub-filter has room.
-        if let Some(top) = self.shard_for(now).and_then(|shard| shard.filters.last())
+        let current = self.shard_for(now);
+        if let Some(top) = current.and_then(|shard| shard.filters.last())
             && top.capacity - top.items >= n
         {
-            return Ok(Room::default());
+            return Ok(Plan::default());
         }
         let (mut growth, mut room) = self.growth(now);
-        let mut plan = Room::default();
+        let mut plan = Plan { opens_shard: current.is_none() && n > 0, ..Plan::default() };
         let mut left = n;
         while left > room {
             left -= room;
@@ -861,14 +887,14 @@ impl ShardedBloom {
 
     /// The next sub-filter for the stack that takes items at `now`, sized
     /// within the hard limits.
-    fn next_sub_filter(&self, now: Millis) -> Result<Planned, BloomError> {
+    fn next_sub_filter(&self, now: Millis) -> Result<PlannedSubFilter, BloomError> {
         self.growth(now).0.allocate(MAX_BYTES)
     }
 
     /// Starts the shard for `now` with `first` as its first sub-filter.
     /// In format 4 the shard it follows takes no more items: its arrays
     /// fold to what its items need.
-    fn open_shard(&mut self, now: Millis, first: Planned) {
+    fn open_shard(&mut self, now: Millis, first: PlannedSubFilter) {
         let first = SubFilter::new(first.capacity, first.sizing, self.scheme);
         let start = self.shard_start(now);
         if self.scheme == Scheme::Fitted
@@ -883,39 +909,31 @@ impl ShardedBloom {
         self.shards.push(Shard { start, items: 0, filters: vec![first] });
     }
 
-    /// Records the item in the current shard unless it is already there.
-    /// `true` when no shard of the window had seen it. Drops the shards
-    /// that left the window first (callers that need to know whether any
-    /// did call [`drop_expired`](Self::drop_expired) before). Fails only
-    /// where [`check_room`](Self::check_room) for it would have: past the
-    /// hard limits, which no filter may exceed.
+    /// Records the item in the current shard unless it is already there,
+    /// as `plan` foresaw it: the plan's sub-filters are stacked as the
+    /// items need them, so nothing is sized or checked again. For at most
+    /// the `n` items planned for, at the `now` planned for, after
+    /// [`drop_expired`](Self::drop_expired) and nothing else in between.
+    /// A sub-filter needed past the plan is sized within the hard limits;
+    /// where those refuse it the item is not stored (and answered as the
+    /// window answers for it).
     ///
     /// One pass over the shards, each sub-filter probed once.
-    pub fn add(&mut self, item: ItemHash, now: Millis) -> Result<bool, BloomError> {
-        self.insert(item, now, |filter| filter.next_sub_filter(now))
-    }
-
-    /// [`add`](Self::add) as `plan` foresaw it: the plan's sub-filters are
-    /// stacked as the items need them, so nothing is sized or checked
-    /// again and nothing can fail. Adds at most the `n` items planned for,
-    /// at the `now` planned for, with nothing else changed in between: a
-    /// sub-filter needed past the plan is sized within the hard limits
-    /// as [`add`](Self::add) would, and where those refuse it the item is
-    /// not stored (and answered as new, which it was).
-    pub fn add_planned(&mut self, plan: &mut Room, item: ItemHash, now: Millis) -> bool {
+    pub fn insert_planned(&mut self, plan: &mut Plan, item: ItemHash, now: Millis) -> Added {
         self.insert(item, now, |filter| plan.planned.pop().map_or_else(|| filter.next_sub_filter(now), Ok))
-            .unwrap_or(true)
+            .unwrap_or_else(|_| Added::Refused { seen: self.contains(item, now) })
     }
 
+    /// Records the item in the current shard, stacking what `next` gives
+    /// where the top sub-filter is full. The shards that left the window
+    /// were dropped first, so the limits, counted over live shards, hold
+    /// for the whole filter as stored.
     fn insert(
         &mut self,
         item: ItemHash,
         now: Millis,
-        mut next: impl FnMut(&Self) -> Result<Planned, BloomError>,
-    ) -> Result<bool, BloomError> {
-        // Every shard left is live, so the limits below, counted over
-        // live shards, hold for the whole filter as stored.
-        self.drop_expired(now);
+        mut next: impl FnMut(&Self) -> Result<PlannedSubFilter, BloomError>,
+    ) -> Result<Added, BloomError> {
         if self.shard_for(now).is_none() {
             let first = next(self)?;
             self.open_shard(now, first);
@@ -925,11 +943,11 @@ impl ShardedBloom {
         let current = self.shards.last().expect("a shard exists");
         let (top, lower) = current.filters.split_last().expect("a shard has a sub-filter");
         if lower.iter().any(|filter| filter.bits.check(item)) {
-            return Ok(false);
+            return Ok(Added::AlreadyThere);
         }
         if top.items >= top.capacity {
             if top.bits.check(item) {
-                return Ok(false);
+                return Ok(Added::AlreadyThere);
             }
             let next = next(self)?;
             let next = SubFilter::new(next.capacity, next.sizing, scheme);
@@ -940,11 +958,12 @@ impl ShardedBloom {
         let (current, older) = self.shards.split_last_mut().expect("a shard exists");
         let top = current.filters.last_mut().expect("a shard has a sub-filter");
         if !top.bits.insert(item) {
-            return Ok(false);
+            return Ok(Added::AlreadyThere);
         }
         top.items += 1;
         current.items += 1;
-        Ok(!older.iter().rev().any(|shard| shard.live_at(span, now) && shard.contains(item)))
+        let seen = older.iter().rev().any(|shard| shard.live_at(span, now) && shard.contains(item));
+        Ok(if seen { Added::Seen } else { Added::New })
     }
 
     pub fn items(&self) -> u64 {

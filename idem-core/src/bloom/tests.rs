@@ -18,6 +18,30 @@ const SEED: [u8; 32] = {
     seed
 };
 
+/// Single insertions, as the tests make them: each as a write of that
+/// item alone would, drops first.
+impl ShardedBloom {
+    /// Records the item past any plan (sub-filters sized within the hard
+    /// limits); `true` when it was new to the window.
+    fn add(&mut self, item: ItemHash, now: Millis) -> Result<bool, BloomError> {
+        self.drop_expired(now);
+        self.insert(item, now, |filter| filter.next_sub_filter(now)).map(Added::is_new)
+    }
+
+    /// [`insert_planned`](Self::insert_planned), its answer.
+    fn add_planned(&mut self, plan: &mut Plan, item: ItemHash, now: Millis) -> bool {
+        self.drop_expired(now);
+        self.insert_planned(plan, item, now).is_new()
+    }
+
+    /// What [`new`](Self::new) would allocate, or why it would fail.
+    fn plan_new(params: &Params, now: Millis, max_bytes: u64) -> Result<Plan, BloomError> {
+        params.check()?;
+        let empty = ShardedBloom { params: *params, seed: [0; 32], scheme: Scheme::CURRENT, shards: Vec::new() };
+        empty.plan(1, now, max_bytes)
+    }
+}
+
 fn new_filter(params: Params, seed: [u8; 32], now: Millis) -> Result<ShardedBloom, BloomError> {
     ShardedBloom::new(params, seed, now, MAX_BYTES)
 }
@@ -325,7 +349,7 @@ fn add_planned_executes_the_plan_as_add_would() {
     add_all(&mut planned, "old", 0..5, T0);
     let mut plain = planned.clone();
     let now = T0 + DAY * 1000;
-    let mut plan = planned.check_room(200, now, MAX_BYTES).unwrap();
+    let mut plan = planned.plan(200, now, MAX_BYTES).unwrap();
     assert!(plan.sub_filters >= 3, "{plan:?}");
     let (bytes, allocate) = (planned.bytes(), plan.allocate);
     for n in 0..200 {
@@ -341,7 +365,7 @@ fn add_planned_executes_the_plan_as_add_would() {
     assert_eq!(encode(&planned), encode(&plain), "the same filter, bit for bit");
     // Past its plan an add sizes its sub-filter as `add` would.
     let extra = planned.hash(b"extra");
-    assert_eq!(planned.add_planned(&mut Room::default(), extra, now), plain.add(extra, now).unwrap());
+    assert_eq!(planned.add_planned(&mut Plan::default(), extra, now), plain.add(extra, now).unwrap());
     assert_eq!(encode(&planned), encode(&plain));
 }
 
@@ -362,7 +386,7 @@ fn add_planned_in_batches_builds_the_filter_add_builds() {
         let mut plain = planned.clone();
         for start in (0..items).step_by(batch) {
             let end = (start + batch).min(items) as u64;
-            let mut plan = planned.check_room(end - start as u64, T0, MAX_BYTES).unwrap();
+            let mut plan = planned.plan(end - start as u64, T0, MAX_BYTES).unwrap();
             for n in start as u64..end {
                 let hash = planned.hash(&item("b", n));
                 assert_eq!(planned.add_planned(&mut plan, hash, T0), plain.add(hash, T0).unwrap());
@@ -378,7 +402,7 @@ fn add_planned_past_the_hard_limits_stores_nothing_and_never_panics() {
     // of 1 fill it (format 4's past EXPANSION_HEIGHT double).
     let p = Params { expansion: 1, ..params(0.01, 1, 1, DAY) };
     let mut filter = ShardedBloom::with_scheme(p, Scheme::Bounded, SEED, T0, MAX_BYTES).unwrap();
-    let mut plan = filter.check_room(MAX_SUB_FILTERS as u64, T0, MAX_BYTES).unwrap();
+    let mut plan = filter.plan(MAX_SUB_FILTERS as u64, T0, MAX_BYTES).unwrap();
     for n in 0..MAX_SUB_FILTERS as u64 {
         filter.add_planned(&mut plan, filter.hash(&item("f", n)), T0);
     }
@@ -387,31 +411,28 @@ fn add_planned_past_the_hard_limits_stores_nothing_and_never_panics() {
     // answered as new (no shard had seen it).
     let before = filter.clone();
     let fresh = filter.hash(b"fresh");
-    assert!(filter.add_planned(&mut Room::default(), fresh, T0));
+    assert!(filter.add_planned(&mut Plan::default(), fresh, T0));
     assert_eq!((filter.items(), filter.sub_filter_count()), (before.items(), before.sub_filter_count()));
     assert!(!filter.contains(fresh, T0) || before.contains(fresh, T0));
 }
 
 #[test]
-fn check_room_refuses_growth_past_the_limits_before_anything_changes() {
+fn plan_refuses_growth_past_the_limits_before_anything_changes() {
     // Format 3's stack fills at 32 sub-filters of 1; format 4's does not.
     let p = Params { expansion: 1, ..params(0.01, 1, 1, DAY) };
     let fitted = new_filter(p, SEED, T0).unwrap();
-    assert!(fitted.check_room(100_000, T0, MAX_BYTES).is_ok());
+    assert!(fitted.plan(100_000, T0, MAX_BYTES).is_ok());
     let mut filter = ShardedBloom::with_scheme(p, Scheme::Bounded, SEED, T0, MAX_BYTES).unwrap();
-    assert!(filter.check_room(MAX_SUB_FILTERS as u64, T0, MAX_BYTES).is_ok());
-    assert_eq!(filter.check_room(MAX_SUB_FILTERS as u64 + 1, T0, MAX_BYTES), Err(BloomError::StackFull));
+    assert!(filter.plan(MAX_SUB_FILTERS as u64, T0, MAX_BYTES).is_ok());
+    assert_eq!(filter.plan(MAX_SUB_FILTERS as u64 + 1, T0, MAX_BYTES), Err(BloomError::StackFull));
     let mut n = 0;
     while filter.items() < MAX_SUB_FILTERS as u64 {
         filter.add(filter.hash(&item("f", n)), T0).unwrap();
         n += 1;
     }
-    assert_eq!(filter.check_room(1, T0, MAX_BYTES), Err(BloomError::StackFull));
+    assert_eq!(filter.plan(1, T0, MAX_BYTES), Err(BloomError::StackFull));
     let big = new_filter(params(0.01, 100_000_000, 1, DAY), SEED, T0).unwrap();
-    assert!(matches!(
-        big.check_room(10_000_000_000, T0, MAX_BYTES),
-        Err(BloomError::SizeLimit { limit: MAX_BYTES, .. })
-    ));
+    assert!(matches!(big.plan(10_000_000_000, T0, MAX_BYTES), Err(BloomError::SizeLimit { limit: MAX_BYTES, .. })));
 }
 
 #[test]
@@ -475,7 +496,7 @@ proptest! {
             for (step, n) in [(0, 1), (decoded.params.period * 1000, 2), (decoded.params.period * 3000 + 1, 40)] {
                 let now = newest + step;
                 let _ = decoded.contains(decoded.hash(b"probe"), now);
-                if decoded.check_room(n, now, MAX_BYTES).is_ok() {
+                if decoded.plan(n, now, MAX_BYTES).is_ok() {
                     for i in 0..n {
                         decoded.add(decoded.hash(&item("w", i)), now).unwrap();
                     }
@@ -539,8 +560,8 @@ fn the_headroom_follows_the_trend_between_the_two_newest_shards() {
 }
 
 #[test]
-fn sizing_counts_only_live_shards_so_check_room_foresees_add() {
-    // `check_room` runs before `drop_expired`, `add` after it.
+fn sizing_counts_only_live_shards_so_plan_foresees_add() {
+    // `plan` runs before `drop_expired`, `add` after it.
     let mut filter = new_filter(params(0.01, 10, 3, DAY), SEED, T0).unwrap();
     add_all(&mut filter, "a", 0..100, T0);
     add_all(&mut filter, "b", 0..300, T0 + DAY * 1000);
@@ -722,7 +743,7 @@ fn format_1_builds() -> [ShardedBloom; 3] {
             filter.drop_expired(now);
             for i in 0..n {
                 let hash = filter.hash(format!("{prefix}:{i:012}").as_bytes());
-                filter.check_room(1, now, MAX_BYTES).unwrap();
+                filter.plan(1, now, MAX_BYTES).unwrap();
                 filter.add(hash, now).unwrap();
             }
         }
@@ -765,7 +786,7 @@ fn format_1_filters_keep_their_probes_and_sizing_as_they_grow() {
         old.drop_expired(now);
         for i in 0..n {
             let hash = old.hash(format!("{prefix}:{i:012}").as_bytes());
-            old.check_room(1, now, MAX_BYTES).unwrap();
+            old.plan(1, now, MAX_BYTES).unwrap();
             old.add(hash, now).unwrap();
         }
     }
@@ -977,7 +998,7 @@ fn bench_worst_mexists() {
 /// Bytes the first shard of a new filter of `scheme` takes.
 fn first_shard_bytes(params: Params, scheme: Scheme) -> Result<u64, BloomError> {
     let empty = ShardedBloom { params, seed: SEED, scheme, shards: Vec::new() };
-    empty.check_room(1, T0, MAX_BYTES).map(|room| room.allocate)
+    empty.plan(1, T0, MAX_BYTES).map(|room| room.allocate)
 }
 
 /// Bits per item of the sub-filter `level` (0 first) of a full stack of
@@ -1054,7 +1075,7 @@ fn the_issues_reproductions_now_take_bytes_in_proportion() {
         let mut filter = ShardedBloom::with_scheme(tiny, scheme, SEED, T0, MAX_BYTES).unwrap();
         let mut n = 0;
         while filter.items() < 32 {
-            filter.check_room(1, T0, MAX_BYTES).unwrap();
+            filter.plan(1, T0, MAX_BYTES).unwrap();
             filter.add(filter.hash(&item("r", n)), T0).unwrap();
             n += 1;
         }
@@ -1136,7 +1157,7 @@ fn the_mixed_rate_model_bounds_what_small_arrays_measure() {
 }
 
 #[test]
-fn check_room_names_each_limit_and_add_keeps_the_hard_ones() {
+fn plan_names_each_limit_and_add_keeps_the_hard_ones() {
     // The configured size limit, and what was needed.
     let p = params(0.01, 1_000, 1, DAY);
     let needed = ShardedBloom::plan_new(&p, T0, MAX_BYTES).unwrap().allocate;
@@ -1148,11 +1169,11 @@ fn check_room_names_each_limit_and_add_keeps_the_hard_ones() {
     let plan = ShardedBloom::plan_new(&p, T0, u64::MAX).unwrap();
     assert_eq!((plan.allocate, plan.sub_filters), (needed, 1));
     let filter = new_filter(p, SEED, T0).unwrap();
-    assert_eq!(filter.check_room(1_000, T0, needed), Ok(Room::default()), "fits the top sub-filter");
-    let grow = filter.check_room(1_001, T0, MAX_BYTES).unwrap();
+    assert_eq!(filter.plan(1_000, T0, needed), Ok(Plan::default()), "fits the top sub-filter");
+    let grow = filter.plan(1_001, T0, MAX_BYTES).unwrap();
     assert_eq!(grow.sub_filters, 1);
     assert_eq!(
-        filter.check_room(1_001, T0, needed + grow.allocate - 1),
+        filter.plan(1_001, T0, needed + grow.allocate - 1),
         Err(BloomError::SizeLimit { needed: needed + grow.allocate, limit: needed + grow.allocate - 1 })
     );
     // A limit above the hard ceiling is the ceiling.
@@ -1189,7 +1210,7 @@ fn check_room_names_each_limit_and_add_keeps_the_hard_ones() {
         let second = n / 5 * 2 + !n.is_multiple_of(5) as u64;
         assert!(second < 2 * MAX_WINDOW as u64, "never refused: {} sub-filters", filter.sub_filter_count());
         let now = T0 + second as Millis * 1000;
-        match filter.check_room(1, now, MAX_BYTES) {
+        match filter.plan(1, now, MAX_BYTES) {
             Ok(_) => {}
             Err(error) => {
                 // add refuses the same, and changes nothing.
@@ -1211,12 +1232,12 @@ fn check_room_names_each_limit_and_add_keeps_the_hard_ones() {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
 
-    /// check_room foresees add: when it answers a plan, `n` adds at `now`
+    /// plan foresees add: when it answers a plan, `n` adds at `now`
     /// all succeed and allocate at most the plan (exactly it when all `n`
     /// items were new), within the limit; when it refuses, `n` new items
     /// cannot all be added within the limit.
     #[test]
-    fn check_room_foresees_add(
+    fn plan_foresees_add(
         capacity in 1u64..40,
         expansion in 1u32..4,
         window in 1u32..4,
@@ -1233,7 +1254,7 @@ proptest! {
         let mut now = T0;
         for (step, count) in history {
             now += step;
-            if filter.check_room(count, now, MAX_BYTES).is_ok() {
+            if filter.plan(count, now, MAX_BYTES).is_ok() {
                 for _ in 0..count {
                     filter.add(filter.hash(&item("h", fresh)), now).unwrap();
                     fresh += 1;
@@ -1242,7 +1263,7 @@ proptest! {
         }
         let now = now + at;
         let live = |f: &ShardedBloom| f.shards.iter().filter(|s| f.is_live(s, now)).map(|s| (s.bytes(), s.filters.len(), s.items)).fold((0, 0, 0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2));
-        let plan = filter.check_room(n, now, limit);
+        let plan = filter.plan(n, now, limit);
         let (bytes_before, _, items_before) = live(&filter);
         let mut after = filter.clone();
         let mut refused = None;
@@ -1460,7 +1481,7 @@ fn the_decoder_bounds_the_sub_filters_and_keeps_format_1_filters_built_past_the_
     let mut loaded = codec::decode_stored(&encoded(&old)).unwrap();
     let now = 599_000;
     assert!(!loaded.contains(loaded.hash(b"x"), now), "it answers (its arrays are clear)");
-    assert_eq!(loaded.check_room(2, now, MAX_BYTES), Err(BloomError::TooManySubFilters));
+    assert_eq!(loaded.plan(2, now, MAX_BYTES), Err(BloomError::TooManySubFilters));
     assert_eq!(loaded.add(loaded.hash(b"y"), 600_000), Err(BloomError::TooManySubFilters));
 }
 
@@ -1527,7 +1548,7 @@ proptest! {
         let mut fresh = 0u64;
         for (step, count) in steps {
             now += step;
-            if filter.check_room(count, now, MAX_BYTES).is_ok() {
+            if filter.plan(count, now, MAX_BYTES).is_ok() {
                 filter.drop_expired(now);
                 for _ in 0..count {
                     filter.add(filter.hash(&item("g", fresh)), now).unwrap();
@@ -1894,8 +1915,8 @@ fn print_new_shard_sizing_time() {
         }
         let now = T0 + 3 * DAY * 1000;
         let started = std::time::Instant::now();
-        let room = filter.check_room(1, now, MAX_BYTES).unwrap();
-        println!("check_room opening a shard after {volume} a day: {:?} ({} bytes)", started.elapsed(), room.allocate);
+        let room = filter.plan(1, now, MAX_BYTES).unwrap();
+        println!("plan opening a shard after {volume} a day: {:?} ({} bytes)", started.elapsed(), room.allocate);
     }
 }
 
@@ -1920,7 +1941,7 @@ fn a_busy_shard_after_quiet_ones_grows_past_its_forecast() {
     add_all(&mut filter, "quiet1", 0..1, T0 + 1_000);
     let busy = T0 + 2_000;
     for n in 0..20_000 {
-        filter.check_room(1, busy, MAX_BYTES).unwrap();
+        filter.plan(1, busy, MAX_BYTES).unwrap();
         filter.add(filter.hash(&item("busy", n)), busy).unwrap();
     }
     let shard = filter.shards.last().unwrap();
@@ -1951,7 +1972,7 @@ fn swinging_traffic_never_fills_the_filter() {
     for shard in 0..shards {
         let now = T0 + shard as Millis * 1_000;
         let volume = if shard % 2 == 0 { 1 } else { 20_000 };
-        let mut plan = filter.check_room(volume, now, MAX_BYTES).unwrap();
+        let mut plan = filter.plan(volume, now, MAX_BYTES).unwrap();
         for n in 0..volume {
             filter.add_planned(&mut plan, filter.hash(&item(&format!("s{shard}"), n)), now);
         }
@@ -2143,4 +2164,124 @@ fn a_shard_that_outgrew_its_forecast_floors_the_next_ones() {
     assert!(filter.shards.iter().all(|s| s.filters.len() == 1));
     let next = filter.shards.last().unwrap().filters[0].capacity;
     assert!(next < 10, "{next} after 500 then 1");
+}
+
+// ---------------------------------------------------------------------
+// The one entry point of every write.
+
+const ROOMY: FixedLimits = FixedLimits { max_bytes: MAX_BYTES, max_value: u64::MAX, memory_left: u64::MAX };
+
+fn create(params: Params) -> WhenGone<impl FnOnce() -> Result<NewFilter, CmdError>> {
+    WhenGone::Create(move || Ok(NewFilter::current(params, SEED)))
+}
+
+fn write_items(
+    filter: Option<&mut ShardedBloom>,
+    when_gone: WhenGone<impl FnOnce() -> Result<NewFilter, CmdError>>,
+    items: &[&[u8]],
+    now: Millis,
+    limits: &FixedLimits,
+) -> Result<Written, CmdError> {
+    ShardedBloom::write(filter, when_gone, items.iter().copied(), now, limits)
+}
+
+#[test]
+fn a_write_to_a_missing_key_creates_the_filter_and_replicates_its_parameters() {
+    let p = params(0.01, 100, 3, 10);
+    let (answers, change, effect) = write_items(None, create(p), &[b"a", b"b", b"a"], T0, &ROOMY).unwrap();
+    assert_eq!(answers.iter().collect::<Vec<_>>(), [true, true, false]);
+    let KeyChange::Store(filter) = change else { panic!("a new filter to store") };
+    assert_eq!((filter.items(), filter.params, filter.seed), (2, p, SEED));
+    let header = effect.expect("replicated").header().to_vec();
+    let (now, create) = codec::decode_effect_header(&header).unwrap();
+    assert_eq!(now, T0);
+    let (params, scheme, seed) = codec::decode_params(&mut crate::decode::Reader(create)).unwrap();
+    assert_eq!((params, scheme, seed), (p, Scheme::CURRENT, SEED));
+    // Without a filter to create, a missing key stays missing.
+    let (answers, change, effect) = write_items(None, WhenGone::LEAVE, &[], T0, &ROOMY).unwrap();
+    assert!(answers.is_empty() && matches!(change, KeyChange::Unchanged) && effect.is_none());
+}
+
+#[test]
+fn a_write_changes_in_place_replicates_only_the_time_and_skips_what_changes_nothing() {
+    let p = params(0.01, 100, 3, 10);
+    let mut filter = new_filter(p, SEED, T0).unwrap();
+    let (answers, change, effect) = write_items(Some(&mut filter), create(p), &[b"x"], T0, &ROOMY).unwrap();
+    assert_eq!(answers.iter().collect::<Vec<_>>(), [true]);
+    assert!(matches!(change, KeyChange::Updated { expire_at } if expire_at == filter.expire_at()));
+    assert_eq!(effect.unwrap().header(), T0.to_le_bytes());
+    // Already in the current shard: nothing to store or replicate.
+    let (answers, change, effect) = write_items(Some(&mut filter), create(p), &[b"x"], T0, &ROOMY).unwrap();
+    assert_eq!(answers.iter().collect::<Vec<_>>(), [false]);
+    assert!(matches!(change, KeyChange::Unchanged) && effect.is_none());
+    // In an older shard: answered seen, recorded in the new one.
+    let later = T0 + 10_000;
+    let (answers, change, _) = write_items(Some(&mut filter), create(p), &[b"x"], later, &ROOMY).unwrap();
+    assert_eq!(answers.iter().collect::<Vec<_>>(), [false]);
+    assert!(matches!(change, KeyChange::Updated { .. }));
+    assert_eq!(filter.shards.len(), 2);
+}
+
+#[test]
+fn a_gone_filter_is_replaced_by_a_write_and_deleted_by_a_drop() {
+    let p = params(0.01, 100, 2, 10);
+    let mut filter = new_filter(p, SEED, T0).unwrap();
+    add_all(&mut filter, "old", 0..10, T0);
+    let gone = T0 + 30_001;
+    assert!(!filter.is_alive(gone));
+    let mut dropped = filter.clone();
+    let (_, change, effect) = write_items(Some(&mut dropped), WhenGone::LEAVE, &[], gone, &ROOMY).unwrap();
+    assert!(matches!(change, KeyChange::Delete) && effect.is_some());
+    let (answers, change, _) = write_items(Some(&mut filter), create(p), &[b"old:000000000000"], gone, &ROOMY).unwrap();
+    assert_eq!(answers.iter().collect::<Vec<_>>(), [true], "a new filter has seen nothing");
+    assert!(matches!(change, KeyChange::Store(new) if new.items() == 1));
+}
+
+#[test]
+fn a_write_past_the_hosts_limits_changes_nothing_and_the_dump_size_is_exact_enough() {
+    let p = params(0.01, 1_000, 2, 10);
+    let mut filter = new_filter(p, SEED, T0).unwrap();
+    add_all(&mut filter, "a", 0..1_000, T0);
+    let before = encoded(&filter);
+    let items: Vec<Vec<u8>> = (0..10).map(|n| item("b", n)).collect();
+    let items: Vec<&[u8]> = items.iter().map(Vec::as_slice).collect();
+    let plan = filter.plan(10, T0, MAX_BYTES).unwrap();
+    assert_eq!(plan.sub_filters, 1);
+    // The encoding after the write, in a DUMP: what the core reckons.
+    let mut grown = filter.clone();
+    for item in &items {
+        grown.add(grown.hash(item), T0).unwrap();
+    }
+    let dumped = codec::dumped_len(encoded(&grown).len() as u64);
+    assert_eq!(codec::dumped_len(codec::encoded_len(&filter) + codec::encoded_growth(&plan)), dumped);
+    let small_value = FixedLimits { max_value: dumped - 1, ..ROOMY };
+    let refused = write_items(Some(&mut filter), create(p), &items, T0, &small_value).err().unwrap();
+    assert!(refused.message().contains("bytes, over"), "{}", refused.message());
+    let no_memory = FixedLimits { memory_left: plan.allocate - 1, ..ROOMY };
+    let refused = write_items(Some(&mut filter), create(p), &items, T0, &no_memory).err().unwrap();
+    assert!(refused.message().starts_with("OOM"), "{}", refused.message());
+    let small = FixedLimits { max_bytes: filter.bytes(), ..ROOMY };
+    let refused = write_items(Some(&mut filter), create(p), &items, T0, &small).err().unwrap();
+    assert!(refused.message().contains("idem.bf-max-bytes"), "{}", refused.message());
+    assert_eq!(encoded(&filter), before, "nothing changed");
+    write_items(Some(&mut filter), create(p), &items, T0, &ROOMY).unwrap();
+    assert_eq!(encoded(&filter), encoded(&grown), "the write a plain add makes");
+    // A write that allocates nothing is not asked about, even over a
+    // limit lowered since the filter grew.
+    let nothing = FixedLimits { max_bytes: 8, max_value: 0, memory_left: 0 };
+    let (answers, change, _) = write_items(Some(&mut filter), create(p), &[b"c"], T0, &nothing).unwrap();
+    assert_eq!(answers.iter().collect::<Vec<_>>(), [true]);
+    assert!(matches!(change, KeyChange::Updated { .. }));
+}
+
+#[test]
+fn answers_hold_any_number_of_items_in_order() {
+    let p = params(0.01, 10, 1, DAY);
+    let names: Vec<Vec<u8>> = (0..200).map(|n| item("n", n % 150)).collect();
+    let items: Vec<&[u8]> = names.iter().map(Vec::as_slice).collect();
+    let (answers, _, _) = write_items(None, create(p), &items, T0, &ROOMY).unwrap();
+    assert_eq!(answers.len(), 200);
+    let answers: Vec<bool> = answers.iter().collect();
+    assert!(answers[150..].iter().all(|&new| !new), "repeats answer seen");
+    assert!(answers[..150].iter().filter(|&&new| new).count() >= 148);
 }
