@@ -118,7 +118,7 @@ impl ConfigurationValue<RedisString> for ErrorRate {
             .ok()
             .and_then(|text| text.trim().parse().ok())
             .filter(|rate: &f64| valid_error_rate(*rate))
-            .ok_or(RedisError::Str("idem.bf-error-rate must be a number from 1e-9 to 1 (exclusive)"))?;
+            .ok_or_else(|| RedisError::String(format!("idem.{}", error_rate_range())))?;
         self.0.store(rate.to_bits(), Ordering::Relaxed);
         Ok(())
     }
@@ -129,16 +129,19 @@ fn valid_error_rate(rate: f64) -> bool {
     (bloom::MIN_ERROR_RATE..1.0).contains(&rate)
 }
 
+/// What a bad `bf-error-rate` is told.
+fn error_rate_range() -> String {
+    format!("bf-error-rate must be a number from {:e} to 1 (exclusive)", bloom::MIN_ERROR_RATE)
+}
+
 /// Parameters of a filter made by an `ADD` (or `DONE ... BLOOM`) on a
 /// missing key.
 pub fn default_filter() -> Params {
-    Params {
-        error_rate: BF_ERROR_RATE.get(),
-        capacity: BF_CAPACITY.load(Ordering::Relaxed) as u64,
-        window: BF_WINDOW.load(Ordering::Relaxed) as u32,
-        period: bloom::DAY,
-        expansion: 2,
-    }
+    Params::with_defaults(
+        BF_ERROR_RATE.get(),
+        BF_CAPACITY.load(Ordering::Relaxed) as u64,
+        BF_WINDOW.load(Ordering::Relaxed) as u32,
+    )
 }
 
 /// `loadmodule` arguments are name/value pairs of the configs. The crate
@@ -155,7 +158,7 @@ pub fn check_module_args(args: &[RedisString]) -> Result<(), String> {
         if name == "bf-error-rate" {
             match value.trim().parse::<f64>() {
                 Ok(rate) if valid_error_rate(rate) => continue,
-                _ => return Err(format!("bf-error-rate must be a number from 1e-9 to 1 (exclusive), not '{value}'")),
+                _ => return Err(format!("{}, not '{value}'", error_rate_range())),
             }
         }
         let Some(&Numeric { min, max, .. }) = NUMERIC.iter().find(|config| config.name == name) else {

@@ -46,6 +46,10 @@ pub const MAX_WINDOW: u32 = 366;
 /// year of hourly shards. They keep working (up to the limit on
 /// sub-filters for growth).
 pub const FORMAT_1_MAX_WINDOW: u32 = 8_784;
+/// `SHARD` when none is given: a UTC day.
+pub const DEFAULT_PERIOD: Seconds = DAY;
+/// `EXPANSION` when none is given.
+pub const DEFAULT_EXPANSION: u32 = 2;
 /// Largest expansion factor between stacked sub-filters.
 pub const MAX_EXPANSION: u32 = 1_024;
 /// Most sub-filters one shard stacks; with expansion 1 that is the limit on
@@ -154,11 +158,40 @@ pub struct Params {
     pub expansion: u32,
 }
 
+/// A filter setting out of range, named in the error's message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutOfRange {
+    ErrorRate,
+    /// Below [`MIN_ERROR_RATE`].
+    ErrorRateTooLow,
+    Capacity,
+    /// Above `max` (or 0).
+    Window {
+        max: u32,
+    },
+    Shard,
+    Expansion,
+}
+
+impl OutOfRange {
+    /// The error message, its bounds taken from the constants.
+    pub fn message(self) -> String {
+        match self {
+            OutOfRange::ErrorRate => "error_rate must be between 0 and 1".into(),
+            OutOfRange::ErrorRateTooLow => format!("error_rate must be at least {MIN_ERROR_RATE:e}"),
+            OutOfRange::Capacity => "capacity must be at least 1".into(),
+            OutOfRange::Window { max } => format!("WINDOW must be between 1 and {max}"),
+            OutOfRange::Shard => "SHARD must be DAY, HOUR or a number of seconds >= 1".into(),
+            OutOfRange::Expansion => format!("EXPANSION must be between 1 and {MAX_EXPANSION}"),
+        }
+    }
+}
+
 /// Why a filter cannot be created or take more items.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BloomError {
-    /// An argument out of range, with the message to show.
-    Invalid(&'static str),
+    /// A setting out of range.
+    Invalid(OutOfRange),
     /// The filter's bit arrays would exceed the size limit: `needed` is
     /// the bytes of every live shard's bit arrays after the write (at
     /// least that much when a single sub-filter alone is past the hard
@@ -218,6 +251,12 @@ impl Added {
 }
 
 impl Params {
+    /// Settings with the default `SHARD` ([`DEFAULT_PERIOD`]) and
+    /// `EXPANSION` ([`DEFAULT_EXPANSION`]).
+    pub fn with_defaults(error_rate: f64, capacity: u64, window: u32) -> Params {
+        Params { error_rate, capacity, window, period: DEFAULT_PERIOD, expansion: DEFAULT_EXPANSION }
+    }
+
     /// Whether a new filter may have these settings.
     pub fn check(&self) -> Result<(), BloomError> {
         self.check_for(Scheme::CURRENT)
@@ -236,28 +275,28 @@ impl Params {
                 Scheme::Mixed | Scheme::Bounded | Scheme::Fitted
                     if self.error_rate > 0.0 && self.error_rate < lowest =>
                 {
-                    BloomError::Invalid("error_rate must be at least 1e-9")
+                    BloomError::Invalid(OutOfRange::ErrorRateTooLow)
                 }
-                _ => BloomError::Invalid("error_rate must be between 0 and 1"),
+                _ => BloomError::Invalid(OutOfRange::ErrorRate),
             });
         }
         if self.capacity < 1 {
-            return Err(BloomError::Invalid("capacity must be at least 1"));
+            return Err(BloomError::Invalid(OutOfRange::Capacity));
         }
         match scheme {
             Scheme::DoubleHashing if !(1..=FORMAT_1_MAX_WINDOW).contains(&self.window) => {
-                return Err(BloomError::Invalid("WINDOW must be between 1 and 8784"));
+                return Err(BloomError::Invalid(OutOfRange::Window { max: FORMAT_1_MAX_WINDOW }));
             }
             Scheme::Mixed | Scheme::Bounded | Scheme::Fitted if !(1..=MAX_WINDOW).contains(&self.window) => {
-                return Err(BloomError::Invalid("WINDOW must be between 1 and 366"));
+                return Err(BloomError::Invalid(OutOfRange::Window { max: MAX_WINDOW }));
             }
             _ => {}
         }
         if !(1..=MAX_PERIOD).contains(&self.period) {
-            return Err(BloomError::Invalid("SHARD must be DAY, HOUR or a number of seconds >= 1"));
+            return Err(BloomError::Invalid(OutOfRange::Shard));
         }
         if !(1..=MAX_EXPANSION).contains(&self.expansion) {
-            return Err(BloomError::Invalid("EXPANSION must be between 1 and 1024"));
+            return Err(BloomError::Invalid(OutOfRange::Expansion));
         }
         Ok(())
     }
@@ -781,10 +820,7 @@ impl ShardedBloom {
             let growth = (newest as f64 / previous as f64 - 1.0).max(0.0);
             (1.0 + growth + GROWTH_MARGIN).min(MAX_GROWTH_HEADROOM)
         } else {
-            match self.scheme {
-                Scheme::Fitted => FITTED_HEADROOM,
-                _ => HEADROOM,
-            }
+            HEADROOM
         };
         ((newest as f64 * headroom).ceil() as u64, Share::Most)
     }
@@ -983,7 +1019,7 @@ impl From<BloomError> for CmdError {
     /// The error reply of a refused filter write, naming its cause.
     fn from(error: BloomError) -> CmdError {
         match error {
-            BloomError::Invalid(message) => CmdError::new(format!("ERR {message}")),
+            BloomError::Invalid(which) => CmdError::new(format!("ERR {}", which.message())),
             BloomError::SizeLimit { needed, .. } if needed > MAX_BYTES => CmdError::new(format!(
                 "ERR filter too large: it would need {needed} bytes, over the largest filter ({MAX_BYTES}); \
                  lower its capacity or raise its error rate"
@@ -1009,8 +1045,7 @@ impl From<BloomError> for CmdError {
 /// `WINDOW`.
 pub fn parse_reserve<A: ArgList + ?Sized>(args: &A, window: u32) -> Result<Params, CmdError> {
     require(args, 4)?;
-    let mut params =
-        Params { error_rate: args.double(2)?, capacity: args.int(3)?.max(0) as u64, window, period: DAY, expansion: 2 };
+    let mut params = Params::with_defaults(args.double(2)?, args.int(3)?.max(0) as u64, window);
     let to_u32 = |value: i64| u32::try_from(value).unwrap_or(0);
     parse_options(args, 4, &["WINDOW", "SHARD", "EXPANSION"], |option, value| {
         match option {
@@ -1022,8 +1057,7 @@ pub fn parse_reserve<A: ArgList + ?Sized>(args: &A, window: u32) -> Result<Param
                 } else if text.eq_ignore_ascii_case(b"HOUR") {
                     HOUR
                 } else {
-                    args.int(value)
-                        .map_err(|_| CmdError::Static(c"ERR SHARD must be DAY, HOUR or a number of seconds >= 1"))?
+                    args.int(value).map_err(|_| BloomError::Invalid(OutOfRange::Shard))?
                 };
             }
             _ => params.expansion = to_u32(args.int(value)?),

@@ -94,6 +94,14 @@ fn allocation_classes_are_jemallocs() {
 }
 
 #[test]
+fn range_errors_name_the_bounds_the_constants_set() {
+    let message = |which| CmdError::from(BloomError::Invalid(which)).message();
+    assert_eq!(message(OutOfRange::ErrorRateTooLow), "ERR error_rate must be at least 1e-9");
+    assert_eq!(message(OutOfRange::Window { max: MAX_WINDOW }), "ERR WINDOW must be between 1 and 366");
+    assert_eq!(message(OutOfRange::Expansion), "ERR EXPANSION must be between 1 and 1024");
+}
+
+#[test]
 fn parameters_out_of_range_are_refused() {
     let good = params(0.01, 100, 7, DAY);
     assert_eq!(good.check(), Ok(()));
@@ -116,10 +124,7 @@ fn parameters_out_of_range_are_refused() {
     );
     for rate in [1e-300, 5e-324, 1e-15, 1e-10] {
         let tiny_rate = params(rate, 1, 1, DAY);
-        assert_eq!(
-            new_filter(tiny_rate, SEED, T0).err(),
-            Some(BloomError::Invalid("error_rate must be at least 1e-9"))
-        );
+        assert_eq!(new_filter(tiny_rate, SEED, T0).err(), Some(BloomError::Invalid(OutOfRange::ErrorRateTooLow)));
     }
     assert!(new_filter(params(MIN_ERROR_RATE, 1, 1, DAY), SEED, T0).is_ok());
 }
