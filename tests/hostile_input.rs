@@ -1151,7 +1151,7 @@ fn a_filter_commands_could_not_build_is_refused() {
     let shards: Vec<_> = (0..8784i64)
         .map(|i| (now_hour - (8783 - i) * 3600, (0..32).map(|_| (1u64, 1u64, 1e-12, 1u32, vec![0xffu8; 8])).collect()))
         .collect();
-    let huge = filter_payload(&good, &filter_blob_v1(8784, 3600, &shards));
+    let huge = filter_payload(&good, &filter_blob(8784, 3600, &shards));
     let e = redis::cmd("RESTORE").arg("huge").arg(0).arg(&huge).query::<()>(&mut con).unwrap_err();
     assert!(err_text(&e).contains("Bad data format"), "{e}");
     assert!(!exists(&mut con, "huge"));

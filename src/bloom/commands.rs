@@ -41,7 +41,7 @@ fn item_bytes<'a>(items: &'a [Arg<'a>]) -> impl ExactSizeIterator<Item = &'a [u8
 
 /// A new filter from the `idem.bf-*` configs, for a write to a missing key.
 fn from_configs() -> Result<NewFilter, CmdError> {
-    Ok(NewFilter::current(config::default_filter(), rand::random()))
+    Ok(NewFilter { params: config::default_filter(), seed: rand::random() })
 }
 
 /// Applies a write's [`KeyChange`] to `key`, propagates its effect as
@@ -81,7 +81,7 @@ pub fn reserve(ctx: Ctx, args: &Args) -> CmdResult {
     if !key.is_empty() && !dead_filter {
         return Err(CmdError::Static(c"ERR key already exists"));
     }
-    let create = WhenGone::Create(|| Ok(NewFilter::current(params, rand::random())));
+    let create = WhenGone::Create(|| Ok(NewFilter { params, seed: rand::random() }));
     let (_, change, effect) = ShardedBloom::write(data_type::open(&mut key)?, create, [], now, &ServerLimits::of(ctx))?;
     commit(ctx, &mut key, change, effect, &[], EVENT_RESERVE);
     ctx.reply_simple(c"OK");
@@ -241,9 +241,9 @@ pub fn apply(ctx: Ctx, args: &Args) -> CmdResult {
         }
         true => WhenGone::Leave,
         false => WhenGone::Create(|| {
-            let (params, scheme, seed) = codec::decode_params(&mut Reader(create))
+            let (params, seed) = codec::decode_params(&mut Reader(create))
                 .map_err(|_| CmdError::Static(c"ERR IDEM.BF.APPLY on a missing filter needs valid parameters"))?;
-            Ok(NewFilter { params, scheme, seed })
+            Ok(NewFilter { params, seed })
         }),
     };
     let (_, change, _) = ShardedBloom::write(filter, when_gone, item_bytes(items), now, &HardLimits)?;
@@ -259,8 +259,7 @@ pub fn apply(ctx: Ctx, args: &Args) -> CmdResult {
 /// Only from the primary or the AOF.
 pub fn load(ctx: Ctx, args: &Args) -> CmdResult {
     ctx.require_primary_or_aof()?;
-    // The AOF holds the server's own filters, as its rewrite wrote them.
-    let filter = codec::decode_stored(args.bytes(2))
+    let filter = codec::decode(args.bytes(2))
         .map_err(|e| CmdError::new(format!("ERR invalid IDEM.BF.LOAD payload: {}", e.0)))?;
     let mut key = ctx.open_key(args.arg(1), KeyMode::Write);
     data_type::open(&mut key)?;

@@ -13,8 +13,8 @@ use crate::host::background::VisitedKey;
 use crate::host::data_type::{self, DataType, boxed_slice_size, methods, vec_size};
 
 /// Encoding version of the RDB payload; a newer one is refused on load.
-/// 3: filters of format 3 (bounded sizing), which older versions refuse.
-/// 4: filters of format 4 (fitted sizing, folded arrays), likewise.
+/// 4: filters of format 4 (fitted sizing, folded arrays), the first
+/// released and the only one read (see `idem_core::bloom::codec`).
 pub const ENCODING_VERSION: i32 = 4;
 
 pub static BLOOM_TYPE: RedisType = RedisType::new("idembloom", ENCODING_VERSION, methods::<FilterType>());
@@ -31,12 +31,10 @@ impl DataType for FilterType {
         &BLOOM_TYPE
     }
 
-    /// The server's own data (an RDB or a full sync being loaded) may hold
-    /// format 1 filters that older versions grew past today's limits; a
-    /// RESTORE payload comes from a client and gets the strict decoder.
-    fn load(bytes: &[u8], loading: bool) -> Option<Box<ShardedBloom>> {
-        let decode = if loading { codec::decode_stored } else { codec::decode };
-        decode(bytes).ok().map(Box::new)
+    /// One strict decoder for the server's own data and a client's
+    /// `RESTORE` payload alike.
+    fn load(bytes: &[u8], _loading: bool) -> Option<Box<ShardedBloom>> {
+        codec::decode(bytes).ok().map(Box::new)
     }
 
     fn save(filter: &ShardedBloom, out: &mut Vec<u8>) {

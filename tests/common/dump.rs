@@ -55,14 +55,14 @@ pub fn blob_span(body: &[u8]) -> (usize, usize) {
     (i + n, len)
 }
 
-/// A format 1 sub-filter: capacity, items, error, hash count, bit array.
-pub type SubFilterV1 = (u64, u64, f64, u32, Vec<u8>);
+/// A sub-filter: capacity, items, error, hash count, bit array (not
+/// folded).
+pub type SubFilterBlob = (u64, u64, f64, u32, Vec<u8>);
 
-/// A filter's bytes in the first encoding (format 1), which the module
-/// keeps reading: parameters, then each shard's start, item count and
-/// sub-filters.
-pub fn filter_blob_v1(window: u32, period: i64, shards: &[(i64, Vec<SubFilterV1>)]) -> Vec<u8> {
-    let mut blob = vec![1u8];
+/// A filter's bytes in its encoding (format 4): parameters, then each
+/// shard's start, item count and sub-filters.
+pub fn filter_blob(window: u32, period: i64, shards: &[(i64, Vec<SubFilterBlob>)]) -> Vec<u8> {
+    let mut blob = vec![4u8];
     blob.extend_from_slice(&0.01f64.to_le_bytes());
     blob.extend_from_slice(&1u64.to_le_bytes());
     blob.extend_from_slice(&window.to_le_bytes());
@@ -80,6 +80,7 @@ pub fn filter_blob_v1(window: u32, period: i64, shards: &[(i64, Vec<SubFilterV1>
             blob.extend_from_slice(&error.to_le_bytes());
             blob.extend_from_slice(&hashes.to_le_bytes());
             blob.extend_from_slice(&(bits.len() as u32).to_le_bytes());
+            blob.extend_from_slice(&0u32.to_le_bytes()); // folds
             blob.extend_from_slice(bits);
         }
     }

@@ -15,41 +15,6 @@
 
 use super::ItemHash;
 
-/// How an item's hash becomes its probe positions, and how its arrays are
-/// sized. Fixed per filter for its whole life: the bits it set can only
-/// be found by the same probes, and a replica or a reload must size the
-/// next sub-filter exactly as the filter always did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Scheme {
-    /// Format 1: enhanced double hashing over 64-bit values, each mapped
-    /// by its high bits. An item whose step maps to less than one bit (one
-    /// in `m`) puts all its probes on a few neighbouring bits, so the
-    /// sizing puts a floor of about `1.5 / rate` bits under every array.
-    /// Kept for filters saved in format 1.
-    DoubleHashing,
-    /// Format 2: probe `j` is an independently mixed 64-bit value,
-    /// `mix(a + j * b)`, mapped by its high bits. No item's probes
-    /// cluster, so no floor: arrays are sized by capacity and rate alone,
-    /// for the rate a filter has on average. Kept for filters saved in
-    /// format 2.
-    Mixed,
-    /// Format 3: probes as [`Scheme::Mixed`]; arrays sized so that the rate
-    /// of each filter, not only the average one, stays within its budget:
-    /// a small array's fill varies from filter to filter, and so does its
-    /// rate. Kept for filters saved in format 3.
-    Bounded,
-    /// Format 4: probes and rates as [`Scheme::Bounded`]; arrays sized to
-    /// the byte (in chunks of an allocation class), shards sized by the
-    /// trend of their volume, and a closed shard's arrays folded to the
-    /// size its items need (see [`Bits::fold`]).
-    Fitted,
-}
-
-impl Scheme {
-    /// The scheme of filters created now.
-    pub const CURRENT: Scheme = Scheme::Fitted;
-}
-
 /// An array's chunks, and the table of them: each an allocation.
 pub type Chunks = Box<[Box<[u64]>]>;
 
@@ -59,7 +24,6 @@ pub struct Bits {
     chunks: Chunks,
     chunk_words: usize,
     hashes: u32,
-    scheme: Scheme,
 }
 
 /// Most probes of an item: the most hash functions a sub-filter uses.
@@ -137,16 +101,16 @@ fn mix(mut z: u64) -> u64 {
 
 impl Bits {
     /// A clear array of `bytes` bytes (a multiple of 8, at least 8).
-    pub fn new(bytes: u64, hashes: u32, scheme: Scheme) -> Bits {
+    pub fn new(bytes: u64, hashes: u32) -> Bits {
         let (chunks, chunk_bytes) = layout(bytes);
         let chunk_words = (chunk_bytes / 8) as usize;
         let chunks = (0..chunks).map(|_| vec![0u64; chunk_words].into_boxed_slice()).collect();
-        Bits { chunks, chunk_words, hashes, scheme }
+        Bits { chunks, chunk_words, hashes }
     }
 
     /// An array from its little-endian bytes, as [`write_bytes`](Self::write_bytes)
     /// wrote them. The caller has checked the length and hash count.
-    pub fn from_bytes(bytes: &[u8], hashes: u32, scheme: Scheme) -> Bits {
+    pub fn from_bytes(bytes: &[u8], hashes: u32) -> Bits {
         let (_, chunk_bytes) = layout(bytes.len() as u64);
         let chunks = bytes
             .chunks_exact(chunk_bytes as usize)
@@ -154,7 +118,7 @@ impl Bits {
                 chunk.chunks_exact(8).map(|word| u64::from_le_bytes(word.try_into().expect("8 bytes"))).collect()
             })
             .collect();
-        Bits { chunks, chunk_words: (chunk_bytes / 8) as usize, hashes, scheme }
+        Bits { chunks, chunk_words: (chunk_bytes / 8) as usize, hashes }
     }
 
     pub fn write_bytes(&self, out: &mut Vec<u8>) {
@@ -176,10 +140,6 @@ impl Bits {
         self.hashes
     }
 
-    pub fn scheme(&self) -> Scheme {
-        self.scheme
-    }
-
     /// The allocations: the chunks' table, then each chunk. For memory
     /// accounting, which needs them.
     #[allow(clippy::borrowed_box, reason = "the boxes, not the slices, are what is allocated")]
@@ -190,10 +150,10 @@ impl Bits {
     /// A clear array of `bytes` in `chunks` equal chunks, whatever
     /// [`layout`] would choose: for tests that the chunks change nothing.
     #[cfg(test)]
-    pub(super) fn with_chunks(bytes: u64, chunks: u64, hashes: u32, scheme: Scheme) -> Bits {
+    pub(super) fn with_chunks(bytes: u64, chunks: u64, hashes: u32) -> Bits {
         let chunk_words = (bytes / 8 / chunks) as usize;
         let chunks = (0..chunks).map(|_| vec![0u64; chunk_words].into_boxed_slice()).collect();
-        Bits { chunks, chunk_words, hashes, scheme }
+        Bits { chunks, chunk_words, hashes }
     }
 
     /// Allocations of the array itself.
@@ -210,7 +170,7 @@ impl Bits {
     /// probes, in order, until it answers `false`; `true` if it never did.
     #[inline(always)]
     fn probes(&self, item: ItemHash, probe: impl FnMut(usize, usize, u64) -> bool) -> bool {
-        probe_positions(self.chunks.len(), self.chunk_words, self.hashes, self.scheme, item, probe)
+        probe_positions(self.chunks.len(), self.chunk_words, self.hashes, item, probe)
     }
 
     pub fn check(&self, item: ItemHash) -> bool {
@@ -222,9 +182,9 @@ impl Bits {
     #[cfg(test)]
     pub(super) fn set_first(&mut self, item: ItemHash, probes: u32) {
         let mut left = probes;
-        let (count, chunk_words, hashes, scheme) = (self.chunks.len(), self.chunk_words, self.hashes, self.scheme);
+        let (count, chunk_words, hashes) = (self.chunks.len(), self.chunk_words, self.hashes);
         let chunks = &mut self.chunks;
-        probe_positions(count, chunk_words, hashes, scheme, item, |chunk, word, mask| {
+        probe_positions(count, chunk_words, hashes, item, |chunk, word, mask| {
             if left == 0 {
                 return false;
             }
@@ -236,9 +196,9 @@ impl Bits {
 
     #[cfg(test)]
     pub(super) fn set(&mut self, item: ItemHash) {
-        let (count, chunk_words, hashes, scheme) = (self.chunks.len(), self.chunk_words, self.hashes, self.scheme);
+        let (count, chunk_words, hashes) = (self.chunks.len(), self.chunk_words, self.hashes);
         let chunks = &mut self.chunks;
-        probe_positions(count, chunk_words, hashes, scheme, item, |chunk, word, mask| {
+        probe_positions(count, chunk_words, hashes, item, |chunk, word, mask| {
             chunks[chunk][word] |= mask;
             true
         });
@@ -293,7 +253,7 @@ impl Bits {
     pub fn fold_by(&mut self, factor: u64) {
         let words = self.words_len() as u64;
         debug_assert!(factor >= 1 && words.is_multiple_of(factor));
-        let mut folded = Bits::new(words / factor * 8, self.hashes, self.scheme);
+        let mut folded = Bits::new(words / factor * 8, self.hashes);
         let chunk_bits = folded.chunk_words as u64 * 64;
         for (index, &word) in self.words().enumerate() {
             let mut left = word;
@@ -346,7 +306,7 @@ impl Bits {
 
     /// [`fold`](Self::fold) into a new array, as [`layout`] stores it.
     fn folded_copy(&self) -> Bits {
-        let mut folded = Bits::new(self.bytes() / 2, self.hashes, self.scheme);
+        let mut folded = Bits::new(self.bytes() / 2, self.hashes);
         let mut words = self.words().copied();
         for word in folded.chunks.iter_mut().flat_map(|chunk| chunk.iter_mut()) {
             *word = fold_words(words.next().unwrap_or(0), words.next().unwrap_or(0));
@@ -387,7 +347,6 @@ fn probe_positions(
     chunks: usize,
     chunk_words: usize,
     hashes: u32,
-    scheme: Scheme,
     item: ItemHash,
     mut probe: impl FnMut(usize, usize, u64) -> bool,
 ) -> bool {
@@ -397,32 +356,17 @@ fn probe_positions(
         let position = ((scaled as u64 as u128 * chunk_bits) >> 64) as u64;
         ((scaled >> 64) as usize, (position >> 6) as usize, 1u64 << (position & 63))
     };
+    // Probe `j` is an independently mixed value, `mix(a + j * b)`: no
+    // item's probes cluster, whatever the array's size. An odd step makes
+    // the `hashes` inputs distinct, so their mixed values are too.
     let mut a = item.0 as u64;
-    let mut b = (item.0 >> 64) as u64;
-    match scheme {
-        // Enhanced double hashing (Dillinger and Manolios).
-        Scheme::DoubleHashing => {
-            for i in 0..hashes as u64 {
-                let (chunk, word, mask) = position(a);
-                if !probe(chunk, word, mask) {
-                    return false;
-                }
-                a = a.wrapping_add(b);
-                b = b.wrapping_add(i);
-            }
+    let b = (item.0 >> 64) as u64 | 1;
+    for _ in 0..hashes {
+        let (chunk, word, mask) = position(mix(a));
+        if !probe(chunk, word, mask) {
+            return false;
         }
-        // An odd step makes the `hashes` inputs distinct, so their mixed
-        // values are too.
-        Scheme::Mixed | Scheme::Bounded | Scheme::Fitted => {
-            b |= 1;
-            for _ in 0..hashes {
-                let (chunk, word, mask) = position(mix(a));
-                if !probe(chunk, word, mask) {
-                    return false;
-                }
-                a = a.wrapping_add(b);
-            }
-        }
+        a = a.wrapping_add(b);
     }
     true
 }

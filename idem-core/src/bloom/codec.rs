@@ -1,11 +1,10 @@
-//! The filter's byte encoding, for RDB, DUMP/RESTORE, digests and the AOF.
-//!
-//! Formats 1 to 4 share one layout; the version byte says how the filter
-//! probes and sizes its arrays: format 1 by [`Scheme::DoubleHashing`],
-//! format 2 by [`Scheme::Mixed`], format 3 by [`Scheme::Bounded`], format
-//! 4 by [`Scheme::Fitted`], whose sub-filters also say how many times
-//! their arrays were folded. A filter keeps its format for life. The bits
-//! are one array whatever chunks they are kept in (see [`super::bits`]).
+//! The filter's byte encoding, for RDB, DUMP/RESTORE, digests and the AOF:
+//! format 4, the version byte first, then the parameters and seed, each
+//! shard and each of its sub-filters, with how many times their arrays
+//! were folded. The bits are one array whatever chunks they are kept in
+//! (see [`super::bits`]). Formats 1 to 3 were written only by development
+//! builds before 0.1.0, the first release: a payload of one is refused
+//! with an error that says so.
 //!
 //! Decoding is strict: every count and length is checked against the
 //! bytes present and the module's limits before anything is allocated,
@@ -18,51 +17,34 @@
 //! (within floating-point differences between builds) and sum within the
 //! shard's budget; arrays folded only in closed shards, and only as far as
 //! their items keep within their error; no more bits set than its items
-//! can have set; and at
-//! most [`MAX_TOTAL_SUB_FILTERS`] sub-filters and [`MAX_BYTES`] of bits in
-//! all, the limits the commands enforce.
-//!
-//! Format 1 filters made before those two limits existed may exceed them
-//! (a window of up to 8,784 shards, bits up to 512 MiB - 64 KiB): a
-//! server must still load its own, so [`decode_stored`] accepts them from
-//! its RDB, AOF or primary, while [`decode`], for payloads from clients
-//! (`RESTORE`, `MIGRATE`'s target), does not.
+//! can have set; and at most [`MAX_TOTAL_SUB_FILTERS`] sub-filters and
+//! [`MAX_BYTES`] of bits in all, the limits the commands enforce.
 
-use super::bits::{Bits, Scheme};
+use super::bits::Bits;
+use super::sizing::{false_positive_rate, hash_count, rate_with_hashes, stacked_capacity, sub_filter_bytes};
 use super::{
-    FORMAT_1_MAX_WINDOW, MAX_BYTES, MAX_HASHES, MAX_SUB_FILTERS, MAX_TOTAL_SUB_FILTERS, MAX_WINDOW, PROTO_MAX_BULK_LEN,
-    Params, Plan, Shard, ShardedBloom, Share, SubFilter, allocation_class, false_positive_rate, format_1_class_below,
-    hash_count, rate_with_hashes, stacked_capacity, sub_filter_bytes,
+    MAX_BYTES, MAX_HASHES, MAX_SUB_FILTERS, MAX_TOTAL_SUB_FILTERS, MAX_WINDOW, PROTO_MAX_BULK_LEN, Params, Plan, Shard,
+    ShardedBloom, Share, SubFilter, allocation_class,
 };
 use crate::Millis;
 use crate::decode::{DecodeError, Reader};
 
-/// The format of filters probed by [`Scheme::DoubleHashing`].
-pub const FORMAT_DOUBLE_HASHING: u8 = 1;
-/// The format of filters probed by [`Scheme::Mixed`].
-pub const FORMAT_MIXED: u8 = 2;
-/// The format of filters sized by [`Scheme::Bounded`].
-pub const FORMAT_BOUNDED: u8 = 3;
-/// The format of filters sized by [`Scheme::Fitted`].
-pub const FORMAT_FITTED: u8 = 4;
-
-/// Format 1's ceiling on a filter's bits when its filters were built:
-/// they load up to it, and grow no further than [`MAX_BYTES`].
-const FORMAT_1_MAX_BYTES: u64 = 512 * 1024 * 1024 - 64 * 1024;
+/// The format of the filters this version writes and reads.
+pub const FORMAT: u8 = 4;
 
 /// Bytes of the format, parameters and seed ([`encode_params`]).
 pub const PARAMS_LEN: usize = 1 + 8 + 8 + 4 + 8 + 4 + 32;
 /// Bytes of the parameters, seed and shard count.
 const HEADER_LEN: u64 = PARAMS_LEN as u64 + 4;
 const SHARD_HEADER_LEN: u64 = 8 + 8 + 4;
-const SUB_FILTER_HEADER_LEN: u64 = 8 + 8 + 8 + 4 + 4;
-/// Format 4's: the folds after the others (see [`encode_folds`]).
-const FITTED_SUB_FILTER_HEADER_LEN: u64 = SUB_FILTER_HEADER_LEN + 4;
+/// Capacity, items, error, hash count, array length and folds (see
+/// [`encode_folds`]).
+const SUB_FILTER_HEADER_LEN: u64 = 8 + 8 + 8 + 4 + 4 + 4;
 /// The most times a sub-filter's array can have been halved: 512 MiB
 /// folds to 8 bytes in 26.
 const MAX_FOLDS: u32 = 26;
 
-/// Format 4's fold field: the halvings in its low 5 bits, and above them
+/// The fold field: the halvings in its low 5 bits, and above them
 /// half the odd factor (rounded down) that the array was then divided
 /// by. Payloads written before odd factors existed hold only halvings
 /// (at most 26), which read as an odd factor of 1; builds from before
@@ -77,9 +59,8 @@ fn decode_folds(field: u32) -> (u32, u32) {
     (field & 31, (field >> 5) * 2 + 1)
 }
 /// The most bytes a filter's encoding adds to its bits.
-pub const MAX_OVERHEAD: u64 = HEADER_LEN
-    + (MAX_WINDOW as u64 + 1) * SHARD_HEADER_LEN
-    + MAX_TOTAL_SUB_FILTERS as u64 * FITTED_SUB_FILTER_HEADER_LEN;
+pub const MAX_OVERHEAD: u64 =
+    HEADER_LEN + (MAX_WINDOW as u64 + 1) * SHARD_HEADER_LEN + MAX_TOTAL_SUB_FILTERS as u64 * SUB_FILTER_HEADER_LEN;
 /// What `DUMP` wraps around the encoding: the type (1 byte), module id
 /// (9), string opcode (1) and length (at most 9), end opcode (1), RDB
 /// version (2) and checksum (8).
@@ -91,27 +72,11 @@ const _: () = assert!(MAX_BYTES + MAX_OVERHEAD + DUMP_ENVELOPE <= PROTO_MAX_BULK
 /// `exp` or `powf` may differ in the last bits.
 const RATE_TOLERANCE: f64 = 1e-9;
 
-fn format_of(scheme: Scheme) -> u8 {
-    match scheme {
-        Scheme::DoubleHashing => FORMAT_DOUBLE_HASHING,
-        Scheme::Mixed => FORMAT_MIXED,
-        Scheme::Bounded => FORMAT_BOUNDED,
-        Scheme::Fitted => FORMAT_FITTED,
-    }
-}
-
-fn sub_filter_header_len(scheme: Scheme) -> u64 {
-    match scheme {
-        Scheme::Fitted => FITTED_SUB_FILTER_HEADER_LEN,
-        _ => SUB_FILTER_HEADER_LEN,
-    }
-}
-
 /// The encoding's length for `filter`.
 pub fn encoded_len(filter: &ShardedBloom) -> u64 {
     HEADER_LEN
         + filter.shards.len() as u64 * SHARD_HEADER_LEN
-        + filter.sub_filter_count() as u64 * sub_filter_header_len(filter.scheme)
+        + filter.sub_filter_count() as u64 * SUB_FILTER_HEADER_LEN
         + filter.bytes()
 }
 
@@ -119,7 +84,7 @@ pub fn encoded_len(filter: &ShardedBloom) -> u64 {
 /// the sub-filters it stacks and of the shard it opens.
 pub fn encoded_growth(plan: &Plan) -> u64 {
     plan.allocate
-        + plan.sub_filters as u64 * FITTED_SUB_FILTER_HEADER_LEN
+        + plan.sub_filters as u64 * SUB_FILTER_HEADER_LEN
         + if plan.opens_shard { SHARD_HEADER_LEN } else { 0 }
 }
 
@@ -128,8 +93,8 @@ pub fn dumped_len(encoded: u64) -> u64 {
     encoded + DUMP_ENVELOPE
 }
 
-pub fn encode_params(params: &Params, scheme: Scheme, seed: &[u8; 32], out: &mut Vec<u8>) {
-    out.push(format_of(scheme));
+pub fn encode_params(params: &Params, seed: &[u8; 32], out: &mut Vec<u8>) {
+    out.push(FORMAT);
     out.extend_from_slice(&params.error_rate.to_le_bytes());
     out.extend_from_slice(&params.capacity.to_le_bytes());
     out.extend_from_slice(&params.window.to_le_bytes());
@@ -138,15 +103,13 @@ pub fn encode_params(params: &Params, scheme: Scheme, seed: &[u8; 32], out: &mut
     out.extend_from_slice(seed);
 }
 
-/// The parameters, probe scheme and seed [`encode_params`] wrote.
-pub fn decode_params(input: &mut Reader) -> Result<(Params, Scheme, [u8; 32]), DecodeError> {
-    let scheme = match input.u8()? {
-        FORMAT_DOUBLE_HASHING => Scheme::DoubleHashing,
-        FORMAT_MIXED => Scheme::Mixed,
-        FORMAT_BOUNDED => Scheme::Bounded,
-        FORMAT_FITTED => Scheme::Fitted,
+/// The parameters and seed [`encode_params`] wrote.
+pub fn decode_params(input: &mut Reader) -> Result<(Params, [u8; 32]), DecodeError> {
+    match input.u8()? {
+        FORMAT => {}
+        1..=3 => return Err(DecodeError("filter format 1 to 3, written only by development builds before 0.1.0")),
         _ => return Err(DecodeError("unknown filter format version")),
-    };
+    }
     let params = Params {
         error_rate: f64::from_le_bytes(input.array()?),
         capacity: input.u64()?,
@@ -154,13 +117,13 @@ pub fn decode_params(input: &mut Reader) -> Result<(Params, Scheme, [u8; 32]), D
         period: i64::from_le_bytes(input.array()?),
         expansion: input.u32()?,
     };
-    params.check_for(scheme).map_err(|_| DecodeError("filter parameters out of range"))?;
-    Ok((params, scheme, input.array()?))
+    params.check().map_err(|_| DecodeError("filter parameters out of range"))?;
+    Ok((params, input.array()?))
 }
 
 pub fn encode(filter: &ShardedBloom, out: &mut Vec<u8>) {
     out.reserve(encoded_len(filter) as usize);
-    encode_params(&filter.params, filter.scheme, &filter.seed, out);
+    encode_params(&filter.params, &filter.seed, out);
     out.extend_from_slice(&(filter.shards.len() as u32).to_le_bytes());
     for shard in &filter.shards {
         out.extend_from_slice(&shard.start.to_le_bytes());
@@ -172,39 +135,17 @@ pub fn encode(filter: &ShardedBloom, out: &mut Vec<u8>) {
             out.extend_from_slice(&sub.error.to_le_bytes());
             out.extend_from_slice(&sub.bits.hashes().to_le_bytes());
             out.extend_from_slice(&(sub.bits.bytes() as u32).to_le_bytes());
-            if filter.scheme == Scheme::Fitted {
-                out.extend_from_slice(&encode_folds(sub).to_le_bytes());
-            }
+            out.extend_from_slice(&encode_folds(sub).to_le_bytes());
             sub.bits.write_bytes(out);
         }
     }
 }
 
-/// A filter from a client's payload (`RESTORE`, a `MIGRATE` target,
-/// `IDEM.BF.LOAD`): any shape the commands build today, no other.
+/// A filter from its encoding (RDB, `RESTORE`, a `MIGRATE` target,
+/// `IDEM.BF.LOAD`): any shape the commands build, no other.
 pub fn decode(bytes: &[u8]) -> Result<ShardedBloom, DecodeError> {
-    decode_with(bytes, false)
-}
-
-/// A filter the server stored itself (RDB or AOF loading, a primary's
-/// full sync): also the format 1 shapes older versions built past today's
-/// limits on bytes and sub-filters. Those load and answer as before; they
-/// take no new sub-filter while over the limit.
-pub fn decode_stored(bytes: &[u8]) -> Result<ShardedBloom, DecodeError> {
-    decode_with(bytes, true)
-}
-
-fn decode_with(bytes: &[u8], stored: bool) -> Result<ShardedBloom, DecodeError> {
     let mut input = Reader(bytes);
-    let (params, scheme, seed) = decode_params(&mut input)?;
-    let (max_bytes, max_filters) = match scheme {
-        // Format 1 allowed long windows: a sub-filter a shard of them, and
-        // room for growth, but no window of full stacks, which no traffic
-        // builds and which makes every query probe hundreds of thousands
-        // of sub-filters (the 8,784 x 32).
-        Scheme::DoubleHashing if stored => (FORMAT_1_MAX_BYTES, FORMAT_1_MAX_WINDOW as usize + 1 + 2 * MAX_SUB_FILTERS),
-        _ => (MAX_BYTES, MAX_TOTAL_SUB_FILTERS),
-    };
+    let (params, seed) = decode_params(&mut input)?;
     let shard_count = input.u32()?;
     // Every shard left when the newest started was live then (commands
     // drop the others first): its start is at most one window before the
@@ -231,7 +172,7 @@ fn decode_with(bytes: &[u8], stored: bool) -> Result<ShardedBloom, DecodeError> 
             return Err(DecodeError("bad sub-filter count"));
         }
         total_filters += filter_count;
-        if total_filters > max_filters {
+        if total_filters > MAX_TOTAL_SUB_FILTERS {
             return Err(DecodeError("too many sub-filters"));
         }
         let mut filters: Vec<SubFilter> = Vec::with_capacity(filter_count);
@@ -239,7 +180,7 @@ fn decode_with(bytes: &[u8], stored: bool) -> Result<ShardedBloom, DecodeError> 
         // sums them.
         let mut spent = 0.0f64;
         for _ in 0..filter_count {
-            let sub = decode_sub_filter(&mut input, scheme)?;
+            let sub = decode_sub_filter(&mut input)?;
             if let Some(below) = filters.last() {
                 if below.items != below.capacity {
                     return Err(DecodeError("a sub-filter under the top one is not full"));
@@ -247,19 +188,19 @@ fn decode_with(bytes: &[u8], stored: bool) -> Result<ShardedBloom, DecodeError> 
                 // Format 4 stacks grew by the expansion alone before
                 // [`EXPANSION_HEIGHT`] existed: those still load.
                 let height = filters.len();
-                let grown = stacked_capacity(scheme, params.expansion, height, below.capacity);
+                let grown = stacked_capacity(params.expansion, height, below.capacity);
                 let grown_before = below.capacity.saturating_mul(params.expansion as u64).max(1);
                 if sub.capacity != grown && sub.capacity != grown_before {
                     return Err(DecodeError("sub-filter capacities do not follow the expansion"));
                 }
             }
-            check_sizing(&sub, shard_error - spent, scheme)?;
+            check_sizing(&sub, shard_error - spent)?;
             spent += sub.error;
             if spent > shard_error * (1.0 + RATE_TOLERANCE) {
                 return Err(DecodeError("sub-filter errors exceed the shard's budget"));
             }
             total_bytes += sub.bytes();
-            if total_bytes > max_bytes {
+            if total_bytes > MAX_BYTES {
                 return Err(DecodeError("filter too large"));
             }
             filters.push(sub);
@@ -281,38 +222,37 @@ fn decode_with(bytes: &[u8], stored: bool) -> Result<ShardedBloom, DecodeError> 
     {
         return Err(DecodeError("shards further apart than the window"));
     }
-    Ok(ShardedBloom { params, seed, scheme, shards })
+    Ok(ShardedBloom { params, seed, shards })
 }
 
-fn decode_sub_filter(input: &mut Reader, scheme: Scheme) -> Result<SubFilter, DecodeError> {
+fn decode_sub_filter(input: &mut Reader) -> Result<SubFilter, DecodeError> {
     let capacity = input.u64()?;
     let items = input.u64()?;
     let error = f64::from_le_bytes(input.array()?);
     let hashes = input.u32()?;
     let len = input.u32()? as u64;
-    let (folds, odd_fold) = if scheme == Scheme::Fitted { decode_folds(input.u32()?) } else { (0, 1) };
+    let (folds, odd_fold) = decode_folds(input.u32()?);
     if capacity == 0 || items > capacity || !(error > 0.0 && error < 1.0) {
         return Err(DecodeError("bad sub-filter counts"));
     }
     // The size it was sized with is at most the largest array.
-    if folds > MAX_FOLDS || (len as u128 * odd_fold as u128) << folds > FORMAT_1_MAX_BYTES as u128 {
+    if folds > MAX_FOLDS || (len as u128 * odd_fold as u128) << folds > MAX_BYTES as u128 {
         return Err(DecodeError("bad fold count"));
     }
     // A crafted hash count must not make every probe loop for ages.
     if !(1..=MAX_HASHES).contains(&hashes) {
         return Err(DecodeError("bad hash count"));
     }
-    if len == 0 || !len.is_multiple_of(8) || len > FORMAT_1_MAX_BYTES {
+    if len == 0 || !len.is_multiple_of(8) || len > MAX_BYTES {
         return Err(DecodeError("bad bit-array length"));
     }
-    let bits = Bits::from_bytes(input.take(len as usize)?, hashes, scheme);
+    let bits = Bits::from_bytes(input.take(len as usize)?, hashes);
     // Each item sets at most `hashes` bits.
     if bits.count_ones() > (hashes as u64).saturating_mul(items) {
         return Err(DecodeError("more bits set than the items set"));
     }
     // A fold stops where the items would exceed the error.
-    if (folds > 0 || odd_fold > 1) && rate_with_hashes(len * 8, items, hashes, scheme) > error * (1.0 + RATE_TOLERANCE)
-    {
+    if (folds > 0 || odd_fold > 1) && rate_with_hashes(len * 8, items, hashes) > error * (1.0 + RATE_TOLERANCE) {
         return Err(DecodeError("an array folded past its error"));
     }
     Ok(SubFilter { capacity, items, error, folds, odd_fold, bits })
@@ -324,30 +264,17 @@ fn decode_sub_filter(input: &mut Reader, scheme: Scheme) -> Result<SubFilter, De
 /// that budget gives (one allocation class more for another build's
 /// floating point). Smaller arrays have larger errors, which the shard's
 /// budget bounds.
-fn check_sizing(sub: &SubFilter, budget: f64, scheme: Scheme) -> Result<(), DecodeError> {
-    // The bytes it was sized as: its own before any fold, or for a small
-    // format 1 array one of the strays of `format_1_class_below` (which
-    // occur at 64 bytes and below) whose whole words it holds.
+fn check_sizing(sub: &SubFilter, budget: f64) -> Result<(), DecodeError> {
+    // The bytes it was sized as: its own before any fold.
     let len = sub.sized_bytes();
-    let strays = (8..=64).map(format_1_class_below).filter(|&size| size != len && size / 8 * 8 == len);
-    let mut sizings: Vec<u64> = vec![len];
-    if scheme == Scheme::DoubleHashing {
-        sizings.extend(strays);
-        sizings.dedup();
-    }
-    let hashes = sub.bits.hashes();
-    let mut sized = sizings.iter().filter(|&&bytes| hash_count(bytes * 8, sub.capacity) == hashes).peekable();
-    if sized.peek().is_none() {
+    if hash_count(len * 8, sub.capacity) != sub.bits.hashes() {
         return Err(DecodeError("hash count disagrees with the sub-filter's size"));
     }
-    let rate_fits = |&bytes: &u64| {
-        let rate = false_positive_rate(bytes * 8, sub.capacity, scheme);
-        (sub.error - rate).abs() <= RATE_TOLERANCE * rate
-    };
-    if !sized.any(rate_fits) {
+    let rate = false_positive_rate(len * 8, sub.capacity);
+    if (sub.error - rate).abs() > RATE_TOLERANCE * rate {
         return Err(DecodeError("error disagrees with the sub-filter's size"));
     }
-    let largest = sub_filter_bytes(sub.capacity, budget, Share::Half, scheme).unwrap_or_else(|needed| needed);
+    let largest = sub_filter_bytes(sub.capacity, budget, Share::Half).unwrap_or_else(|needed| needed);
     if largest < MAX_BYTES && len > allocation_class(largest + 1) {
         return Err(DecodeError("sub-filter larger than its sizing"));
     }
@@ -356,14 +283,14 @@ fn check_sizing(sub: &SubFilter, budget: f64, scheme: Scheme) -> Result<(), Deco
 
 /// The header of a replicated filter write, `IDEM.BF.APPLY key <header>
 /// item...`: the primary's time `now` (8 bytes, little-endian ms) and, for
-/// a write that created the filter, its parameters, scheme and seed, which
+/// a write that created the filter, its parameters and seed, which
 /// a replica needs to create the same one. The time travels inside the
 /// header because `RM_Replicate` turns a number argument into a string
-/// object of its own.
+/// object of its own. [`Effect`](super::Effect) builds it.
 pub fn effect_header(now: Millis, created: Option<&ShardedBloom>) -> Vec<u8> {
     let mut header = now.to_le_bytes().to_vec();
     if let Some(filter) = created {
-        encode_params(&filter.params, filter.scheme, &filter.seed, &mut header);
+        encode_params(&filter.params, &filter.seed, &mut header);
     }
     header
 }

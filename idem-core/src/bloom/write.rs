@@ -7,7 +7,7 @@
 //! replicated `IDEM.BF.APPLY` all go through it; nothing changes unless
 //! every check passed.
 
-use super::{MAX_BYTES, Params, Scheme, ShardedBloom, codec};
+use super::{MAX_BYTES, Params, ShardedBloom, codec};
 use crate::Millis;
 use crate::error::CmdError;
 
@@ -75,19 +75,11 @@ impl Limits for FixedLimits {
     }
 }
 
-/// A filter to create: its settings, probe scheme and hash seed.
+/// A filter to create: its settings and hash seed.
 #[derive(Clone, Copy, Debug)]
 pub struct NewFilter {
     pub params: Params,
-    pub scheme: Scheme,
     pub seed: [u8; 32],
-}
-
-impl NewFilter {
-    /// A filter of the current scheme.
-    pub fn current(params: Params, seed: [u8; 32]) -> NewFilter {
-        NewFilter { params, scheme: Scheme::CURRENT, seed }
-    }
 }
 
 /// What a write does with a filter that is gone: a missing key, or a
@@ -142,7 +134,7 @@ impl Effect {
             KeyChange::Unchanged => return None,
             KeyChange::Store(filter) => {
                 let mut params = Vec::with_capacity(codec::PARAMS_LEN);
-                codec::encode_params(&filter.params, filter.scheme, &filter.seed, &mut params);
+                codec::encode_params(&filter.params, &filter.seed, &mut params);
                 effect.header[8..8 + params.len()].copy_from_slice(&params);
                 effect.len += params.len();
             }
@@ -226,8 +218,8 @@ impl ShardedBloom {
             (Some(filter), WhenGone::Leave) => Some(filter),
             (Some(filter), WhenGone::Create(_)) if filter.is_alive(now) => Some(filter),
             (_, WhenGone::Create(new)) => {
-                let NewFilter { params, scheme, seed } = new()?;
-                created = Some(ShardedBloom::with_scheme(params, scheme, seed, now, limits.max_bytes())?);
+                let NewFilter { params, seed } = new()?;
+                created = Some(ShardedBloom::new(params, seed, now, limits.max_bytes())?);
                 None
             }
             (None, WhenGone::Leave) => return Ok((Answers::default(), KeyChange::Unchanged, None)),
