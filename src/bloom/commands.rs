@@ -3,7 +3,7 @@
 //! the command table.
 //!
 //! Every write propagates as `IDEM.BF.APPLY key <header> item...` (see
-//! `idem_core::bloom::codec::effect_header`): "at the primary's `now`,
+//! `idem_core::bloom::Effect`): "at the primary's `now`,
 //! creating the filter from the header if the key is missing, drop the
 //! shards that left the window and add these items". The filter is
 //! deterministic given that time, so a replica, or an AOF replayed on a

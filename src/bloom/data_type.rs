@@ -88,9 +88,9 @@ pub fn visited<'k>(key: &'k VisitedKey<'_>) -> Option<&'k ShardedBloom> {
 
 /// Makes `key` hold `filter`, expiring when its newest shard leaves the
 /// window.
-pub fn store(key: &mut Key<'_>, filter: ShardedBloom) {
+pub fn store(key: &mut Key<'_>, filter: Box<ShardedBloom>) {
     let expire_at = filter.expire_at();
-    store_without_expiry(key, filter);
+    data_type::set_value::<FilterType>(key, filter);
     key.set_expire_at(expire_at);
 }
 

@@ -1,10 +1,10 @@
 //! Date-sharded Bloom filters: `IDEM.BF.*` and the internal
 //! `IDEM.BF.APPLY` and `IDEM.BF.LOAD`.
 //!
-//! A command's whole path is three files: the filter and its arguments in
-//! `idem_core::bloom` (no Redis), its handler and command-table row in
-//! [`commands`], and the stored value in [`data_type`]. The [`sweeper`]
-//! drops the shards of idle filters in the background.
+//! Every write is one call of `idem_core::bloom::ShardedBloom::write` (no
+//! Redis) from one function of [`commands`] per command, which also holds
+//! the command-table rows; the stored value is in [`data_type`]. The
+//! [`sweeper`] drops the shards of idle filters in the background.
 
 pub mod commands;
 pub mod data_type;

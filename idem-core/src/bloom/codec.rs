@@ -281,21 +281,8 @@ fn check_sizing(sub: &SubFilter, budget: f64) -> Result<(), DecodeError> {
     Ok(())
 }
 
-/// The header of a replicated filter write, `IDEM.BF.APPLY key <header>
-/// item...`: the primary's time `now` (8 bytes, little-endian ms) and, for
-/// a write that created the filter, its parameters and seed, which
-/// a replica needs to create the same one. The time travels inside the
-/// header because `RM_Replicate` turns a number argument into a string
-/// object of its own. [`Effect`](super::Effect) builds it.
-pub fn effect_header(now: Millis, created: Option<&ShardedBloom>) -> Vec<u8> {
-    let mut header = now.to_le_bytes().to_vec();
-    if let Some(filter) = created {
-        encode_params(&filter.params, &filter.seed, &mut header);
-    }
-    header
-}
-
-/// The time of an [`effect_header`], and the creation parameters after it
+/// The time of a replicated write's header (see [`Effect`](super::Effect)),
+/// and the creation parameters after it
 /// (empty for a write to an existing filter).
 pub fn decode_effect_header(header: &[u8]) -> Result<(Millis, &[u8]), DecodeError> {
     let (time, create) = header.split_first_chunk::<8>().ok_or(DecodeError("truncated header"))?;

@@ -101,8 +101,8 @@ impl WhenGone<fn() -> Result<NewFilter, CmdError>> {
 
 /// What a write leaves for its key.
 pub enum KeyChange {
-    /// A new filter to store.
-    Store(ShardedBloom),
+    /// A new filter to store (boxed, as a key holds it).
+    Store(Box<ShardedBloom>),
     /// The filter was left with no shard in its window: a filter key never
     /// outlives its window, whatever TTL a user gave it.
     Delete,
@@ -113,39 +113,46 @@ pub enum KeyChange {
     Unchanged,
 }
 
-/// Most bytes of an [`Effect`]'s header: the time and a new filter's
-/// parameters and seed.
-const MAX_EFFECT_HEADER: usize = 8 + codec::PARAMS_LEN;
-
 /// What a write replicates: `IDEM.BF.APPLY key <header> item...`, the
-/// header [`codec::effect_header`] describes and the write's own items,
-/// or nothing when nothing changed. Built without allocating.
-#[derive(Clone, Copy, Debug)]
-pub struct Effect {
-    header: [u8; MAX_EFFECT_HEADER],
-    len: usize,
+/// header [`codec::decode_effect_header`] reads and the write's own items,
+/// or nothing when nothing changed. The header is the primary's time
+/// (8 bytes, little-endian ms) and, for a write that created the filter,
+/// its parameters and seed, which a replica needs to create the same one.
+/// The time travels inside the header because `RM_Replicate` turns a
+/// number argument into a string object of its own.
+#[derive(Clone, Debug)]
+pub struct Effect(EffectHeader);
+
+#[derive(Clone, Debug)]
+enum EffectHeader {
+    /// A write to an existing filter: the time alone, built without
+    /// allocating.
+    Time([u8; 8]),
+    /// A write that created the filter.
+    Created(Vec<u8>),
 }
 
 impl Effect {
     fn of(change: &KeyChange, now: Millis) -> Option<Effect> {
-        let mut effect = Effect { header: [0; MAX_EFFECT_HEADER], len: 8 };
-        effect.header[..8].copy_from_slice(&now.to_le_bytes());
-        match change {
+        let time = now.to_le_bytes();
+        Some(Effect(match change {
             KeyChange::Unchanged => return None,
             KeyChange::Store(filter) => {
-                let mut params = Vec::with_capacity(codec::PARAMS_LEN);
-                codec::encode_params(&filter.params, &filter.seed, &mut params);
-                effect.header[8..8 + params.len()].copy_from_slice(&params);
-                effect.len += params.len();
+                let mut header = Vec::with_capacity(8 + codec::PARAMS_LEN);
+                header.extend_from_slice(&time);
+                codec::encode_params(&filter.params, &filter.seed, &mut header);
+                EffectHeader::Created(header)
             }
-            KeyChange::Delete | KeyChange::Updated { .. } => {}
-        }
-        Some(effect)
+            KeyChange::Delete | KeyChange::Updated { .. } => EffectHeader::Time(time),
+        }))
     }
 
     /// `IDEM.BF.APPLY`'s header argument.
     pub fn header(&self) -> &[u8] {
-        &self.header[..self.len]
+        match &self.0 {
+            EffectHeader::Time(time) => time,
+            EffectHeader::Created(header) => header,
+        }
     }
 }
 
@@ -255,7 +262,7 @@ impl ShardedBloom {
         } else {
             Some(KeyChange::Unchanged)
         };
-        let change = change.unwrap_or_else(|| KeyChange::Store(created.take().expect("created")));
+        let change = change.unwrap_or_else(|| KeyChange::Store(Box::new(created.take().expect("created"))));
         let effect = Effect::of(&change, now);
         Ok((answers, change, effect))
     }

@@ -433,7 +433,7 @@ pub fn parse_claim<A: ArgList + ?Sized>(args: &A, now: Millis) -> Result<(ClaimA
             _ => {
                 claim.wait = match args.int(value) {
                     Ok(ms) if (0..=MAX_WAIT).contains(&ms) => ms,
-                    _ => return Err(CmdError::Static(c"ERR WAIT must be an integer from 0 to 3600000")),
+                    _ => return Err(CmdError::new(format!("ERR WAIT must be an integer from 0 to {MAX_WAIT}"))),
                 }
             }
         }
