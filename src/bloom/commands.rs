@@ -99,9 +99,9 @@ fn add_items(ctx: Ctx, args: &Args, as_array: bool) -> CmdResult {
         ctx.reply_array(items.len());
     }
     for new in answers.iter() {
+        count(if new { Metric::BfAddNew } else { Metric::BfAddSeen });
         ctx.reply_int(new as i64);
     }
-    count_adds(&answers);
     commit(ctx, &mut key, change, effect, items, EVENT_ADD);
     Ok(())
 }

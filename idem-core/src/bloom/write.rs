@@ -133,20 +133,6 @@ enum EffectHeader {
 }
 
 impl Effect {
-    fn of(change: &KeyChange, now: Millis) -> Option<Effect> {
-        let time = now.to_le_bytes();
-        Some(Effect(match change {
-            KeyChange::Unchanged => return None,
-            KeyChange::Store(filter) => {
-                let mut header = Vec::with_capacity(8 + codec::PARAMS_LEN);
-                header.extend_from_slice(&time);
-                codec::encode_params(&filter.params, &filter.seed, &mut header);
-                EffectHeader::Created(header)
-            }
-            KeyChange::Delete | KeyChange::Updated { .. } => EffectHeader::Time(time),
-        }))
-    }
-
     /// `IDEM.BF.APPLY`'s header argument.
     pub fn header(&self) -> &[u8] {
         match &self.0 {
@@ -166,6 +152,7 @@ pub struct Answers {
 }
 
 impl Answers {
+    #[inline]
     fn push(&mut self, new: bool) {
         let (word, bit) = (self.len / 64, self.len % 64);
         if word == 0 {
@@ -188,6 +175,7 @@ impl Answers {
     }
 
     /// `true` for each item that was new to the window.
+    #[inline]
     pub fn iter(&self) -> impl Iterator<Item = bool> + '_ {
         (0..self.len).map(|at| {
             let word = if at < 64 { self.first } else { self.more[at / 64 - 1] };
@@ -231,13 +219,13 @@ impl ShardedBloom {
             }
             (None, WhenGone::Leave) => return Ok((Answers::default(), KeyChange::Unchanged, None)),
         };
-        let is_new = created.is_some();
+        let created_now = existing.is_none();
         let filter = match existing {
             Some(filter) => filter,
             None => created.as_mut().expect("created when not existing"),
         };
         let mut plan = filter.plan(items.len() as u64, now, limits.max_bytes())?;
-        let allocate = plan.allocate + if is_new { filter.bytes() } else { 0 };
+        let allocate = plan.allocate + if created_now { filter.bytes() } else { 0 };
         if allocate > 0 {
             // At most the key's DUMP after the write: the shards it drops
             // are still counted.
@@ -253,17 +241,20 @@ impl ShardedBloom {
             answers.push(added.is_new());
             inserted |= added.is_inserted();
         }
-        let change = if is_new {
-            None
-        } else if filter.shards.is_empty() {
-            Some(KeyChange::Delete)
-        } else if dropped || inserted {
-            Some(KeyChange::Updated { expire_at: filter.expire_at() })
-        } else {
-            Some(KeyChange::Unchanged)
+        let time = || Some(Effect(EffectHeader::Time(now.to_le_bytes())));
+        let written = match created_now {
+            true => None,
+            false if filter.shards.is_empty() => Some((KeyChange::Delete, time())),
+            false if dropped || inserted => Some((KeyChange::Updated { expire_at: filter.expire_at() }, time())),
+            false => Some((KeyChange::Unchanged, None)),
         };
-        let change = change.unwrap_or_else(|| KeyChange::Store(Box::new(created.take().expect("created"))));
-        let effect = Effect::of(&change, now);
+        let (change, effect) = written.unwrap_or_else(|| {
+            let new = created.take().expect("created when not existing");
+            let mut header = Vec::with_capacity(8 + codec::PARAMS_LEN);
+            header.extend_from_slice(&now.to_le_bytes());
+            codec::encode_params(&new.params, &new.seed, &mut header);
+            (KeyChange::Store(Box::new(new)), Some(Effect(EffectHeader::Created(header))))
+        });
         Ok((answers, change, effect))
     }
 
