@@ -7,7 +7,12 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
-use common::*;
+use common::commands::{
+    claim, claim_new, claim_opts, digest_value, done, exists, get_fields, idem_counters, once, pexpiretime,
+};
+use common::reply::{as_bytes, as_str, err_text, f_bytes, f_str};
+use common::server::{Server, ServerKind, ServerVersion, Shutdown, parse_info};
+use redis::Value;
 use std::time::{Duration, Instant};
 
 /// Whether the server lets modules give commands ACL categories (Redis
