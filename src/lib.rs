@@ -116,10 +116,21 @@ fn warn_if_records_can_be_evicted(ctx: Ctx) {
     }
 }
 
+/// Redis's allocator, which exists only inside a server; the system's for
+/// the unit tests.
+#[cfg(not(test))]
+type Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(not(test))]
+const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(test)]
+type Allocator = std::alloc::System;
+#[cfg(test)]
+const ALLOCATOR: Allocator = std::alloc::System;
+
 redis_module! {
     name: "idem",
     version: MODULE_VERSION,
-    allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+    allocator: (Allocator, ALLOCATOR),
     data_types: [RECORD_TYPE, BLOOM_TYPE],
     init: init,
     configurations: [
