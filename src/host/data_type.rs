@@ -441,22 +441,22 @@ unsafe fn heap_size<T>(ptr: *const T, len: usize) -> usize {
     unsafe { api!(RedisModule_MallocSize)(ptr as *mut c_void) }
 }
 
-/// A value of `T` under an open key, borrowed for as long as the slot
-/// lives, with the key at hand to store a new value or set the expiry.
-pub struct Slot<'k, 'a, T: DataType> {
+/// A value of `T` under an open key, borrowed for as long as this lives,
+/// with the key at hand to store a new value or set the expiry.
+pub struct OpenValue<'k, 'a, T: DataType> {
     key: &'k mut Key<'a>,
     value: Option<<T::Value as Stored>::Mut<'k>>,
     _type: PhantomData<T>,
 }
 
-impl<'k, 'a, T: DataType> Slot<'k, 'a, T> {
+impl<'k, 'a, T: DataType> OpenValue<'k, 'a, T> {
     /// `Err(WRONGTYPE)` for a key of another type.
-    pub fn open(key: &'k mut Key<'a>) -> Result<Slot<'k, 'a, T>, CmdError> {
+    pub fn open(key: &'k mut Key<'a>) -> Result<OpenValue<'k, 'a, T>, CmdError> {
         // SAFETY: a value of this type, made by its `into_raw`; it lives
-        // while the key is open, and the slot's `&mut` on the key keeps
+        // while the key is open, and the open value's `&mut` on the key keeps
         // anything else from reaching it meanwhile.
         let value = key.module_value(handle::<T>())?.map(|value| unsafe { T::Value::borrow_mut(value) });
-        Ok(Slot { key, value, _type: PhantomData })
+        Ok(OpenValue { key, value, _type: PhantomData })
     }
 
     pub fn value(&mut self) -> Option<&mut <T::Value as Stored>::Mut<'k>> {
@@ -472,22 +472,16 @@ impl<'k, 'a, T: DataType> Slot<'k, 'a, T> {
         self.key.pttl()
     }
 
-    /// The value and the key's PTTL together.
-    pub fn value_and_pttl(&mut self) -> Option<(&mut <T::Value as Stored>::Mut<'k>, Millis)> {
-        let pttl = self.key.pttl();
-        self.value.as_mut().map(|value| (value, pttl))
-    }
-
     /// Makes the key hold `value` (dropping the old one) until
     /// `expire_at` (`None`: no expiry).
     pub fn store(self, value: T::Value, expire_at: Option<Millis>) {
-        let Slot { key, value: old, .. } = self;
+        let OpenValue { key, value: old, .. } = self;
         let had_value = old.is_some();
         // The borrow of the old value ends before it is freed.
         drop(old);
         if had_value {
             // Swaps the pointer alone, far cheaper than deleting the key.
-            // SAFETY: the key holds a value of `T` (the slot found one),
+            // SAFETY: the key holds a value of `T` (the open value found one),
             // and the new one is made by `T`'s `into_raw`.
             let old = unsafe { key.replace_module_value(handle::<T>(), value.into_raw().as_ptr()) };
             if let Some(old) = NonNull::new(old) {
@@ -509,7 +503,7 @@ impl<'k, 'a, T: DataType> Slot<'k, 'a, T> {
 /// The value of `T` under an open key, for as long as the key is
 /// borrowed; `Err(WRONGTYPE)` for another type.
 pub fn value_mut<'k, T: DataType>(key: &'k mut Key<'_>) -> Result<Option<<T::Value as Stored>::Mut<'k>>, CmdError> {
-    // SAFETY: as in `Slot::open`.
+    // SAFETY: as in `OpenValue::open`.
     Ok(key.module_value(handle::<T>())?.map(|value| unsafe { T::Value::borrow_mut(value) }))
 }
 
@@ -524,7 +518,7 @@ pub fn set_value<T: DataType>(key: &mut Key<'_>, value: T::Value) {
 pub fn visited_value<'k, T: DataType>(
     key: &'k super::background::VisitedKey<'_>,
 ) -> Option<<T::Value as Stored>::Ref<'k>> {
-    // SAFETY: as in `Slot::open`; the scan only reads, for the visit.
+    // SAFETY: as in `OpenValue::open`; the scan only reads, for the visit.
     key.module_value(handle::<T>()).map(|value| unsafe { T::Value::borrow(value) })
 }
 
