@@ -12,6 +12,7 @@ use std::mem::MaybeUninit;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
 
+use idem_core::args::ArgList;
 use idem_core::error::{CmdError, CmdResult};
 use redis_module::raw;
 
@@ -214,7 +215,11 @@ pub unsafe fn dispatch(
     {
         // SAFETY: reading a function pointer Redis filled in at load.
         let with_flags = unsafe { raw::RedisModule_KeyAtPosWithFlags };
-        for (position, flags) in keys(&args) {
+        let positions = key_positions_or_every_argument(|| keys(&args), args.len());
+        if positions.is_none() {
+            ctx.log_warning("redis-idem: finding a call's keys failed (a panic or a position past its arguments); every argument was reported as a key it writes");
+        }
+        for (position, flags) in positions.unwrap_or_else(|| every_argument_written(args.len())) {
             match with_flags {
                 // SAFETY: a key-position request's context, a position
                 // within argv.
@@ -234,6 +239,21 @@ pub unsafe fn dispatch(
         }
     }
     raw::REDISMODULE_OK as c_int
+}
+
+/// The key positions `find` gives, or None when it panicked. A panic must
+/// not take the server down, nor answer "no keys": Redis would then skip
+/// the call's ACL key checks and route it anywhere in a cluster.
+fn key_positions_or_every_argument(find: impl FnOnce() -> Vec<(usize, u32)>, argc: usize) -> Option<Vec<(usize, u32)>> {
+    catch_unwind(AssertUnwindSafe(find)).ok().filter(|positions| positions.iter().all(|&(p, _)| p > 0 && p < argc))
+}
+
+/// Fails closed: every argument after the command name as a key the call
+/// reads and writes, so ACL asks for write access to each of them and a
+/// cluster answers CROSSSLOT unless they all share a slot; the command
+/// itself then answers its own error for the arguments.
+fn every_argument_written(argc: usize) -> Vec<(usize, u32)> {
+    (1..argc).map(|position| (position, RW | ACCESS | UPDATE)).collect()
 }
 
 fn key_spec(key: &KeyArg) -> raw::RedisModuleCommandKeySpec {
@@ -399,4 +419,25 @@ pub fn register(ctx: Ctx<'_>, tables: &[&[CommandSpec]]) -> Result<(), String> {
         set_acl_categories(command, spec.acl, with_idem).map_err(|()| failed())?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_finder_that_panics_reports_every_argument_as_written() {
+        assert_eq!(key_positions_or_every_argument(|| panic!("a bug in a parser"), 4), None);
+        assert_eq!(
+            every_argument_written(4),
+            vec![(1, RW | ACCESS | UPDATE), (2, RW | ACCESS | UPDATE), (3, RW | ACCESS | UPDATE)]
+        );
+    }
+
+    #[test]
+    fn a_key_finder_past_the_arguments_is_not_believed() {
+        assert_eq!(key_positions_or_every_argument(|| vec![(1, RW), (2, RO)], 3), Some(vec![(1, RW), (2, RO)]));
+        assert_eq!(key_positions_or_every_argument(|| vec![(3, RW)], 3), None);
+        assert_eq!(key_positions_or_every_argument(|| vec![(0, RW)], 3), None);
+    }
 }
