@@ -4,7 +4,8 @@ key, on each server and with a replica attached; IDEM.MDONE of 100 keys
 against a pipelined IDEM.DONE per key.
 
 Claims run with redis-benchmark (50 clients, -P 16, every key random, an
-empty keyspace before each run), sides alternating round by round; the
+empty keyspace before each run, and for 100 keys also a keyspace that
+already holds 600k records, whose tables do not grow during the run), sides alternating round by round; the
 CPU per message is the server's CPU over the run divided by the messages
 it claimed. Completions need the tokens of live claims, which
 redis-benchmark cannot send: claims are made first (not measured), then
@@ -32,7 +33,7 @@ TOKEN16 = "0123456789abcdef"
 MESSAGES = 200_000
 ROUNDS = 3
 SIZES = (10, 100, 1000)
-DONE_KEYS = 50_000
+DONE_KEYS = 100_000
 
 
 def claim_sides():
@@ -42,13 +43,28 @@ def claim_sides():
     return sides
 
 
-def claims(server, rounds=ROUNDS):
+STEADY_KEYS = 600_000
+
+
+def prefill(client):
+    """A keyspace that already holds STEADY_KEYS records with an expiry, as a
+    dedup store does in steady state: its tables (2^20 buckets) then take
+    a run's keys without growing, so no run pays their rehashing."""
+    keys = [f"pre:{n}" for n in range(STEADY_KEYS)]
+    for start in range(0, STEADY_KEYS, 1000):
+        client.execute_command("IDEM.MCLAIM", 3600, 1000, *keys[start:start + 1000])
+
+
+def claims(server, rounds=ROUNDS, steady=False, sizes=SIZES):
     """Median server CPU us per message of each side, and per-round ratios
-    to SET NX PX."""
-    runs = {name: [] for name, _, _ in claim_sides()}
+    to SET NX PX; `steady`: on a prefilled keyspace instead of an empty one."""
+    sides = [side for side in claim_sides() if side[2] == 1 or side[2] in sizes]
+    runs = {name: [] for name, _, _ in sides}
     for _ in range(rounds):
-        for name, command, size in claim_sides():
+        for name, command, size in sides:
             server.client.flushall()
+            if steady:
+                prefill(server.client)
             _, cpu_us = redis_benchmark(server, command, max(MESSAGES // size, 200), pipeline=16)
             runs[name].append(cpu_us / size)
     base = runs["SET NX PX"]
@@ -111,6 +127,8 @@ def report():
             continue
         with Server(redisbloom=False, binary=binary) as server:
             lines += table(f"### Claims, {label}", claims(server), "SET NX PX")
+            lines += table(f"### Claims, {label}, on a keyspace of {STEADY_KEYS:,} records (no table growth)",
+                           claims(server, steady=True, sizes=(100,)), "SET NX PX")
             lines += table(f"### Completions, {label}, 100 per round trip", completions(server),
                            "pipelined IDEM.DONE")
             replica_of = ["--replicaof", "127.0.0.1", str(server.port)]
