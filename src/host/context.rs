@@ -262,6 +262,19 @@ impl<'call> Ctx<'call> {
         };
     }
 
+    /// Has Redis apply its config file's `idem.*` lines to the configs
+    /// registered: once, in OnLoad, after the last is registered.
+    pub fn load_configs(self) -> Result<(), String> {
+        // SAFETY: the module's OnLoad context, after its configs were
+        // registered.
+        let status = unsafe { api!(RedisModule_LoadConfigs)(self.as_ptr()) };
+        if status == raw::REDISMODULE_OK as c_int {
+            Ok(())
+        } else {
+            Err("the server refused an idem.* value of its config file (see the lines above)".into())
+        }
+    }
+
     pub fn log_warning(self, message: &str) {
         raw::redis_log(self.as_ptr(), message);
     }

@@ -18,7 +18,7 @@ use idem_core::record::batch::{self, Batch, Command, Held};
 use idem_core::record::codec::RECORD_OVERHEAD;
 use idem_core::record::{ClaimReply, DoneReply, Millis, Record, Token};
 
-use super::data_type::Slot;
+use super::data_type::OpenRecord;
 use crate::bloom::commands as bloom_commands;
 use crate::bloom::data_type as bloom_data_type;
 use crate::config;
@@ -59,7 +59,7 @@ fn run_batch<R>(
 ) -> R {
     let OpenKeys { positions, mut keys } = open;
     let names: Vec<Arg> = keys.iter().map(Key::name).collect();
-    let mut slots: Vec<Result<Slot, CmdError>> = keys.iter_mut().map(Slot::open).collect();
+    let mut slots: Vec<Result<OpenRecord, CmdError>> = keys.iter_mut().map(OpenRecord::open).collect();
     let held = slots.iter_mut().map(|slot| match slot {
         Ok(slot) => slot.record().map_or(Held::Absent, Held::Stored),
         Err(_) => Held::WrongType,
@@ -310,11 +310,11 @@ pub fn mapply(ctx: Ctx, args: &Args) -> CmdResult {
     let records = batch::decode_effect(args.bytes(1), args.len() - 2)
         .map_err(|e| CmdError::new(format!("ERR invalid IDEM.MAPPLY payload: {}", e.0)))?;
     for index in 2..args.len() {
-        Slot::open(&mut ctx.open_key(args.arg(index), KeyMode::Read))?;
+        OpenRecord::open(&mut ctx.open_key(args.arg(index), KeyMode::Read))?;
     }
     for (index, (record, expire_at)) in (2..args.len()).zip(records) {
         let mut key = ctx.open_key(args.arg(index), KeyMode::Write);
-        Slot::open(&mut key)?.store_new(record, expire_at);
+        OpenRecord::open(&mut key)?.store_new(record, expire_at);
         drop(key);
         blocking::signal_ready(ctx, args.arg(index));
     }
