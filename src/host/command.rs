@@ -44,6 +44,11 @@ pub enum KeyAt {
     /// Declared incomplete, since an earlier option's value may spell the
     /// name: Redis then asks the command itself (`getkeys-api`).
     Option(&'static CStr),
+    /// A count at this position, then that many keys, one every `step`
+    /// arguments from the next one (`numkeys key [key ...]`, as `ZUNION`).
+    Counted { at: c_int, step: c_int },
+    /// Every argument from this position on.
+    Range { from: c_int },
 }
 
 pub struct KeyArg {
@@ -68,6 +73,8 @@ pub enum ArgType {
     PureToken,
     /// Exactly one of these.
     OneOf(&'static [ArgSpec]),
+    /// These, in order, as one argument (`key token` of a pair).
+    Block(&'static [ArgSpec]),
 }
 
 /// One argument of a command, as `COMMAND DOCS` shows it: what redis-cli's
@@ -123,6 +130,11 @@ pub mod arg {
     /// One of `choices`.
     pub const fn one_of(name: &'static CStr, choices: &'static [ArgSpec]) -> ArgSpec {
         of(name, ArgType::OneOf(choices))
+    }
+
+    /// `parts` as one argument, such as a pair repeated with [`many`].
+    pub const fn block(name: &'static CStr, parts: &'static [ArgSpec]) -> ArgSpec {
+        of(name, ArgType::Block(parts))
     }
 
     /// An option: `token` then `value`, which may be left out.
@@ -270,6 +282,22 @@ fn key_spec(key: &KeyArg) -> raw::RedisModuleCommandKeySpec {
             spec.bs.keyword =
                 raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_2 { keyword: name.as_ptr(), startfrom: 3 };
         }
+        KeyAt::Counted { at, step } => {
+            spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+            spec.bs.index.pos = at;
+            spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
+            spec.fk.keynum =
+                raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_2 { keynumidx: 0, firstkey: 1, keystep: step };
+            return spec;
+        }
+        KeyAt::Range { from } => {
+            spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+            spec.bs.index.pos = from;
+            spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+            spec.fk.range =
+                raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 { lastkey: -1, keystep: 1, limit: 0 };
+            return spec;
+        }
     }
     spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
     spec.fk.range = raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 { lastkey: 0, keystep: 1, limit: 0 };
@@ -308,13 +336,16 @@ impl CommandArgs {
                     ArgType::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
                     ArgType::Double => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_DOUBLE,
                     ArgType::PureToken => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
-                    ArgType::OneOf(specs) => {
+                    ArgType::OneOf(specs) | ArgType::Block(specs) => {
                         // The inner list's buffer stays put when `sub`
                         // moves into `choices`.
                         let mut sub = CommandArgs::new(specs);
                         arg.subargs = sub.list.as_mut_ptr();
                         choices.push(sub);
-                        raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF
+                        match spec.kind {
+                            ArgType::Block(_) => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK,
+                            _ => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF,
+                        }
                     }
                 };
                 arg

@@ -222,6 +222,26 @@ impl<'call> Ctx<'call> {
         };
     }
 
+    /// Propagates `command blob key [key ...]`: many keys' writes as one
+    /// command (the batch commands' effect).
+    pub fn replicate_blob_keys(self, command: &'static CStr, blob: &[u8], keys: &[Arg<'_>]) {
+        let (blob_ptr, blob_len) = c_bytes(blob);
+        // SAFETY: a live context; "bv" matches a buffer with its length,
+        // then an array of Redis strings with its length (`Arg` is a
+        // transparent string pointer). Redis copies all of them.
+        unsafe {
+            api!(RedisModule_Replicate)(
+                self.as_ptr(),
+                command.as_ptr(),
+                c"bv".as_ptr(),
+                blob_ptr,
+                blob_len,
+                keys.as_ptr(),
+                keys.len(),
+            )
+        };
+    }
+
     pub fn replicate_verbatim(self) {
         // SAFETY: a live command context.
         unsafe { api!(RedisModule_ReplicateVerbatim)(self.as_ptr()) };

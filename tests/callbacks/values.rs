@@ -6,7 +6,7 @@ use crate::common::commands::{
     claim, claim_new, claim_new_opts, claim_opts, done, get_fields, once, pexpiretime, release, reserve, server_ms,
 };
 use crate::common::fixtures::{BIN_RESULT, NONE};
-use crate::common::reply::{as_int, as_str, f_bytes, f_int, f_str, q, random_token};
+use crate::common::reply::{as_int, as_str, as_token, f_bytes, f_int, f_str, parse_claim, q, random_token};
 use redis::Value;
 use std::time::{Duration, Instant};
 
@@ -116,6 +116,35 @@ pub(super) fn make_records(con: &mut redis::Connection) -> Vec<Case> {
     cases.push(Case::record("rec:late-done", "done", 0, Some(4)));
     assert_eq!(done(con, "rec:late-done-empty-result", &random_token(), ("RESULT", "")), Ok(1));
     cases.push(Case::record("rec:late-done-empty-result", "done", 0, Some(0)));
+
+    // Records the batch commands wrote (one IDEM.MAPPLY each on the way to
+    // the AOF): claimed with payloads, completed with results (one empty,
+    // one late), given back.
+    let keys = ["rec:mclaimed", "rec:mdone", "rec:mdone-empty", "rec:mreleased"];
+    let claimed: Vec<Value> = redis::cmd("IDEM.MCLAIM")
+        .arg(600)
+        .arg(4)
+        .arg(&keys)
+        .arg("PAYLOADS")
+        .arg(&["a", "", "b", "c"])
+        .query(con)
+        .unwrap();
+    let tokens: Vec<String> = claimed.iter().map(|v| as_token(&parse_claim(v.clone()).1)).collect();
+    cases.push(Case::record("rec:mclaimed", "processing", 1, None));
+    let completed: Vec<i64> = redis::cmd("IDEM.MDONE")
+        .arg(3)
+        .arg(&["rec:mdone", &tokens[1], "rec:mdone-empty", &tokens[2], "rec:mdone-late", &random_token()])
+        .arg("RESULTS")
+        .arg(&["r", "", "late"])
+        .query(con)
+        .unwrap();
+    assert_eq!(completed, [1, 1, 1]);
+    cases.push(Case::record("rec:mdone", "done", 1, Some(1)));
+    cases.push(Case::record("rec:mdone-empty", "done", 1, Some(0)));
+    cases.push(Case::record("rec:mdone-late", "done", 0, Some(4)));
+    let released: Vec<i64> = redis::cmd("IDEM.MRELEASE").arg(1).arg(&["rec:mreleased", &tokens[3]]).query(con).unwrap();
+    assert_eq!(released, [1]);
+    cases.push(Case::record("rec:mreleased", "released", 1, None));
     cases
 }
 

@@ -26,6 +26,12 @@ pub enum Cmd {
         key: String,
         token: String,
     },
+    /// IDEM.MCLAIM, IDEM.MDONE or IDEM.MRELEASE: its parts are the single
+    /// commands it stands for, in key order, all CLAIMs (one lease,
+    /// MAXTRIES, payloads on all or none), all DONEs (one RETAIN, results
+    /// on all or none) or all RELEASEs, none with BLOOM. Checked part by
+    /// part against the reply's elements (tests/stateful.rs).
+    Batch(Vec<Cmd>),
     Extend {
         key: String,
         token: String,
@@ -141,6 +147,7 @@ impl Cmd {
                 k
             }
             Copy { src, dst, .. } | Rename { src, dst } => vec![src, dst],
+            Batch(parts) => parts.iter().flat_map(Cmd::keys).collect(),
             Swapdb | DebugReload => vec![],
             Release { key, .. }
             | Extend { key, .. }
@@ -214,6 +221,9 @@ impl Cmd {
                 s("IDEM.RELEASE");
                 s(key);
                 s(token);
+            }
+            Batch(parts) => {
+                a = batch_argv(parts);
             }
             Extend { key, token, lease } => {
                 s("IDEM.EXTEND");
@@ -391,6 +401,53 @@ impl Cmd {
                 | Pexpiretime { .. }
         )
     }
+}
+
+/// The batch command a [`Cmd::Batch`]'s parts stand for.
+fn batch_argv(parts: &[Cmd]) -> Vec<Vec<u8>> {
+    let mut a: Vec<Vec<u8>> = Vec::new();
+    let n = parts.len().to_string();
+    let text = |x: &str| x.as_bytes().to_vec();
+    match &parts[0] {
+        Cmd::Claim { lease, payload, maxtries, .. } => {
+            a.extend([text("IDEM.MCLAIM"), text(&lease.to_string()), text(&n)]);
+            a.extend(parts.iter().map(|p| text(p.keys()[0])));
+            if payload.is_some() {
+                a.push(text("PAYLOADS"));
+                a.extend(parts.iter().map(|p| match p {
+                    Cmd::Claim { payload, .. } => payload.clone().unwrap_or_default(),
+                    _ => unreachable!("a batch of one kind"),
+                }));
+            }
+            if let Some(n) = maxtries {
+                a.extend([text("MAXTRIES"), text(&n.to_string())]);
+            }
+        }
+        Cmd::Done { result, retain, .. } => {
+            a.extend([text("IDEM.MDONE"), text(&n)]);
+            let mut results = Vec::new();
+            for p in parts {
+                let Cmd::Done { key, token, result, .. } = p else { unreachable!("a batch of one kind") };
+                a.extend([text(key), text(token)]);
+                results.push(result.clone().unwrap_or_default());
+            }
+            if result.is_some() {
+                a.push(text("RESULTS"));
+                a.extend(results);
+            }
+            if let Some(r) = retain {
+                a.extend([text("RETAIN"), text(&r.to_string())]);
+            }
+        }
+        _ => {
+            a.extend([text("IDEM.MRELEASE"), text(&n)]);
+            for p in parts {
+                let Cmd::Release { key, token } = p else { unreachable!("a batch of one kind") };
+                a.extend([text(key), text(token)]);
+            }
+        }
+    }
+    a
 }
 
 /// Printable form of an argument (binary bytes escaped, long ones cut).

@@ -117,6 +117,7 @@ fn apply_documented(w: &World, db: usize, cmd: &Cmd, t: i64, cfg: &Cfg) -> Vec<(
     use Cmd::*;
     let same = |e: Exp| vec![(e, w.clone())];
     match cmd {
+        Batch(_) => unreachable!("tests/stateful.rs checks a batch part by part"),
         Claim { key, lease, payload, maxtries, bloom } => {
             let fp = payload.as_deref().map(fingerprint);
             let bloom_key = bloom.as_deref().map(|b| fkey(w, db, b));
