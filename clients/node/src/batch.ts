@@ -214,6 +214,12 @@ export class BatchRunner {
         } else out[s.i] = { key, status: 'error', attempt: s.attempt, error: reply };
         return;
       }
+      if (reply.alreadyDone) {
+        idem.stats.leaseLost++;
+        idem.hook('onLeaseLost', { key, attempt: s.attempt });
+        out[s.i] = { key, status: 'lost', attempt: s.attempt, error: new LeaseLostError(key, s.attempt) };
+        return;
+      }
       if (reply.resultDropped) idem.stats.resultsDropped++;
       const resultStored = reply.completed && s.result !== undefined && !reply.resultDropped;
       idem.stats.firstRuns++;

@@ -361,7 +361,9 @@ export class Idem {
     let reply: ClaimReply;
     for (;;) {
       const left = Math.ceil(deadline - Date.now());
-      const wait = edition === 'module' && left > 0 ? Math.min(left, MAX_WAIT_MS) : undefined;
+      // The first claim does not wait, so that a BUSY is seen (and `waited`
+      // known); the ones after it wait on the server where the module runs.
+      const wait = waited && edition === 'module' && left > 0 ? Math.min(left, MAX_WAIT_MS) : undefined;
       reply = await this.claim(key, lease, { ...claimOptions, wait });
       if (reply.status !== 'BUSY') break;
       const remaining = deadline - Date.now();
@@ -450,6 +452,12 @@ export class Idem {
       this.stats.oversize++;
       result = undefined;
       done = await this.done(key, token, { retain: options.retain, bloom: options.bloom });
+    }
+    if (done.alreadyDone) {
+      // Another worker claimed the key after our lease lapsed and completed
+      // it: its result stands, ours is not stored.
+      lost();
+      throw new LeaseLostError(key, attempt);
     }
     if (done.resultDropped) this.stats.resultsDropped++;
     const resultStored = done.completed && result !== undefined && !done.resultDropped;

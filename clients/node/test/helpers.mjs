@@ -126,3 +126,25 @@ export async function startCluster(n = 3) {
     stop: () => Promise.all(nodes.map((node) => node.stop())),
   };
 }
+
+/** A new connection of `kind` ('ioredis' or 'node-redis') with its Idem; `.close()` ends it. */
+export async function connect(kind, server, options = {}) {
+  let client;
+  if (kind === 'ioredis') client = server.ioredis();
+  else {
+    client = createClient({ url: server.url });
+    await client.connect();
+  }
+  const idem = new Idem(client, options);
+  idem.client = client;
+  idem.raw = (...args) => (kind === 'ioredis' ? client.call(...args) : client.sendCommand(args.map(String)));
+  idem.close = () => client.quit();
+  return idem;
+}
+
+/** A promise and its resolve. */
+export function signal() {
+  let resolve;
+  const promise = new Promise((r) => (resolve = r));
+  return { promise, resolve };
+}
