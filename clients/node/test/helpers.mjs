@@ -48,12 +48,16 @@ async function ping(port) {
   });
 }
 
-/** Starts a server; `{ functions: true }`: without the module, with functions/idem.lua loaded. */
-export async function startServer({ functions = false, cluster = false, args = [] } = {}) {
+/**
+ * Starts a server: with the module; `{ functions: true }`: without it, with
+ * functions/idem.lua loaded; `{ functions: true, module: true }`: both;
+ * `{ module: false }`: neither.
+ */
+export async function startServer({ functions = false, module = !functions, cluster = false, args = [] } = {}) {
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'redis-idem-node-'));
   const argv = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...args];
-  if (!functions) argv.push('--loadmodule', modulePath);
+  if (module) argv.push('--loadmodule', modulePath);
   if (cluster) argv.push('--cluster-enabled', 'yes', '--cluster-config-file', join(dir, 'nodes.conf'), '--cluster-node-timeout', '5000');
   const child = spawn(serverBinary, argv, { stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
