@@ -217,11 +217,12 @@ export class Idem {
   }
 
   /** Sends a command built for the server's edition; error replies come back as typed errors. */
-  async send<T>(key: string | undefined, build: (edition: Edition) => Arg[], parse: (reply: unknown) => T): Promise<T> {
+  async send<T>(key: string | undefined, build: (edition: Edition) => Arg[], parse: (reply: unknown) => T, blocking = false): Promise<T> {
     const args = build(await this.edition());
     let reply: unknown;
     try {
-      reply = await this.transport.send(key, args);
+      const transport = this.transport;
+      reply = await (blocking && transport.sendBlocking ? transport.sendBlocking(key, args) : transport.send(key, args));
     } catch (err) {
       throw replyError(err);
     }
@@ -233,7 +234,13 @@ export class Idem {
   claim(key: string, lease: number, options: ClaimOptions = {}): Promise<ClaimReply> {
     const k = this.key(key);
     const o = { ...options, bloom: options.bloom === undefined ? undefined : this.key(options.bloom) };
-    return this.send(k, (e) => c.claimArgs(e, k, lease, o), c.parseClaim);
+    // A claim that waits runs on a connection of its own (pool.ts says why).
+    return this.send(k, (e) => c.claimArgs(e, k, lease, o), c.parseClaim, !!options.wait);
+  }
+
+  /** Closes the connections this instance opened for WAIT (never the client you gave it). */
+  async close(): Promise<void> {
+    await this.transport.close?.();
   }
 
   done(key: string, token: string, options: DoneOptions = {}): Promise<DoneReply> {

@@ -3,6 +3,7 @@
 // Cluster, ioredis cannot find the key of a command it does not know, so the
 // command is built as an ioredis Command with its slot set, and routed.
 import calculateSlot from 'cluster-key-slot';
+import { WaitPool } from './pool.js';
 import type { Arg, Transport } from './transport.js';
 
 /** The part of an ioredis `Redis` or `Cluster` the adapter uses. */
@@ -10,6 +11,9 @@ export interface IoredisLike {
   callBuffer(command: string, ...args: Arg[]): Promise<unknown>;
   sendCommand?(command: unknown): unknown;
   isCluster?: boolean;
+  duplicate?(): IoredisLike;
+  quit?(): Promise<unknown>;
+  disconnect?(): void;
 }
 
 /** ioredis's `Command` class (`import { Command } from 'ioredis'`). */
@@ -36,10 +40,7 @@ export function ioredisTransport(client: IoredisLike, options: IoredisOptions = 
           (m) => (m as unknown as { Command?: IoredisCommandClass }).Command,
           () => undefined,
         ));
-  return {
-    cluster,
-    name: cluster ? 'ioredis Cluster' : 'ioredis',
-    async send(key, args) {
+  const sendOn = async (client: IoredisLike, key: string | undefined, args: Arg[]) => {
       const [name, ...rest] = args as [string, ...Arg[]];
       if (!cluster || key === undefined || typeof client.sendCommand !== 'function') {
         return client.callBuffer(name, ...rest);
@@ -51,6 +52,19 @@ export function ioredisTransport(client: IoredisLike, options: IoredisOptions = 
       command.slot = calculateSlot(key);
       client.sendCommand(command);
       return command.promise;
-    },
+  };
+  const pool =
+    typeof client.duplicate === 'function'
+      ? new WaitPool<IoredisLike>(
+          async () => client.duplicate!(),
+          async (c) => (c.quit ? c.quit() : c.disconnect?.()),
+        )
+      : undefined;
+  return {
+    cluster,
+    name: cluster ? 'ioredis Cluster' : 'ioredis',
+    send: (key, args) => sendOn(client, key, args),
+    sendBlocking: pool ? (key, args) => pool.use((c) => sendOn(c, key, args)) : undefined,
+    close: async () => pool?.close(),
   };
 }

@@ -5,6 +5,7 @@
 //   const client = createClient({ modules: { idem: idemModule } });
 //   const reply = await client.idem.claim('order:1', 30, { payload: body });
 import * as c from './commands.js';
+import { WaitPool } from './pool.js';
 import type { Arg, Transport } from './transport.js';
 import type { ClaimOptions, DoneOptions, ReserveOptions } from './types.js';
 
@@ -15,6 +16,10 @@ const BUFFERS = { typeMapping: { [BLOB_STRING]: Buffer } };
 /** The part of a node-redis client (`createClient`) or cluster (`createCluster`) the adapter uses. */
 export interface NodeRedisLike {
   sendCommand(...args: any[]): Promise<unknown>;
+  duplicate?(): NodeRedisLike & { connect(): Promise<unknown>; on(event: string, fn: (...a: unknown[]) => void): unknown };
+  quit?(): Promise<unknown>;
+  close?(): Promise<unknown>;
+  destroy?(): void;
 }
 
 export function isNodeRedis(client: unknown): client is NodeRedisLike {
@@ -27,13 +32,26 @@ const isNodeRedisCluster = (client: object): boolean =>
 export function nodeRedisTransport(client: NodeRedisLike): Transport {
   const cluster = isNodeRedisCluster(client);
   const asStrings = (args: Arg[]) => args.map((a) => (typeof a === 'number' ? String(a) : a));
+  const sendOn = (client: NodeRedisLike, key: string | undefined, args: Arg[]) =>
+    cluster ? client.sendCommand(key, false, asStrings(args), BUFFERS) : client.sendCommand(asStrings(args), BUFFERS);
+  const pool =
+    typeof client.duplicate === 'function'
+      ? new WaitPool<NodeRedisLike>(
+          async () => {
+            const dup = client.duplicate!();
+            dup.on('error', () => undefined); // a broken wait connection fails its command; nothing more
+            await dup.connect();
+            return dup;
+          },
+          async (d) => (d.close ? d.close() : d.quit?.()),
+        )
+      : undefined;
   return {
     cluster,
     name: cluster ? 'node-redis cluster' : 'node-redis',
-    send(key, args) {
-      if (cluster) return client.sendCommand(key, false, asStrings(args), BUFFERS);
-      return client.sendCommand(asStrings(args), BUFFERS);
-    },
+    send: (key, args) => sendOn(client, key, args),
+    sendBlocking: pool ? (key, args) => pool.use((d) => sendOn(d, key, args)) : undefined,
+    close: async () => pool?.close(),
   };
 }
 

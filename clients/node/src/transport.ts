@@ -12,6 +12,10 @@ export interface Transport {
   readonly cluster: boolean;
   /** The client's name, for messages. */
   readonly name: string;
+  /** Sends a command that may block (CLAIM ... WAIT) on a connection of its own; `send` where absent. */
+  sendBlocking?(key: string | undefined, args: Arg[]): Promise<unknown>;
+  /** Closes the connections the transport opened itself (never the user's client). */
+  close?(): Promise<void>;
 }
 
 /** A reply element as text (simple strings may come as Buffers). */

@@ -20,7 +20,7 @@ for (const kind of ['ioredis', 'node-redis']) {
       opened.push(idem);
       return idem;
     };
-    after(() => Promise.all(opened.map((i) => i.close())));
+    after(() => Promise.all(opened.map((i) => i.end())));
 
     test('the edition is the Functions library, and every record command answers as the module does', async () => {
       const idem = await open();
@@ -122,8 +122,8 @@ test('a server with both editions uses the module; one with neither says what to
     await assert.rejects(b.edition(), (e) => e instanceof NoEditionError && /FUNCTION LOAD/.test(e.message));
     assert.equal(await new Idem(b.client, { edition: 'functions' }).edition(), 'functions');
   } finally {
-    await a.close();
-    await b.close();
+    await a.end();
+    await b.end();
     await both.stop();
     await neither.stop();
   }

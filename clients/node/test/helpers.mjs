@@ -131,7 +131,7 @@ export async function startCluster(n = 3) {
   };
 }
 
-/** A new connection of `kind` ('ioredis' or 'node-redis') with its Idem; `.close()` ends it. */
+/** A new connection of `kind` ('ioredis' or 'node-redis') with its Idem; `.end()` closes both. */
 export async function connect(kind, server, options = {}) {
   let client;
   if (kind === 'ioredis') client = server.ioredis();
@@ -142,7 +142,10 @@ export async function connect(kind, server, options = {}) {
   const idem = new Idem(client, options);
   idem.client = client;
   idem.raw = (...args) => (kind === 'ioredis' ? client.call(...args) : client.sendCommand(args.map(String)));
-  idem.close = () => client.quit();
+  idem.end = async () => {
+    await idem.close(); // its WAIT connections
+    await client.quit();
+  };
   return idem;
 }
 

@@ -32,7 +32,7 @@ for (const kind of ['ioredis', 'node-redis']) {
       opened.push(idem);
       return idem;
     };
-    after(() => Promise.all(opened.map((i) => i.close())));
+    after(() => Promise.all(opened.map((i) => i.end())));
 
     test('a first run, then replays: the work runs once, hooks and counters tell them apart', async () => {
       const seen = [];
