@@ -9,9 +9,13 @@ import { WaitPool } from './pool.js';
 import type { Arg, Transport } from './transport.js';
 import type { ClaimOptions, DoneOptions, ReserveOptions } from './types.js';
 
-/** node-redis's RESP type code of bulk strings, mapped to Buffer so that results stay byte-exact. */
+/**
+ * Bulk strings as Buffers, so that results stay byte-exact: v5 maps RESP
+ * type 36 (blob string) to Buffer; v4 reads `returnBuffers`. Each ignores
+ * the other's option.
+ */
 const BLOB_STRING = 36;
-const BUFFERS = { typeMapping: { [BLOB_STRING]: Buffer } };
+const BUFFERS = { typeMapping: { [BLOB_STRING]: Buffer }, returnBuffers: true };
 
 /** The part of a node-redis client (`createClient`) or cluster (`createCluster`) the adapter uses. */
 export interface NodeRedisLike {

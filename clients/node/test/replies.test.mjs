@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import {
+  Idem,
   ClaimStatus,
   IdemReplyError,
   ModuleRequiredError,
@@ -24,15 +25,22 @@ after(async () => {
   await server.stop();
 });
 
-for (const kind of ['ioredis', 'node-redis']) {
+// node-redis v4 (the npm alias redis4) too: its sendCommand and errors differ from v5's.
+for (const kind of ['ioredis', 'node-redis', 'node-redis v4']) {
   describe(kind, () => {
     let idem;
     let raw; // the client itself, for set-up the library has no command for
     const rawCall = (...args) => (kind === 'ioredis' ? raw.call(...args) : raw.sendCommand(args.map(String)));
-    before(() => {
-      const [, base, client] = clients.find(([k]) => k === kind);
-      raw = client;
-      idem = new base.constructor(client, { prefix: `${kind}:` });
+    before(async () => {
+      if (kind === 'node-redis v4') {
+        const { createClient } = await import('redis4');
+        raw = createClient({ url: server.url });
+        await raw.connect();
+      } else raw = clients.find(([k]) => k === kind)[2];
+      idem = new Idem(raw, { prefix: `${kind}:` });
+    });
+    after(async () => {
+      if (kind === 'node-redis v4') await raw.quit();
     });
 
     test('the server is asked which edition it runs', async () => {
@@ -219,26 +227,30 @@ for (const kind of ['ioredis', 'node-redis']) {
   });
 }
 
-test('node-redis module: client.idem.claim() and the others, typed', async () => {
-  const { createClient } = await import('redis');
-  const { idemModule } = await import('../dist/esm/index.js');
-  const client = createClient({ url: server.url, modules: { idem: idemModule } });
-  await client.connect();
-  try {
-    const claim = await client.idem.claim('module:1', 30, { payload: 'x' });
-    assert.equal(claim.status, 'NEW');
-    assert.equal((await client.idem.claim('module:1', 30)).status, 'BUSY');
-    assert.equal(await client.idem.extend('module:1', claim.token, 30), undefined);
-    assert.equal((await client.idem.done('module:1', claim.token, { result: 'r' })).code, 1);
-    assert.equal((await client.idem.get('module:1')).state, 'done');
-    assert.equal(await client.idem.once('module:2', 10), true);
-    assert.equal(await client.idem.release('module:1', claim.token), false);
-    assert.equal(await client.idem.bfAdd('module:f', 'a'), true);
-    assert.deepEqual(await client.idem.bfMexists('module:f', ['a', 'b']), [true, false]);
-  } finally {
-    await client.quit();
-  }
-});
+for (const [version, pkg] of [['v5', 'redis'], ['v4', 'redis4']]) {
+  test(`node-redis ${version} module: client.idem.claim() and the others, typed`, async () => {
+    const { createClient } = await import(pkg);
+    const { idemModule, replyError } = await import('../dist/esm/index.js');
+    const client = createClient({ url: server.url, modules: { idem: idemModule } });
+    await client.connect();
+    const k = `module-${version}`;
+    try {
+      const claim = await client.idem.claim(`${k}:1`, 30, { payload: 'x' });
+      assert.equal(claim.status, 'NEW');
+      assert.equal((await client.idem.claim(`${k}:1`, 30)).status, 'BUSY');
+      assert.equal(await client.idem.extend(`${k}:1`, claim.token, 30), undefined);
+      assert.equal((await client.idem.done(`${k}:1`, claim.token, { result: 'r' })).code, 1);
+      assert.equal((await client.idem.get(`${k}:1`)).state, 'done');
+      assert.equal(await client.idem.once(`${k}:2`, 10), true);
+      assert.equal(await client.idem.release(`${k}:1`, claim.token), false);
+      await assert.rejects(client.idem.extend(`${k}:1`, claim.token, 30), (e) => replyError(e) instanceof StaleError);
+      assert.equal(await client.idem.bfAdd(`${k}:f`, 'a'), true);
+      assert.deepEqual(await client.idem.bfMexists(`${k}:f`, ['a', 'b']), [true, false]);
+    } finally {
+      await client.quit();
+    }
+  });
+}
 
 test('ModuleRequiredError is for the Functions edition only', () => {
   assert.ok(ModuleRequiredError.prototype instanceof Error);
