@@ -1,7 +1,8 @@
 // A 3-node Redis Cluster with the module, started by the test, through
 // ioredis Cluster: commands routed by their key (ioredis does not know the
 // module's commands; the library sets each one's slot), process() on keys
-// in every node, and batches split by slot.
+// in every node, and batches split by slot; and the same through
+// node-redis's createCluster.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import calculateSlot from 'cluster-key-slot';
@@ -89,4 +90,37 @@ test('MCLAIM / MDONE split by slot (and in order), over all three nodes', async 
   const outcomes = await idem.processBatch(tagged, (ctx) => ctx.key.length);
   assert.ok(outcomes.every((o) => o.status === 'processed'));
   assert.equal((await idem.get('{tenant7}:49')).state, 'done');
+});
+
+test('node-redis createCluster: process() and batches routed by slot the same way', async () => {
+  const { createCluster } = await import('redis');
+  const nr = createCluster({ rootNodes: cluster.nodes.map((n) => ({ url: n.url })) });
+  await nr.connect();
+  const nIdem = new Idem(nr, { prefix: 'nr:' });
+  try {
+    assert.equal(nIdem.transport.cluster, true);
+    for (let i = 0; i < 20; i++) {
+      assert.equal((await nIdem.process(`k${i}`, () => i)).value, i);
+      assert.equal((await nIdem.process(`k${i}`, () => -1)).replayed, true);
+    }
+    const keys = Array.from({ length: 200 }, (_, i) => `b${i}`);
+    const outcomes = await nIdem.processBatch(keys, (ctx) => ctx.key);
+    assert.ok(outcomes.every((o, i) => o.status === 'processed' && o.value === keys[i]));
+    const again = await nIdem.mclaim(keys, 30);
+    assert.ok(again.every((r, i) => r.status === 'DONE' && r.result.toString() === JSON.stringify(keys[i])));
+    const started = signal();
+    const first = nIdem.process('w', async () => {
+      started.resolve();
+      await sleep(200);
+      return 'first';
+    });
+    await started.promise;
+    const second = await nIdem.process('w', () => 'second', { waitMs: 5000 });
+    assert.equal(second.value, 'first');
+    assert.equal(second.waited, true);
+    await first;
+  } finally {
+    await nIdem.close();
+    await nr.close();
+  }
 });
