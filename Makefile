@@ -215,14 +215,16 @@ pyenv:
 		$(PY_VENV)/bin/pip install -q -r examples/consumer/requirements.txt || { rm -rf $(PY_VENV); exit 1; }; \
 	fi
 
-# The Node.js client example's dependency (ioredis), from the npm registry;
-# the Python one uses the venv above, the Rust one the redis crate.
+# The Node.js client example's dependencies: ioredis from the npm registry,
+# and the redis-idem library from clients/node (linked; npm runs its
+# `prepare`, which builds dist/); the Python one uses the venv above, the
+# Rust one the redis crate.
 clients:
 	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
 		echo "clients: installing nodejs and npm"; \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y nodejs npm; }
-	@test -d examples/clients/node/node_modules/ioredis || \
+	@test -d examples/clients/node/node_modules/ioredis && test -f clients/node/dist/cjs/index.js || \
 		(cd examples/clients/node && npm ci --no-audit --no-fund --loglevel=error)
 
 demo: deps build pyenv
