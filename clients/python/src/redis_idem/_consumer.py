@@ -204,6 +204,14 @@ class Job:
                 time.sleep(min(0.05 * 2**tries, 1.0))  # DONE again with the same token is safe
         assert reply is not None
         self.done_reply = reply
+        if reply.already_done and tries == 0:
+            # Done by another worker (whose claim came after our lease
+            # lapsed) before our DONE: ours ran twice and must not count.
+            # (0 after a retry is our own first DONE, whose reply was lost.)
+            idem.stats.add("already_done")
+            self._lose()
+            raise LeaseLostError(self.key, "another worker claimed the key since our claim and completed it",
+                                 self.attempt)
         idem.stats.add("completed" if reply.completed else "already_done")
         self.result_stored = not oversize and reply.result_stored
         if not self.result_stored and reply.completed:
