@@ -30,6 +30,39 @@ def _is_cluster(client: Any) -> bool:
     return isinstance(client, (RedisCluster, AsyncRedisCluster))
 
 
+class _DottedNames:
+    """redis-py 7+'s cluster clients refuse a command name with two dots
+    (`IDEM.BF.ADD`: "Wrong command or module name") before routing it. This
+    resolver answers "no policy" for those, so the client routes them by
+    their key as any keyed command; every other name goes to the client's
+    own resolver."""
+
+    def __init__(self, inner: Any, is_async: bool):
+        self.inner = inner
+        self.is_async = is_async
+
+    def resolve(self, command_name: str) -> Any:
+        if command_name.count(".") > 1:
+            if self.is_async:
+                async def none() -> None:
+                    return None
+
+                return none()
+            return None
+        return self.inner.resolve(command_name)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _tolerate_dotted_names(client: Any) -> None:
+    inner = getattr(client, "_policy_resolver", None)
+    if inner is not None and not isinstance(inner, _DottedNames):
+        import inspect
+
+        client._policy_resolver = _DottedNames(inner, inspect.iscoroutinefunction(inner.resolve))
+
+
 def _encoded(key: KeyT) -> bytes:
     return key if isinstance(key, bytes) else key.encode()
 
@@ -62,6 +95,8 @@ class _Base:
         self.client = client
         self.prefix = prefix
         self.cluster = _is_cluster(client)
+        if self.cluster:
+            _tolerate_dotted_names(client)
         self._edition = Edition(edition) if edition is not None else None
 
     def _protocol(self) -> Protocol:
