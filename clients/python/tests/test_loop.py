@@ -186,9 +186,8 @@ def test_heartbeat_keeps_a_30_second_job_under_a_2_second_lease(idem):  # type: 
 
 def test_killed_worker_lease_lapses_and_the_next_worker_retries(server, r, ns):  # type: ignore[no-untyped-def]
     here = Path(__file__).parent
-    env = dict(os.environ, PYTHONPATH=str(here.parent / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen([sys.executable, str(here / "worker_proc.py"), server.url, ns + "killed", "1"],
-                            stdout=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, text=True)  # the installed redis_idem
     try:
         assert proc.stdout.readline().strip() == "working attempt=1"
         proc.send_signal(signal.SIGKILL)
