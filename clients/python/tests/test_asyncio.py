@@ -76,7 +76,7 @@ async def test_waits_for_the_copy_in_flight(ar, ns):  # type: ignore[no-untyped-
         return "first"
 
     first = asyncio.ensure_future(idem.process("w", slow))
-    await started.wait()
+    await asyncio.wait_for(started.wait(), 10)
     # WAIT blocks this connection on the server: the second copy uses its own
     # client, as a second consumer would.
     other_client = aioredis.Redis(host=ar.connection_pool.connection_kwargs["host"],
@@ -84,7 +84,7 @@ async def test_waits_for_the_copy_in_flight(ar, ns):  # type: ignore[no-untyped-
     other = ri.AsyncIdem(other_client, prefix=ns, wait=5)
     ran = []
     assert await other.process("w", lambda job: ran.append(1)) == "first"
-    assert await first == "first" and ran == []
+    assert await asyncio.wait_for(first, 10) == "first" and ran == []
     held = await other.commands.claim("held", 30)
     with pytest.raises(ri.BusyError):
         await other.process("held", slow, wait=0.2)
@@ -108,7 +108,7 @@ async def test_heartbeat_task_and_lost_lease(ar, ns):  # type: ignore[no-untyped
     gate = asyncio.Event()
 
     async def stuck(job):  # type: ignore[no-untyped-def]
-        await gate.wait()
+        await asyncio.wait_for(gate.wait(), 10)
         return "late"
 
     async def takeover(job):  # type: ignore[no-untyped-def]
@@ -120,7 +120,7 @@ async def test_heartbeat_task_and_lost_lease(ar, ns):  # type: ignore[no-untyped
     await asyncio.sleep(1.1)
     assert await fast.process("lost", takeover) == ("took over", 2)  # its own value, not a replay
     with pytest.raises(ri.LeaseLostError):
-        await stuck_run
+        await asyncio.wait_for(stuck_run, 10)
     assert await fast.process("lost", takeover) == ["took over", 2]
 
 

@@ -3,7 +3,6 @@ decorator and process_many, against the session's edition."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -105,45 +104,46 @@ def test_busy_past_the_wait_raises_busy(idem):  # type: ignore[no-untyped-def]
     assert 0 < e.value.ms_left <= 30000 and token
 
 
-def test_lapsed_lease_second_worker_takes_over_first_done_refused(r, ns):  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("case", ["stale", "after-b"])
+def test_lapsed_lease_second_worker_takes_over_first_done_refused(r, ns, case):  # type: ignore[no-untyped-def]
     # Worker A's heartbeat is as good as dead (a paused process): its 1 s
     # lease lapses, B takes over with attempt 2; A's DONE while B works is
     # refused (STALE), and so is one after B completed (already done).
-    for case in ("stale", "after-b"):
-        a = ri.Idem(r, prefix=ns + case, lease=1, heartbeat=3600)
-        b = ri.Idem(r, prefix=ns + case, lease=5, wait=5)
-        b_working, a_finished = threading.Event(), threading.Event()
-        fences, errors = [], []
+    a = ri.Idem(r, prefix=ns + case, lease=1, heartbeat=3600)
+    b = ri.Idem(r, prefix=ns + case, lease=5, wait=5)
+    b_working, a_finished = threading.Event(), threading.Event()
+    fences, errors = [], []
 
-        def slow_a(job):  # type: ignore[no-untyped-def]
-            fences.append(("a", job.attempt))
-            b_working.wait(10)
-            return "a"
+    def slow_a(job):  # type: ignore[no-untyped-def]
+        fences.append(("a", job.attempt))
+        b_working.wait(10)
+        return "a"
 
-        def run_a():  # type: ignore[no-untyped-def]
-            try:
-                a.process("lapse", slow_a)
-            except ri.LeaseLostError as e:
-                errors.append(e)
-            a_finished.set()
+    def run_a():  # type: ignore[no-untyped-def]
+        try:
+            a.process("lapse", slow_a)
+        except ri.LeaseLostError as e:
+            errors.append(e)
+        a_finished.set()
 
-        def work_b(job):  # type: ignore[no-untyped-def]
-            fences.append(("b", job.attempt))
-            if case == "stale":
-                b_working.set()
-                a_finished.wait(10)  # A's DONE comes while B holds the claim
-            return "b"
+    def work_b(job):  # type: ignore[no-untyped-def]
+        fences.append(("b", job.attempt))
+        if case == "stale":
+            b_working.set()
+            a_finished.wait(10)  # A's DONE comes while B holds the claim
+        return "b"
 
-        ta = threading.Thread(target=run_a)
-        ta.start()
-        while not fences:
-            time.sleep(0.01)
-        assert b.process("lapse", work_b) == "b"
-        b_working.set()
-        ta.join()
-        assert fences == [("a", 1), ("b", 2)]
-        assert len(errors) == 1 and errors[0].attempt == 1 and a.stats["lost"] == 1, case
-        assert b.process("lapse", lambda job: "again") == "b"
+    ta = threading.Thread(target=run_a)
+    ta.start()
+    deadline = time.monotonic() + 10
+    while not fences and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert b.process("lapse", work_b) == "b"
+    b_working.set()
+    ta.join()
+    assert fences == [("a", 1), ("b", 2)]
+    assert len(errors) == 1 and errors[0].attempt == 1 and a.stats["lost"] == 1, case
+    assert b.process("lapse", lambda job: "again") == "b"
 
 
 def test_heartbeat_keeps_a_job_past_its_lease(idem):  # type: ignore[no-untyped-def]

@@ -74,7 +74,7 @@ class AsyncJob:
             fire(idem.hooks.on_busy, self, reply.ms_left or 0)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise busy_timeout(str(self.key), reply, idem.stats)
+                raise busy_timeout(self.key, reply, idem.stats)
             idem.stats.add("waits")
             if not wait_module or not wait_ms:
                 await asyncio.sleep(s.backoff(step, reply.ms_left or 0, remaining))
@@ -102,7 +102,7 @@ class AsyncJob:
             idem.stats.add("replays")
             fire(idem.hooks.on_replay, self)
             return True
-        refuse(str(self.key), reply, idem.stats)
+        refuse(self.key, reply, idem.stats)
         return False
 
     async def _stop_heartbeat(self) -> None:
@@ -113,15 +113,14 @@ class AsyncJob:
             except (asyncio.CancelledError, Exception):
                 pass
 
-    async def __aexit__(self, kind: Any, error: Any, tb: Any) -> bool:
+    async def __aexit__(self, kind: Any, error: Any, tb: Any) -> None:
         if self.replayed:
-            return False
+            return
         await self._stop_heartbeat()
         if error is not None:
-            await self._release(error)
-            return False
+            await self._release(error)  # and the error goes on
+            return
         await self._complete()
-        return False
 
     async def _release(self, error: BaseException) -> None:
         idem = self._idem
@@ -174,7 +173,7 @@ class AsyncJob:
             fire(idem.hooks.on_result_dropped, self, len(data))
         fire(idem.hooks.on_done, self, reply)
         if oversize and s.on_oversize == "raise":
-            raise ResultNotStoredError(str(self.key), len(data), self.result)
+            raise ResultNotStoredError(self.key, len(data), self.result)
 
 
 async def _beat(jobs: List[AsyncJob], every: float) -> None:
@@ -263,7 +262,7 @@ class AsyncIdem:
                         held.append(job)
                 else:
                     self.stats.add("busy")
-                    out[key] = busy_timeout(str(key), reply, self.stats)
+                    out[key] = busy_timeout(key, reply, self.stats)
             except Exception as e:
                 out[key] = e
         beat = asyncio.ensure_future(_beat(list(held), s.heartbeat_every(s.lease))) if held else None
@@ -289,7 +288,7 @@ class AsyncIdem:
             job._settled = True
             if isinstance(reply, StaleError):
                 job._lose()
-                out[job.key] = LeaseLostError(str(job.key), "DONE refused (STALE)", job.attempt)
+                out[job.key] = LeaseLostError(job.key, "DONE refused (STALE)", job.attempt)
             elif isinstance(reply, ResultTooLargeError):
                 try:
                     job.done_reply = await self.commands.done(job.key, job.token, retain=s.retain, bloom=s.bloom)

@@ -130,7 +130,8 @@ class IdemCommands(_Base):
 
     @property
     def protocol(self) -> Protocol:
-        self.edition
+        if self._edition is None:
+            self._edition = self._detect()
         return self._protocol()
 
     def _run(self, call: Call) -> Any:

@@ -152,21 +152,20 @@ class Job:
             idem.stats.add("replays")
             fire(idem.hooks.on_replay, self)
             return True
-        refuse(str(self.key), reply, idem.stats)
+        refuse(self.key, reply, idem.stats)
         return False
 
     # -- the outcome ---------------------------------------------------
 
-    def __exit__(self, kind: Any, error: Any, tb: Any) -> bool:
+    def __exit__(self, kind: Any, error: Any, tb: Any) -> None:
         if self.replayed:
-            return False
+            return
         if self._heartbeat is not None:
             self._heartbeat.stop()
         if error is not None:
-            self._release(error)
-            return False
+            self._release(error)  # and the error goes on
+            return
         self._complete()
-        return False
 
     def _release(self, error: BaseException) -> None:
         idem = self._idem
@@ -219,7 +218,7 @@ class Job:
             fire(idem.hooks.on_result_dropped, self, len(data))
         fire(idem.hooks.on_done, self, reply)
         if oversize and s.on_oversize == "raise":
-            raise ResultNotStoredError(str(self.key), len(data), self.result)
+            raise ResultNotStoredError(self.key, len(data), self.result)
 
 
 class Idem:
@@ -313,7 +312,7 @@ class Idem:
                         held.append(job)
                 else:
                     self.stats.add("busy")
-                    out[key] = busy_timeout(str(key), reply, self.stats)
+                    out[key] = busy_timeout(key, reply, self.stats)
             except Exception as e:  # MISMATCH, EXHAUSTED
                 out[key] = e
         beat = _Heartbeat(None, s.heartbeat_every(s.lease), jobs=list(held)) if held else None
@@ -335,7 +334,7 @@ class Idem:
             job._settled = True
             if isinstance(reply, StaleError):
                 job._lose()
-                out[job.key] = LeaseLostError(str(job.key), "DONE refused (STALE)", job.attempt)
+                out[job.key] = LeaseLostError(job.key, "DONE refused (STALE)", job.attempt)
             elif isinstance(reply, ResultTooLargeError):
                 try:
                     job.done_reply = self.commands.done(job.key, job.token, retain=s.retain, bloom=s.bloom)

@@ -4,7 +4,7 @@ passed through unchanged as the message."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import redis
 
@@ -46,8 +46,9 @@ class NotInstalledError(redis.RedisError):
 class ProcessError(Exception):
     """Base of what `process()` raises about a record (not a server error)."""
 
-    def __init__(self, key: str, message: str, attempt: Optional[int] = None):
-        super().__init__(f"{key}: {message}")
+    def __init__(self, key: Union[str, bytes], message: str, attempt: Optional[int] = None):
+        name = key.decode(errors="replace") if isinstance(key, bytes) else key
+        super().__init__(f"{name}: {message}")
         self.key = key
         self.attempt = attempt
 
@@ -63,7 +64,7 @@ class ExhaustedError(ProcessError):
 class BusyError(ProcessError):
     """Another worker still holds a live lease after the whole wait."""
 
-    def __init__(self, key: str, ms_left: int, attempt: int):
+    def __init__(self, key: Union[str, bytes], ms_left: int, attempt: int):
         super().__init__(key, f"still held by another worker ({ms_left} ms left on its lease)", attempt)
         self.ms_left = ms_left
 
@@ -77,7 +78,7 @@ class ResultNotStoredError(ProcessError):
     """The record was completed, but the result was too large to store (the
     `on_oversize="raise"` policy). The work is done: do not run it again."""
 
-    def __init__(self, key: str, size: int, result: Any):
+    def __init__(self, key: Union[str, bytes], size: int, result: Any):
         super().__init__(key, f"completed, but its {size}-byte result was not stored (over idem.max-result)")
         self.size = size
         self.result = result

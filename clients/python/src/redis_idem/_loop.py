@@ -96,7 +96,7 @@ def fire(hook: Optional[Callable[..., None]], *args: Any) -> None:
         hook(*args)
 
 
-def refuse(key: str, reply: ClaimReply, stats: Stats) -> None:
+def refuse(key: Any, reply: ClaimReply, stats: Stats) -> None:
     """Raise for MISMATCH and EXHAUSTED."""
     if reply.status is Status.MISMATCH:
         stats.add("mismatch")
@@ -107,7 +107,7 @@ def refuse(key: str, reply: ClaimReply, stats: Stats) -> None:
         raise ExhaustedError(key, f"{reply.attempt} attempts used (MAXTRIES): dead-letter it", reply.attempt)
 
 
-def busy_timeout(key: str, reply: ClaimReply, stats: Stats) -> BusyError:
+def busy_timeout(key: Any, reply: ClaimReply, stats: Stats) -> BusyError:
     stats.add("busy_timeout")
     return BusyError(key, reply.ms_left or 0, reply.attempt)
 
