@@ -31,12 +31,16 @@ impl Edition {
         edition: impl FnOnce() -> redis::RedisResult<redis::Value>,
     ) -> Result<Edition, Error> {
         use redis::Value;
-        match command_info? {
+        let lift = |reply: redis::RedisResult<Value>| match reply {
+            Ok(Value::ServerError(e)) => Err(redis::RedisError::from(e)),
+            other => other,
+        };
+        match lift(command_info)? {
             Value::Array(items) if items.iter().any(|item| *item != Value::Nil) => return Ok(Edition::Module),
             Value::Map(items) if !items.is_empty() => return Ok(Edition::Module),
             _ => {}
         }
-        match edition() {
+        match lift(edition()) {
             Ok(_) => Ok(Edition::Functions),
             Err(e) if e.to_string().contains("not found") => Err(Error::NotInstalled),
             Err(e) => Err(e.into()),

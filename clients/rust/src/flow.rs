@@ -77,8 +77,11 @@ impl<C> Core<C> {
         }
     }
 
-    pub fn claim_cmd(&self, key: &str, call: &ProcessOptions, backoff: &Backoff) -> Result<Cmd, Error> {
-        cmd::claim(self.edition, key, self.options.lease, &self.claim_options(call, backoff.remaining()))
+    /// The loop's next claim: the first one without WAIT (so that a busy
+    /// key is seen, counted and reported), the next ones on the module with
+    /// WAIT for the time left.
+    pub fn loop_claim_options(&self, call: &ProcessOptions, backoff: &Backoff) -> ClaimOptions {
+        self.claim_options(call, if backoff.waited { backoff.remaining() } else { Duration::ZERO })
     }
 
     /// A claim's answer: work, return, or claim again.
@@ -166,8 +169,15 @@ impl<C> Core<C> {
         value: T,
         done: Result<Done, Error>,
         omitted: Option<usize>,
+        retried: bool,
     ) -> Result<Outcome<T>, ProcessError<E>> {
         let key = attempt.key.as_str();
+        let done = match done {
+            // Done already, and not by this call's own DONE sent twice: a
+            // worker that took the key over completed it first.
+            Ok(Done::AlreadyDone) if !retried => Err(Error::Stale(String::new())),
+            other => other,
+        };
         let done = match done {
             Ok(done) => done,
             Err(Error::Stale(_)) => {

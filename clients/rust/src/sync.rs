@@ -158,8 +158,9 @@ impl<S: ConnectionSource, C> Idem<S, C> {
         let key = self.core.key(key);
         let mut backoff = Backoff::new(self.core.options.wait);
         let (attempt, token) = loop {
-            let cmd = self.core.claim_cmd(&key, call, &backoff)?;
-            let claim = decode(self.send(&cmd, &key)?);
+            let options = self.core.loop_claim_options(call, &backoff);
+            let cmd = cmd::claim(self.core.edition, &key, self.core.options.lease, &options)?;
+            let claim = self.send(&cmd, &key).and_then(|r| decode(r));
             match self.core.on_claim(&key, claim, &mut backoff)? {
                 Step::Work(attempt, token) => break (attempt, token),
                 Step::Return(outcome) => return Ok(outcome),
@@ -207,20 +208,21 @@ impl<S: ConnectionSource, C> Idem<S, C> {
         C: Codec<T>,
     {
         let (cmd, mut omitted, size) = self.core.done_cmd(&attempt.key, token, &value)?;
-        let mut done = self.done_retrying(&cmd, &attempt.key);
+        let (mut done, mut retried) = self.done_retrying(&cmd, &attempt.key);
         if matches!(&done, Err(e) if e.is_result_too_large()) {
             omitted = Some(size);
-            done = self.done_retrying(&self.core.done_without_result_cmd(&attempt.key, token)?, &attempt.key);
+            (done, retried) =
+                self.done_retrying(&self.core.done_without_result_cmd(&attempt.key, token)?, &attempt.key);
         }
-        self.core.on_done(attempt, value, done, omitted)
+        self.core.on_done(attempt, value, done, omitted, retried)
     }
 
     /// DONE, once more on a fresh connection if the connection failed (a
     /// DONE that went through answers 0 the second time).
-    fn done_retrying(&self, cmd: &Cmd, key: &str) -> Result<Done, Error> {
-        match decode(self.send(cmd, key)?) {
-            Err(e) if e.is_connection_error() => decode(self.send(cmd, key)?),
-            other => other,
+    fn done_retrying(&self, cmd: &Cmd, key: &str) -> (Result<Done, Error>, bool) {
+        match self.send(cmd, key).and_then(|r| decode(r)) {
+            Err(e) if e.is_connection_error() => (self.send(cmd, key).and_then(|r| decode(r)), true),
+            other => (other, false),
         }
     }
 
@@ -437,7 +439,7 @@ impl<S: ConnectionSource, C> Idem<S, C> {
             let dones = self.complete_batch(&items)?;
             for (((i, attempt, _, bytes), value), done) in to_complete.into_iter().zip(values).zip(dones) {
                 let omitted = max.filter(|max| bytes.len() > *max).map(|_| bytes.len());
-                answers[i] = Some(self.core.on_done(&attempt, value, done, omitted));
+                answers[i] = Some(self.core.on_done(&attempt, value, done, omitted, false));
             }
         }
         Ok(answers.into_iter().map(|a| a.expect("every key answered")).collect())

@@ -146,7 +146,7 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
         let key = core.key(key);
         let mut backoff = Backoff::new(core.options.wait);
         let (attempt, token) = loop {
-            let options = core.claim_options(call, backoff.remaining());
+            let options = core.loop_claim_options(call, &backoff);
             let cmd = cmd::claim(core.edition, &key, core.options.lease, &options)?;
             let reply =
                 if options.wait.is_some() { self.send_waiting(cmd, &key).await? } else { self.send(cmd, &key).await };
@@ -189,18 +189,19 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
     {
         let core = &self.inner.core;
         let (cmd, mut omitted, size) = core.done_cmd(&attempt.key, token, &value)?;
-        let mut done = self.done_retrying(cmd, &attempt.key).await;
+        let (mut done, mut retried) = self.done_retrying(cmd, &attempt.key).await;
         if matches!(&done, Err(e) if e.is_result_too_large()) {
             omitted = Some(size);
-            done = self.done_retrying(core.done_without_result_cmd(&attempt.key, token)?, &attempt.key).await;
+            (done, retried) =
+                self.done_retrying(core.done_without_result_cmd(&attempt.key, token)?, &attempt.key).await;
         }
-        core.on_done(attempt, value, done, omitted)
+        core.on_done(attempt, value, done, omitted, retried)
     }
 
-    async fn done_retrying(&self, cmd: Cmd, key: &str) -> Result<Done, Error> {
+    async fn done_retrying(&self, cmd: Cmd, key: &str) -> (Result<Done, Error>, bool) {
         match decode(self.send(cmd.clone(), key).await) {
-            Err(e) if e.is_connection_error() => decode(self.send(cmd, key).await),
-            other => other,
+            Err(e) if e.is_connection_error() => (decode(self.send(cmd, key).await), true),
+            other => (other, false),
         }
     }
 

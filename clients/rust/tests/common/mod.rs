@@ -16,9 +16,15 @@ pub fn repo() -> PathBuf {
 }
 
 fn module() -> PathBuf {
-    let path = std::env::var_os("REDIS_IDEM_MODULE").map(PathBuf::from).unwrap_or_else(|| repo().join("target/release/libredis_idem.so"));
+    let path = std::env::var_os("REDIS_IDEM_MODULE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/release/libredis_idem.so"));
     let path = if path.is_absolute() { path } else { repo().join(path) };
-    assert!(path.is_file(), "module not found at {}: run `cargo build --release` (or set REDIS_IDEM_MODULE)", path.display());
+    assert!(
+        path.is_file(),
+        "module not found at {}: run `cargo build --release` (or set REDIS_IDEM_MODULE)",
+        path.display()
+    );
     path
 }
 
@@ -58,7 +64,11 @@ impl Server {
     }
 
     fn spawn(port: u16, functions: bool, extra: &[&str]) -> Option<Server> {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("idem-client-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst)));
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "idem-client-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let server_bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
@@ -95,7 +105,8 @@ impl Server {
 
     pub fn load_functions(&self) {
         let lua = std::fs::read_to_string(repo().join("functions/idem.lua")).expect("functions/idem.lua");
-        let _: String = redis::cmd("FUNCTION").arg("LOAD").arg("REPLACE").arg(lua).query(&mut self.conn()).expect("FUNCTION LOAD");
+        let _: String =
+            redis::cmd("FUNCTION").arg("LOAD").arg("REPLACE").arg(lua).query(&mut self.conn()).expect("FUNCTION LOAD");
     }
 
     pub fn url(&self) -> String {
@@ -113,7 +124,8 @@ impl Server {
     }
 
     pub fn conn_resp3(&self) -> redis::Connection {
-        let con = redis::Client::open(format!("{}?protocol=resp3", self.url())).unwrap().get_connection().expect("connect");
+        let con =
+            redis::Client::open(format!("{}?protocol=resp3", self.url())).unwrap().get_connection().expect("connect");
         con.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         con
     }
@@ -121,7 +133,11 @@ impl Server {
     /// `INFO <section>`'s field, as a number (0 when absent).
     pub fn info_count(&self, section: &str, field: &str) -> i64 {
         let text: String = redis::cmd("INFO").arg(section).query(&mut self.conn()).unwrap();
-        text.lines().filter_map(|l| l.split_once(':')).find(|(k, _)| *k == field).and_then(|(_, v)| v.trim().parse().ok()).unwrap_or(0)
+        text.lines()
+            .filter_map(|l| l.split_once(':'))
+            .find(|(k, _)| *k == field)
+            .and_then(|(_, v)| v.trim().parse().ok())
+            .unwrap_or(0)
     }
 
     /// How many times the server ran `command` (INFO commandstats).
@@ -174,14 +190,27 @@ impl Cluster {
     pub fn start() -> Cluster {
         let functions = functions_mode();
         let nodes: Vec<Server> = (0..3)
-            .map(|_| Server::launch(functions, &["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"]))
+            .map(|_| {
+                Server::launch(
+                    functions,
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-node-timeout",
+                        "2000",
+                    ],
+                )
+            })
             .collect();
         let ranges = [(0, 5460), (5461, 10922), (10923, 16383)];
         for (node, (from, to)) in nodes.iter().zip(ranges) {
             let _: () = redis::cmd("CLUSTER").arg("ADDSLOTSRANGE").arg(from).arg(to).query(&mut node.conn()).unwrap();
         }
         for node in &nodes[1..] {
-            let _: () = redis::cmd("CLUSTER").arg("MEET").arg("127.0.0.1").arg(nodes[0].port).query(&mut node.conn()).unwrap();
+            let _: () =
+                redis::cmd("CLUSTER").arg("MEET").arg("127.0.0.1").arg(nodes[0].port).query(&mut node.conn()).unwrap();
         }
         let deadline = Instant::now() + Duration::from_secs(30);
         for node in &nodes {
