@@ -145,7 +145,7 @@ impl Server {
         let text: String = redis::cmd("INFO").arg("commandstats").query(&mut self.conn()).unwrap();
         let name = format!("cmdstat_{}:", command.to_lowercase());
         text.lines()
-            .find_map(|l| l.strip_prefix(&name))
+            .find_map(|l| l.get(..name.len()).filter(|head| head.eq_ignore_ascii_case(&name)).map(|_| &l[name.len()..]))
             .and_then(|rest| rest.split(',').find_map(|f| f.strip_prefix("calls=")).and_then(|n| n.parse().ok()))
             .unwrap_or(0)
     }
