@@ -8,6 +8,10 @@
 //! See the README for the loop's guarantees and choices.
 #![warn(missing_debug_implementations)]
 
+/// The redis-rs this crate is built on, for code that needs the same
+/// version of its types (`redis_idem_client::redis::Client`).
+pub use redis;
+
 pub mod cmd;
 mod codec;
 mod commands;
@@ -33,6 +37,6 @@ pub use reply::{Claim, Done, Granted, Record, RecordState};
 #[cfg(feature = "tokio")]
 pub use source::AsyncConnectionSource;
 pub use source::ConnectionSource;
-pub use sync::Idem;
+pub use sync::{BatchOutcomes, Idem};
 #[cfg(feature = "tokio")]
 pub use tokio_client::AsyncIdem;

@@ -93,13 +93,8 @@ mod r#async {
             let config = redis::cluster::ClusterConfig::new().set_response_timeout(response_timeout);
             async move { self.get_async_connection_with_config(config).await }
         }
-        fn route(
-            &self,
-            con: &mut Self::Connection,
-            cmd: Cmd,
-            key: Vec<u8>,
-        ) -> impl Future<Output = RedisResult<Value>> + Send {
-            async move { con.route_command(cmd, route_to(&key)).await }
+        async fn route(&self, con: &mut Self::Connection, cmd: Cmd, key: Vec<u8>) -> RedisResult<Value> {
+            con.route_command(cmd, route_to(&key)).await
         }
         fn is_cluster(&self) -> bool {
             true

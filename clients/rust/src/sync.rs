@@ -66,6 +66,9 @@ impl<S: ConnectionSource, C> Drop for Pooled<'_, S, C> {
     }
 }
 
+/// One answer per key of [`Idem::process_batch`], in order.
+pub type BatchOutcomes<T, E> = Vec<Result<Outcome<T>, ProcessError<E>>>;
+
 impl<S: ConnectionSource> Idem<S, DefaultCodec> {
     /// A client with the default [`Options`]; asks the server which edition
     /// it has.
@@ -160,7 +163,7 @@ impl<S: ConnectionSource, C> Idem<S, C> {
         let (attempt, token) = loop {
             let options = self.core.loop_claim_options(call, &backoff);
             let cmd = cmd::claim(self.core.edition, &key, self.core.options.lease, &options)?;
-            let claim = self.send(&cmd, &key).and_then(|r| decode(r));
+            let claim = self.send(&cmd, &key).and_then(decode);
             match self.core.on_claim(&key, claim, &mut backoff)? {
                 Step::Work(attempt, token) => break (attempt, token),
                 Step::Return(outcome) => return Ok(outcome),
@@ -220,8 +223,8 @@ impl<S: ConnectionSource, C> Idem<S, C> {
     /// DONE, once more on a fresh connection if the connection failed (a
     /// DONE that went through answers 0 the second time).
     fn done_retrying(&self, cmd: &Cmd, key: &str) -> (Result<Done, Error>, bool) {
-        match self.send(cmd, key).and_then(|r| decode(r)) {
-            Err(e) if e.is_connection_error() => (self.send(cmd, key).and_then(|r| decode(r)), true),
+        match self.send(cmd, key).and_then(decode) {
+            Err(e) if e.is_connection_error() => (self.send(cmd, key).and_then(decode), true),
             other => (other, false),
         }
     }
@@ -381,11 +384,7 @@ impl<S: ConnectionSource, C> Idem<S, C> {
     /// one [`complete_batch`](Self::complete_batch) for the results and one
     /// [`release_batch`](Self::release_batch) for the failures. One answer
     /// per key, in order; a BUSY key is [`Error::Busy`] at once.
-    pub fn process_batch<T, E, F>(
-        &self,
-        keys: &[&str],
-        mut work: F,
-    ) -> Result<Vec<Result<Outcome<T>, ProcessError<E>>>, Error>
+    pub fn process_batch<T, E, F>(&self, keys: &[&str], mut work: F) -> Result<BatchOutcomes<T, E>, Error>
     where
         C: Codec<T>,
         F: FnMut(&Attempt) -> Result<T, E>,
