@@ -1,4 +1,4 @@
-//! A client for [redis-idem](https://github.com/redis-idem/redis-idem) on
+//! A client for redis-idem (idempotent message consumption in Redis) on
 //! redis-rs: the module's commands as typed methods on any connection
 //! ([`IdemCommands`], [`AsyncIdemCommands`]), their replies as types
 //! ([`Claim`], [`Done`], [`Record`]), and the consumer loop as one call,
