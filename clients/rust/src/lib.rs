@@ -40,3 +40,8 @@ pub use source::ConnectionSource;
 pub use sync::{BatchOutcomes, Idem};
 #[cfg(feature = "tokio")]
 pub use tokio_client::AsyncIdem;
+
+/// The README's examples compile (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;
