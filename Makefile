@@ -200,7 +200,7 @@ PYTHON  := $(PY_VENV)/bin/python
 .PHONY: pyenv clients demo redis8 valkey
 
 pyenv:
-	@if ! $(PYTHON) -c 'import redis' >/dev/null 2>&1; then \
+	@if ! $(PYTHON) -c 'import redis, redis_idem' >/dev/null 2>&1; then \
 		command -v python3 >/dev/null 2>&1 || { echo "pyenv: python3 not found: install python3 and python3-venv" >&2; exit 1; }; \
 		echo "pyenv: python3 -m venv $(PY_VENV); pip install -r examples/consumer/requirements.txt"; \
 		rm -rf $(PY_VENV); \
