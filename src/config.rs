@@ -1,7 +1,8 @@
 //! The `idem.*` configs: `CONFIG GET/SET idem.<name>`, or name/value pairs
 //! after the module path in `loadmodule`. [`NUMERIC`] holds each numeric
-//! config's default and range, which `lib.rs` registers and Redis then
-//! enforces; `loadmodule` arguments are checked against the same table.
+//! config's default and range, which `lib.rs` registers (one loop over the
+//! table: a new config is one more row) and Redis then enforces;
+//! `loadmodule` arguments are checked against the same table.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 

@@ -25,7 +25,10 @@ pub mod limits;
 pub mod metrics;
 pub mod record;
 
-use redis_module::configuration::ConfigurationFlags;
+use redis_module::configuration::{
+    ConfigurationFlags, get_i64_default_config_value, get_string_default_config_value, register_i64_configuration,
+    register_string_configuration,
+};
 use redis_module::{Context, RedisString, Status, redis_module};
 
 use bloom::data_type::BLOOM_TYPE;
@@ -51,7 +54,7 @@ const fn parse_decimal(text: &str) -> i32 {
 
 fn init(context: &Context, args: &[RedisString]) -> Status {
     let ctx = Ctx::of(context);
-    if let Err(message) = config::check_module_args(args) {
+    if let Err(message) = config::check_module_args(args).and_then(|()| register_configs(context, args)) {
         ctx.log_warning(&format!("redis-idem: {message}"));
         return Status::Err;
     }
@@ -67,7 +70,10 @@ fn init(context: &Context, args: &[RedisString]) -> Status {
         ));
         return Status::Err;
     }
-    if let Err(message) = host::command::register(ctx, &[&record::commands::COMMANDS, &bloom::commands::COMMANDS]) {
+    if let Err(message) = host::command::register(
+        ctx,
+        &[&record::commands::COMMANDS, &record::batch::COMMANDS, &bloom::commands::COMMANDS],
+    ) {
         ctx.log_warning(&message);
         return Status::Err;
     }
@@ -80,6 +86,22 @@ fn init(context: &Context, args: &[RedisString]) -> Status {
     host::info::register(ctx, metrics::fields);
     log_loaded(context);
     Status::Ok
+}
+
+/// Registers every `idem.*` config of config.rs's tables, a `loadmodule`
+/// argument as its default (`check_module_args` checked them), then has
+/// Redis apply the `idem.*` lines of its config file.
+fn register_configs(context: &Context, args: &[RedisString]) -> Result<(), String> {
+    for numeric in &NUMERIC {
+        let default = get_i64_default_config_value(args, numeric.name, numeric.default).map_err(|e| e.to_string())?;
+        let (min, max, flags) = (numeric.min, numeric.max, ConfigurationFlags::DEFAULT);
+        register_i64_configuration(context, numeric.name, numeric.value, default, min, max, flags, None);
+    }
+    let error_rate = get_string_default_config_value(args, "bf-error-rate", config::DEFAULT_BF_ERROR_RATE)
+        .map_err(|e| e.to_string())?;
+    let flags = ConfigurationFlags::DEFAULT;
+    register_string_configuration(context, "bf-error-rate", &config::BF_ERROR_RATE, error_rate, flags, None);
+    Ctx::of(context).load_configs()
 }
 
 /// What the module supports, in the load messages (README: "Servers").
@@ -116,27 +138,21 @@ fn warn_if_records_can_be_evicted(ctx: Ctx) {
     }
 }
 
+/// Redis's allocator, which exists only inside a server; the system's for
+/// the unit tests.
+#[cfg(not(test))]
+type Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(not(test))]
+const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(test)]
+type Allocator = std::alloc::System;
+#[cfg(test)]
+const ALLOCATOR: Allocator = std::alloc::System;
+
 redis_module! {
     name: "idem",
     version: MODULE_VERSION,
-    allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+    allocator: (Allocator, ALLOCATOR),
     data_types: [RECORD_TYPE, BLOOM_TYPE],
     init: init,
-    configurations: [
-        i64: [
-            [NUMERIC[0].name, NUMERIC[0].value, NUMERIC[0].default, NUMERIC[0].min, NUMERIC[0].max, ConfigurationFlags::DEFAULT, None],
-            [NUMERIC[1].name, NUMERIC[1].value, NUMERIC[1].default, NUMERIC[1].min, NUMERIC[1].max, ConfigurationFlags::DEFAULT, None],
-            [NUMERIC[2].name, NUMERIC[2].value, NUMERIC[2].default, NUMERIC[2].min, NUMERIC[2].max, ConfigurationFlags::DEFAULT, None],
-            [NUMERIC[3].name, NUMERIC[3].value, NUMERIC[3].default, NUMERIC[3].min, NUMERIC[3].max, ConfigurationFlags::DEFAULT, None],
-            [NUMERIC[4].name, NUMERIC[4].value, NUMERIC[4].default, NUMERIC[4].min, NUMERIC[4].max, ConfigurationFlags::DEFAULT, None],
-            [NUMERIC[5].name, NUMERIC[5].value, NUMERIC[5].default, NUMERIC[5].min, NUMERIC[5].max, ConfigurationFlags::DEFAULT, None],
-            [NUMERIC[6].name, NUMERIC[6].value, NUMERIC[6].default, NUMERIC[6].min, NUMERIC[6].max, ConfigurationFlags::DEFAULT, None],
-        ],
-        string: [
-            ["bf-error-rate", &config::BF_ERROR_RATE, config::DEFAULT_BF_ERROR_RATE, ConfigurationFlags::DEFAULT, None],
-        ],
-        bool: [],
-        enum: [],
-        module_args_as_configuration: true,
-    ]
 }

@@ -7,7 +7,7 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
-use common::*;
+use common::server::Server;
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -6,10 +6,22 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
-use common::cluster::*;
-use common::*;
-use redis::ConnectionLike;
+use common::cluster::{
+    Cluster, Load, LoadReport, NodeInfo, TimedSnap, Topology, assert_same_moved_filter, assert_same_moved_record,
+    key_slot, kill9, reshard, tag_where, timed_snapshot, wait_until,
+};
+use common::commands::{
+    bf_exists, bf_madd, claim, claim_new, claim_new_opts, done, exists, extend, get_fields, get_opt, release,
+};
+use common::fixtures::{
+    FilterSnap, Fixture, NONE, assert_same_records, check_fixture_tokens, filter_snap, populate, snapshot_all,
+};
+use common::reply::{
+    as_int, as_token, err_text, expect_err, f_int, f_str, fields_from_reply, parse_claim, random_token,
+};
+use common::server::{Server, parse_info};
 use redis::cluster::ClusterConnection;
+use redis::{ConnectionLike, RedisResult, Value};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

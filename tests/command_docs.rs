@@ -7,7 +7,9 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
-use common::*;
+use common::reply::{as_int, as_str};
+use common::server::Server;
+use redis::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A reply map, from RESP2's flat field-value array.
@@ -74,9 +76,10 @@ fn render(arg: &Fields) -> String {
 fn expected_type(name: &str) -> &'static str {
     match name {
         "key" | "filterkey" => "key",
-        "lease" | "n" | "ms" | "seconds" | "retain" | "capacity" | "window" | "expansion" => "integer",
+        "lease" | "n" | "ms" | "seconds" | "retain" | "capacity" | "window" | "expansion" | "numkeys" => "integer",
         "error_rate" => "double",
-        "data" | "token" | "value" | "blob" | "item" | "header" => "string",
+        "data" | "token" | "value" | "blob" | "item" | "header" | "payload" | "result" => "string",
+        "payloads" | "results" | "key_token" => "block",
         "period" => "oneof",
         "day" | "hour" => "pure-token",
         other => panic!("argument {other:?}: give it an expected type in this test"),
@@ -98,13 +101,29 @@ fn check_types(command: &str, args: &[Value]) {
 }
 
 /// Each top-level key argument names the key spec (COMMAND INFO) that finds
-/// it: an index spec at its position, or a keyword spec on its token.
+/// it: an index spec at its position (for a counted spec, `numkeys key
+/// [key ...]`, the first key after the count), or a keyword spec on its
+/// token. A key inside a block (the batch commands' `key token` pairs)
+/// names a counted spec that steps over the block.
 fn check_key_specs(con: &mut redis::Connection, command: &str, args: &[Value]) {
     let info: Value = redis::cmd("COMMAND").arg("INFO").arg(command).query(con).unwrap();
     let entry = list(&list(&info)[0]);
     let specs: Vec<Fields> = list(&entry[8]).iter().map(fields).collect();
     let mut used = BTreeSet::new();
     for (i, arg) in args.iter().map(fields).enumerate() {
+        if text(&arg, "type").as_deref() == Some("block") {
+            let parts = list(&arg["arguments"]);
+            for part in parts.iter().map(fields).filter(|p| p.contains_key("key_spec_index")) {
+                let index = as_int(&part["key_spec_index"]) as usize;
+                assert!(index < specs.len(), "{command}: key_spec_index {index} of {} key specs", specs.len());
+                used.insert(index);
+                let find = fields(&specs[index]["find_keys"]);
+                assert_eq!(text(&find, "type").unwrap(), "keynum", "{command}: a key in a block is counted");
+                let step = as_int(&fields(&find["spec"])["keystep"]);
+                assert_eq!(step, parts.len() as i64, "{command}: key spec {index} steps over the block");
+            }
+            continue;
+        }
         if text(&arg, "type").as_deref() != Some("key") {
             assert!(!arg.contains_key("key_spec_index"), "{command}: only key arguments name a key spec");
             continue;
@@ -114,10 +133,15 @@ fn check_key_specs(con: &mut redis::Connection, command: &str, args: &[Value]) {
         used.insert(index);
         let begin = fields(&specs[index]["begin_search"]);
         let spec = fields(&begin["spec"]);
+        let find = fields(&specs[index]["find_keys"]);
+        let first_key = match text(&find, "type").as_deref() {
+            Some("keynum") => as_int(&fields(&find["spec"])["firstkey"]),
+            _ => 0,
+        };
         match text(&arg, "token") {
             None => {
                 assert_eq!(text(&begin, "type").unwrap(), "index", "{command} arg {i}");
-                assert_eq!(as_int(&spec["index"]), i as i64 + 1, "{command}: key spec {index} position");
+                assert_eq!(as_int(&spec["index"]) + first_key, i as i64 + 1, "{command}: key spec {index} position");
             }
             Some(token) => {
                 assert_eq!(text(&begin, "type").unwrap(), "keyword", "{command} arg {i}");

@@ -2,7 +2,10 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
-use common::*;
+use common::commands::{claim, claim_new, done, get_fields, idem_counters, once, release};
+use common::reply::{as_int, as_token, f_int, f_str};
+use common::server::Server;
+use redis::Value;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};

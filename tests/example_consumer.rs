@@ -68,7 +68,7 @@ fn counts(output: &str) -> HashMap<String, f64> {
 
 #[test]
 fn chaos_run_every_payment_takes_effect_exactly_once() {
-    let module = common::module_path();
+    let module = common::server::module_path();
     let py = python();
     check_python(&py);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

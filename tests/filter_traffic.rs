@@ -6,7 +6,11 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
-use common::*;
+use common::clock::align_to_boundary;
+use common::commands::{
+    bf_add, bf_info, claim_new, digest_value, done, idem_counters, items, madd_all, mexists_all, ones, reserve,
+};
+use common::server::Server;
 
 /// Waits for the start of the next 1 s shard (and 30 ms into it).
 fn next_shard(con: &mut redis::Connection) {

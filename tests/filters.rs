@@ -11,7 +11,14 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
-use common::*;
+use common::clock::{align_to_boundary, in_slot, sleep_until, timed, with_retries};
+use common::commands::{
+    bf_add, bf_counters, bf_info, bf_info_opt, bf_madd, bf_mexists, claim_new, digest_value, done, exists, items,
+    madd_all, mexists_all, ones, pexpiretime, reserve, server_ms,
+};
+use common::reply::{BfInfo, as_str, err_text, int, ints, parse_bf_info, q};
+use common::server::Server;
+use redis::{RedisResult, Value};
 use std::time::Instant;
 
 // ---------------------------------------------------------------------------

@@ -6,8 +6,13 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
-use common::cluster::*;
-use common::*;
+use common::HISTORY_MS;
+use common::cluster::{Cluster, key_slot, reshard, wait_until};
+use common::commands::{claim_new, exists, get_fields, pexpiretime};
+use common::functions::{fclaim, fclaim_new, ferr, fget, fint, get_fields_any_order, library_server, load_library};
+use common::reply::{as_bytes, as_token, err_text, expect_err, f_bytes, f_int, f_str, parse_claim, q};
+use common::server::{Server, Shutdown, aof_args, wait_replicas};
+use redis::{RedisResult, Value};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

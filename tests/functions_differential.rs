@@ -23,8 +23,11 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
+use common::functions::{get_fields_any_order, library_server};
+use common::reply::{as_bytes, as_int, as_str, as_token, err_text, parse_claim};
 use common::rng::Rng;
-use common::*;
+use common::server::Server;
+use redis::{RedisResult, Value};
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -7,7 +7,11 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
-use common::*;
+use common::clock::{align_to_boundary, sleep_until};
+use common::commands::{bf_add, bf_info, claim, claim_new, claim_opts, done, extend, once, release, reserve};
+use common::reply::{as_token, q};
+use common::server::Server;
+use redis::Value;
 use std::time::Duration;
 
 /// A subscriber to every keyspace event of db 0 (`KEA`: all classes, the

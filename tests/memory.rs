@@ -6,7 +6,14 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
-use common::*;
+use common::commands::{
+    bf_info, claim_new, claim_new_opts, digest_value, done, exists, get_fields, idem_counters, items, madd_all, once,
+    release, reserve,
+};
+use common::fixtures::{NONE, assert_same_record, snapshot};
+use common::reply::{err_text, f_bytes, f_str};
+use common::server::{Server, ServerKind, ServerVersion, parse_info};
+use redis::Value;
 use std::time::{Duration, Instant};
 
 #[test]

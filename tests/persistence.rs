@@ -6,7 +6,17 @@
 mod common;
 
 use common::cluster::migrate_copy;
-use common::*;
+use common::commands::{
+    bf_add, bf_exists, claim, claim_new, claim_new_opts, digest, digest_value, done, fingerprint_hex, get_fields,
+    items, madd_all, once, pexpiretime, pttl,
+};
+use common::fixtures::{
+    BfFixture, assert_same_filters, assert_same_record, assert_same_records, check_fixture_tokens, filter_snap,
+    populate, populate_filters, snapshot, snapshot_all,
+};
+use common::reply::{f_bytes, f_int};
+use common::server::{Server, Shutdown, aof_args};
+use redis::Value;
 use std::time::Duration;
 
 /// lease_ms / pttl are relative to "now": allow for the time a reload takes.

@@ -5,7 +5,18 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
-use common::*;
+use common::clock::{align_to_boundary, sleep_until};
+use common::commands::{
+    bf_add, bf_exists, bf_info, bf_info_opt, bf_mexists, claim, claim_new, claim_new_opts, claim_opts, digest_value,
+    done, extend, get_fields, items, once, pexpiretime, release, reserve, server_ms,
+};
+use common::fixtures::{
+    BfFixture, NONE, Snap, assert_same_filters, assert_same_records, check_fixture_tokens, populate, populate_filters,
+    snapshot, snapshot_all,
+};
+use common::reply::{as_token, expect_err, f_str};
+use common::server::{Server, wait_replicas};
+use redis::Value;
 use std::time::Duration;
 
 /// Replica vs primary: exact on everything but the time-relative fields.

@@ -1,5 +1,5 @@
 //! A seeded random test of every user-facing command against a model
-//! (tests/common/model.rs) written from docs/commands.md.
+//! (tests/common/model/) written from docs/commands.md.
 //!
 //! Each seed runs for about 28 s of real time against a primary with a
 //! replica attached: random IDEM.* and IDEM.BF.* commands with right and
@@ -38,12 +38,20 @@
 //! A failure prints the seed, the server, the last steps (each with its
 //! TIME bracket and reply), the history of the keys involved and the
 //! model's worlds.
+#[path = "stateful/batches.rs"]
+mod batches;
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
-use common::model::*;
+use common::commands::{digest, server_ms};
+use common::model::Cfg;
+use common::model::command::{Cmd, show_arg};
+use common::model::expect::{Exp, Matched, error_text, matches};
+use common::model::semantics::apply;
+use common::model::state::{Entry, Val, World, variants};
 use common::rng::Rng;
-use common::*;
+use common::server::Server;
+use redis::Value;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -312,7 +320,23 @@ impl Run {
     fn check(&mut self, db: usize, cmds: &[Cmd], replies: &[Value], t0: i64, t1: i64) {
         let mut states: Vec<State> =
             self.worlds.iter().map(|w| State { w: w.clone(), tmin: t0, fp: 0, neg: 0 }).collect();
+        // A batch answers, key by key, what its single commands would in
+        // order (docs/commands.md, "Batch commands"): each part is checked
+        // against its element as a command of its own.
+        let mut flat: Vec<(Cmd, Value)> = Vec::new();
         for (cmd, reply) in cmds.iter().zip(replies) {
+            match (cmd, reply) {
+                (Cmd::Batch(parts), Value::Array(items)) if items.len() == parts.len() => {
+                    self.count(cmd, reply);
+                    flat.extend(parts.iter().cloned().zip(items.iter().cloned()))
+                }
+                (Cmd::Batch(parts), _) => {
+                    self.fail(&format!("{cmd}: expected {} reply elements, got {}", parts.len(), short(reply)))
+                }
+                _ => flat.push((cmd.clone(), reply.clone())),
+            }
+        }
+        for (cmd, reply) in flat.iter().map(|(c, r)| (c, r)) {
             let mut next: HashMap<World, State> = HashMap::new();
             let mut token = None;
             for st in &states {
@@ -533,6 +557,9 @@ impl Run {
     }
 
     fn choose(&mut self) -> (usize, Vec<Cmd>) {
+        if self.rng.chance(6) {
+            return (PRIMARY0, vec![self.batch()]);
+        }
         let roll = self.rng.below(1000);
         let cmd = match roll {
             0..=229 => {

@@ -5,32 +5,18 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
-use common::*;
+use common::commands::{
+    claim_new, claim_opts, digest_value, done, exists, extend, get_fields, idem_counters, pexpiretime, release,
+    server_ms,
+};
+use common::fixtures::NONE;
+use common::reply::{as_bytes, as_int, as_str, as_token, err_text, expect_err, f_int, f_str, parse_claim};
+use common::server::{Server, blocked_clients, wait_for_blocked, wait_replicas};
+use common::waiters::{claimed, waiter};
+use redis::Value;
 use std::io::Write;
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::{Duration, Instant};
-
-/// A CLAIM's reply, and how long the client waited for it.
-type Waited = ((String, Value, i64), Duration);
-
-/// `IDEM.CLAIM key lease WAIT wait_ms <opts>` on a connection of its own,
-/// in a thread; returns once the server has one more blocked client.
-fn waiter(s: &Server, key: &str, lease: i64, wait_ms: i64, opts: &[&str]) -> JoinHandle<Waited> {
-    let mut admin = s.conn();
-    let before = blocked_clients(&mut admin);
-    let mut con = s.conn();
-    let (key, opts): (String, Vec<String>) = (key.into(), opts.iter().map(|o| o.to_string()).collect());
-    let handle = thread::spawn(move || {
-        let mut all = vec!["WAIT".to_string(), wait_ms.to_string()];
-        all.extend(opts);
-        let all: Vec<&str> = all.iter().map(String::as_str).collect();
-        let started = Instant::now();
-        let reply = claim_opts(&mut con, &key, lease, &all);
-        (reply, started.elapsed())
-    });
-    wait_for_blocked(&mut admin, before + 1);
-    handle
-}
 
 fn counter(con: &mut redis::Connection, name: &str) -> i64 {
     idem_counters(con).get(name).copied().unwrap_or_else(|| panic!("INFO idem has no {name}"))
@@ -43,7 +29,7 @@ fn done_answers_the_waiter_with_the_result() {
     let token = claim_new(&mut con, "k", 30);
     let w = waiter(&s, "k", 30, 10_000, &[]);
     assert_eq!(done(&mut con, "k", &token, ("RESULT", "the answer")), Ok(1));
-    let ((status, value, attempt), waited) = w.join().unwrap();
+    let ((status, value, attempt), waited) = claimed(w);
     assert_eq!((status.as_str(), as_bytes(&value), attempt), ("DONE", Some(b"the answer".to_vec()), 1));
     assert!(waited < Duration::from_secs(2), "answered after {waited:?}");
     let counters = idem_counters(&mut con);
@@ -58,7 +44,7 @@ fn release_gives_the_waiter_a_claim_that_done_accepts() {
     let token = claim_new(&mut con, "k", 30);
     let w = waiter(&s, "k", 30, 10_000, &[]);
     assert_eq!(release(&mut con, "k", &token), 1);
-    let ((status, value, attempt), waited) = w.join().unwrap();
+    let ((status, value, attempt), waited) = claimed(w);
     assert_eq!((status.as_str(), attempt), ("RETRY", 2));
     assert!(waited < Duration::from_secs(2), "answered after {waited:?}");
     let retry = as_token(&value);
@@ -74,7 +60,7 @@ fn a_lapsing_lease_wakes_the_waiter_at_its_end() {
     claim_new(&mut con, "k", 1);
     let lease_end = f_int(&get_fields(&mut con, "k"), "claimed_at") + 1000;
     let w = waiter(&s, "k", 30, 10_000, &[]);
-    let ((status, _, attempt), _) = w.join().unwrap();
+    let ((status, _, attempt), _) = claimed(w);
     assert_eq!((status.as_str(), attempt), ("RETRY", 2));
     // Claimed (by the server's clock) at the lease's end: a timer, not
     // polling, and long before the timeout.
@@ -95,7 +81,7 @@ fn extend_keeps_the_waiter_waiting_until_the_new_end() {
     assert_eq!(blocked_clients(&mut con), 1);
     assert!(!w.is_finished());
     // ...and claims when the extended lease lapses.
-    let ((status, _, attempt), _) = w.join().unwrap();
+    let ((status, _, attempt), _) = claimed(w);
     assert_eq!((status.as_str(), attempt), ("RETRY", 2));
     let claimed_at = f_int(&get_fields(&mut con, "k"), "claimed_at");
     let new_end = extended_at + 2000;
@@ -112,7 +98,7 @@ fn deleting_the_key_answers_new() {
     claim_new(&mut con, "k", 1);
     let w = waiter(&s, "k", 30, 3000, &[]);
     let _: i64 = redis::cmd("DEL").arg("k").query(&mut con).unwrap();
-    let ((status, value, attempt), waited) = w.join().unwrap();
+    let ((status, value, attempt), waited) = claimed(w);
     assert_eq!((status.as_str(), attempt), ("NEW", 1));
     assert!(waited < Duration::from_secs(1), "answered after {waited:?}");
     assert_eq!(done(&mut con, "k", &as_token(&value), NONE), Ok(1));
@@ -124,7 +110,7 @@ fn time_up_answers_busy_with_the_lease_left() {
     let s = Server::start();
     let mut con = s.conn();
     claim_new(&mut con, "k", 30);
-    let ((status, value, attempt), waited) = waiter(&s, "k", 30, 200, &[]).join().unwrap();
+    let ((status, value, attempt), waited) = claimed(waiter(&s, "k", 30, 200, &[]));
     assert_eq!((status.as_str(), attempt), ("BUSY", 1));
     let left = as_int(&value);
     assert!(left > 28_000 && left <= 30_000, "lease left {left}");
@@ -142,7 +128,7 @@ fn of_several_waiters_the_longest_claims_and_the_others_get_its_result() {
     let first = waiter(&s, "k", 30, 10_000, &[]);
     let others: Vec<_> = (0..2).map(|_| waiter(&s, "k", 30, 10_000, &[])).collect();
     assert_eq!(release(&mut con, "k", &token), 1);
-    let ((status, value, attempt), _) = first.join().unwrap();
+    let ((status, value, attempt), _) = claimed(first);
     assert_eq!((status.as_str(), attempt), ("RETRY", 2));
     // The others found the new claim and wait on it.
     thread::sleep(Duration::from_millis(100));
@@ -150,7 +136,7 @@ fn of_several_waiters_the_longest_claims_and_the_others_get_its_result() {
     assert!(others.iter().all(|other| !other.is_finished()));
     assert_eq!(done(&mut con, "k", &as_token(&value), ("RESULT", "r")), Ok(1));
     for other in others {
-        let ((status, value, attempt), _) = other.join().unwrap();
+        let ((status, value, attempt), _) = claimed(other);
         assert_eq!((status.as_str(), as_bytes(&value), attempt), ("DONE", Some(b"r".to_vec()), 2));
     }
     let counters = idem_counters(&mut con);
@@ -250,7 +236,7 @@ fn the_claim_a_waiter_makes_reaches_the_replica() {
     let token = claim_new(&mut pc, "k", 30);
     let w = waiter(&primary, "k", 30, 10_000, &["PAYLOAD", "p"]);
     assert_eq!(release(&mut pc, "k", &token), 1);
-    let ((status, value, attempt), _) = w.join().unwrap();
+    let ((status, value, attempt), _) = claimed(w);
     assert_eq!((status.as_str(), attempt), ("RETRY", 2));
     wait_replicas(&mut pc, 1);
     assert_eq!(digest_value(&mut rc, "k"), digest_value(&mut pc, "k"));

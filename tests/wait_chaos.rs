@@ -7,7 +7,10 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
-use common::*;
+use common::commands::{done, get_fields, idem_counters};
+use common::reply::{as_bytes, as_token, f_bytes, f_int, f_str, parse_claim};
+use common::server::Server;
+use redis::Value;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::thread;

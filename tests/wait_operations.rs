@@ -7,35 +7,14 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
-use common::*;
+use common::commands::{bf_add, bf_info, claim_new, claim_opts, digest, done, get_fields, idem_counters, reserve};
+use common::fixtures::NONE;
+use common::reply::{as_bytes, as_int, as_token, f_int, f_str};
+use common::server::{Server, Shutdown, aof_args, blocked_clients, wait_replicas};
+use common::waiters::{claimed, waiter};
 use std::process::Command;
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::{Duration, Instant};
-
-/// A CLAIM's reply (or its error), and how long the client waited for it.
-type Waited = (Result<(String, Value, i64), String>, Duration);
-
-/// `IDEM.CLAIM key lease WAIT wait_ms` on a connection of its own, in a
-/// thread; returns once the server has one more blocked client.
-fn waiter(s: &Server, key: &str, lease: i64, wait_ms: i64) -> JoinHandle<Waited> {
-    let mut admin = s.conn();
-    let before = blocked_clients(&mut admin);
-    let mut con = s.conn();
-    let key = key.to_string();
-    let handle = thread::spawn(move || {
-        let started = Instant::now();
-        let reply: RedisResult<Value> =
-            redis::cmd("IDEM.CLAIM").arg(&key).arg(lease).arg("WAIT").arg(wait_ms).query(&mut con);
-        (reply.map(parse_claim).map_err(|e| err_text(&e)), started.elapsed())
-    });
-    wait_for_blocked(&mut admin, before + 1);
-    handle
-}
-
-fn claimed(handle: JoinHandle<Waited>) -> ((String, Value, i64), Duration) {
-    let (reply, waited) = handle.join().unwrap();
-    (reply.unwrap_or_else(|e| panic!("the waiter got an error: {e}")), waited)
-}
 
 /// A primary with an AOF (Redis 7.0 propagates to it even without a
 /// replica) and a replica, in sync.
@@ -78,7 +57,7 @@ fn a_lease_lapsing_during_a_write_pause_is_claimed_by_its_waiter_when_the_pause_
     let (mut primary, mut replica) = primary_and_replica();
     let mut con = primary.conn();
     claim_new(&mut con, "u", 1);
-    let w = waiter(&primary, "u", 10, 6000);
+    let w = waiter(&primary, "u", 10, 6000, &[]);
     client_pause_write(&mut con, 2500);
     let paused_at = Instant::now();
     // The lease lapses at about 1 s, inside the pause: the record stays as
@@ -142,7 +121,7 @@ fn a_failover_that_times_out_while_a_lease_lapses_leaves_the_primary_alive() {
     let (mut primary, mut replica) = primary_and_replica();
     let mut con = primary.conn();
     claim_new(&mut con, "u", 1);
-    let w = waiter(&primary, "u", 10, 8000);
+    let w = waiter(&primary, "u", 10, 8000, &[]);
     signal(&replica, "STOP");
     // A write the stopped replica cannot acknowledge: it lags.
     let _: () = redis::cmd("SET").arg("lag").arg("1").query(&mut con).unwrap();
@@ -169,7 +148,7 @@ fn a_vanishing_record_wakes_its_waiter(later: Duration, vanish: impl FnOnce(&mut
     let s = Server::start();
     let mut con = s.conn();
     let holder = claim_new(&mut con, "k", 30);
-    let w = waiter(&s, "k", 30, 5000);
+    let w = waiter(&s, "k", 30, 5000, &[]);
     let started = Instant::now();
     vanish(&mut con);
     let ((status, value, attempt), _) = claimed(w);
@@ -219,7 +198,7 @@ fn waiters_on_a_deleted_record_claim_it_once() {
     let (mut s, mut replica) = primary_and_replica();
     let mut con = s.conn();
     claim_new(&mut con, "k", 30);
-    let waiters: Vec<_> = (0..3).map(|_| waiter(&s, "k", 30, 10_000)).collect();
+    let waiters: Vec<_> = (0..3).map(|_| waiter(&s, "k", 30, 10_000, &[])).collect();
     let _: i64 = redis::cmd("DEL").arg("k").query(&mut con).unwrap();
     let mut waiters = waiters.into_iter();
     let ((status, value, attempt), _) = claimed(waiters.next().unwrap());
@@ -247,7 +226,7 @@ fn time_up_as_the_lease_lapses_never_answers_busy_with_nothing_left() {
         let key = format!("k{round}");
         claim_new(&mut con, &key, 1);
         // The waiter's time and the lease end within a few ms of each other.
-        let ((status, value, attempt), _) = claimed(waiter(&s, &key, 30, 1000 - 2 * round));
+        let ((status, value, attempt), _) = claimed(waiter(&s, &key, 30, 1000 - 2 * round, &[]));
         match status.as_str() {
             "BUSY" => assert!(as_int(&value) > 0 && attempt == 1, "round {round}: BUSY {value:?} {attempt}"),
             "RETRY" => assert_eq!(attempt, 2, "round {round}"),
@@ -317,7 +296,7 @@ fn past_max_waiters_a_claim_answers_as_without_wait() {
     let s = Server::with_args(&["max-waiters", "2"], &[]);
     let mut con = s.conn();
     claim_new(&mut con, "k", 30);
-    let waiters: Vec<_> = (0..2).map(|_| waiter(&s, "k", 30, 10_000)).collect();
+    let waiters: Vec<_> = (0..2).map(|_| waiter(&s, "k", 30, 10_000, &[])).collect();
     let started = Instant::now();
     let (status, value, attempt) = claim_opts(&mut con, "k", 30, &["WAIT", "10000"]);
     assert_eq!((status.as_str(), attempt), ("BUSY", 1));

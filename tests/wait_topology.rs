@@ -5,64 +5,28 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
-use common::cluster::*;
-use common::*;
+use common::clock::sleep_until;
+use common::cluster::{Cluster, key_slot, tag_where, wait_until};
+use common::commands::{
+    bf_add, bf_exists, claim, claim_new, digest_value, done, exists, fingerprint_hex, get_fields, idem_counters,
+    release,
+};
+use common::fixtures::{NONE, assert_same_records, snapshot_all};
+use common::reply::{as_bytes, as_token, f_int, f_str};
+use common::server::{Server, Shutdown, aof_args, blocked_clients, parse_info, wait_replicas};
+use common::waiters::{Waited, blocked, claimed, error_reply, waiter};
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Relative fields (`lease_ms`, `pttl`) of two snapshots taken this far
 /// apart at most; absolute ones must be equal.
 const TOL_MS: i64 = 5000;
-
-/// A blocked command's raw reply, and how long the client waited for it.
-type Waited = (RedisResult<Value>, Duration);
-
-/// `cmd` on a connection of its own, in a thread; returns once the server
-/// has one more blocked client.
-fn blocked(s: &Server, cmd: redis::Cmd) -> JoinHandle<Waited> {
-    let mut admin = s.conn();
-    let before = blocked_clients(&mut admin);
-    let mut con = s.conn();
-    let handle = thread::spawn(move || {
-        let started = Instant::now();
-        let reply = cmd.query::<Value>(&mut con);
-        (reply, started.elapsed())
-    });
-    wait_for_blocked(&mut admin, before + 1);
-    handle
-}
-
-/// `IDEM.CLAIM key lease <opts> WAIT wait_ms`, blocked (see `blocked`).
-fn waiter(s: &Server, key: &str, lease: i64, wait_ms: i64, opts: &[&str]) -> JoinHandle<Waited> {
-    let mut cmd = redis::cmd("IDEM.CLAIM");
-    cmd.arg(key).arg(lease).arg(opts).arg("WAIT").arg(wait_ms);
-    blocked(s, cmd)
-}
 
 /// `BLPOP key timeout_s`: one of the server's own blocked clients.
 fn blpop(s: &Server, key: &str, timeout_s: i64) -> JoinHandle<Waited> {
     let mut cmd = redis::cmd("BLPOP");
     cmd.arg(key).arg(timeout_s);
     blocked(s, cmd)
-}
-
-/// A waiter's reply, which must be a CLAIM's triple.
-fn claim_reply(handle: JoinHandle<Waited>) -> ((String, Value, i64), Duration) {
-    let (reply, waited) = handle.join().unwrap();
-    let reply = reply.unwrap_or_else(|e| panic!("the waiter got an error: {e}"));
-    (parse_claim(reply), waited)
-}
-
-/// A blocked client's reply, which must be an error: its text.
-fn error_reply(handle: JoinHandle<Waited>) -> (String, Duration) {
-    let (reply, waited) = handle.join().unwrap();
-    match reply {
-        Err(e) => {
-            assert!(e.code().is_some(), "expected a server error, got {e}");
-            (err_text(&e), waited)
-        }
-        Ok(v) => panic!("expected an error, got {v:?}"),
-    }
 }
 
 /// Every file of the server's multi-part AOF, concatenated.
@@ -101,7 +65,7 @@ fn a_waiters_claim_reaches_the_replica_and_replays_from_the_aof_as_the_primary_m
     assert_eq!(release(&mut pc, "released", &holder), 1);
     let mut tokens = Vec::new();
     for handle in [on_release, on_lapse] {
-        let ((status, value, attempt), _) = claim_reply(handle);
+        let ((status, value, attempt), _) = claimed(handle);
         assert_eq!((status.as_str(), attempt), ("RETRY", 2));
         tokens.push(as_token(&value));
     }
@@ -237,7 +201,7 @@ fn waiters_on_a_demoted_primary(how: Demotion, lease: i64) {
     // holder's outcome; the demoted node replicates it.
     let w = waiter(&new, "k", 30, 10_000, &[]);
     assert_eq!(done(&mut nc, "k", &holder.0, ("RESULT", "r")), Ok(1));
-    let ((status, value, attempt), _) = claim_reply(w);
+    let ((status, value, attempt), _) = claimed(w);
     assert_eq!((status.as_str(), as_bytes(&value), attempt), ("DONE", Some(b"r".to_vec()), holder.1), "{how:?}");
     wait_replicas(&mut nc, 1);
     assert_eq!(digest_value(&mut oc, "k"), digest_value(&mut nc, "k"), "{how:?}");
@@ -323,7 +287,7 @@ fn a_waiter_on_a_key_whose_slot_migrates_away_gets_the_servers_redirect() {
     // which a waiter blocks there until the holder's DONE.
     let w = waiter(cluster.server(dst.port), &key, 30, 10_000, &[]);
     assert_eq!(done(&mut dc, &key, &holder, ("RESULT", "r")), Ok(1));
-    let ((status, value, attempt), _) = claim_reply(w);
+    let ((status, value, attempt), _) = claimed(w);
     assert_eq!((status.as_str(), as_bytes(&value), attempt), ("DONE", Some(b"r".to_vec()), 1));
 
     // In cluster mode a deletion wakes no waiter, on any server: a node
@@ -340,7 +304,7 @@ fn a_waiter_on_a_key_whose_slot_migrates_away_gets_the_servers_redirect() {
     thread::sleep(Duration::from_millis(100));
     assert!(!w.is_finished(), "the waiter did not wait on the new holder");
     assert_eq!(done(&mut dc, &other, &next, ("RESULT", "next")), Ok(1));
-    let ((status, value, attempt), _) = claim_reply(w);
+    let ((status, value, attempt), _) = claimed(w);
     assert_eq!((status.as_str(), as_bytes(&value), attempt), ("DONE", Some(b"next".to_vec()), 1));
 }
 
@@ -355,7 +319,7 @@ fn a_deleted_key_answers_its_bloom_waiter_seen_or_new_as_the_filter_says() {
     let waiters: Vec<_> = ["seen", "fresh"].iter().map(|key| waiter(&s, key, 30, 10_000, &["BLOOM", "f"])).collect();
     let deleted: i64 = redis::cmd("DEL").arg("seen").arg("fresh").query(&mut con).unwrap();
     assert_eq!(deleted, 2);
-    let replies: Vec<_> = waiters.into_iter().map(claim_reply).collect();
+    let replies: Vec<_> = waiters.into_iter().map(claimed).collect();
     // On every server (on Redis 7.0 the module hears of the deletion),
     // each waiter claims the deleted key at once, as a CLAIM with the
     // filter answers: SEEN where the filter holds the key, NEW otherwise.

@@ -1,45 +1,47 @@
-"""A minimal redis-idem consumer loop with redis-py.
+"""A minimal redis-idem consumer with the redis-idem Python library.
 
 Usage: python python_consumer.py redis://127.0.0.1:6379 [messages]
 
-Each message is processed once however often it is delivered: CLAIM before
-the work, DONE after it (with the result to replay), RELEASE when the work
-fails so that a retry can run at once. A copy that arrives while another
-consumer is still working on the message waits for it (`WAIT`) and gets its
-result, instead of `BUSY`. It prints how many deliveries did work, how many
-were skipped as duplicates, and how many of those waited for the first copy.
+Each message is processed once however often it is delivered:
+`idem.job(key)` claims the key, the body does the work while the library
+keeps the lease alive, and leaving it completes the record with the result
+(or releases it if the work raised, so that a retry can run at once). A
+copy that arrives while another consumer is still working on the message
+waits for it (`WAIT` on the server) and gets its result. It prints how many
+deliveries did work, how many were skipped as duplicates, and how many of
+those waited for the first copy.
 """
 
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import redis
 
-# How long a copy waits for the one in flight; redis-py's socket_timeout, if
-# set, must be longer.
-WAIT_MS = 5000
+try:
+    import redis_idem
+except ImportError:  # run from a checkout whose venv predates the library: use its source
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "clients" / "python" / "src"))
+    import redis_idem
+
+WAIT = 5.0  # seconds a copy waits for the one in flight
 
 
-def handle(r, business_id, work):
+def handle(idem, business_id, work):
     """Process one delivery of `business_id`. Returns what happened and the result."""
-    key = f"example:py:{business_id}"
-    status, value, attempt = r.execute_command("IDEM.CLAIM", key, 30, "WAIT", WAIT_MS)
-    status = status.decode() if isinstance(status, bytes) else status
-    if status in ("NEW", "RETRY", "SEEN"):
-        token = value
-        try:
-            result = work(business_id, attempt)  # attempt: a fencing number for downstream writes
-        except Exception:
-            r.execute_command("IDEM.RELEASE", key, token)  # give it back: a waiting copy retries at once
-            return "released", None
-        r.execute_command("IDEM.DONE", key, token, "RESULT", result)  # wakes the copies waiting
-        return "processed", result.encode()
-    if status == "DONE":
-        return "duplicate", value  # already done (or done while we waited): acknowledge, value is the result
-    if status == "BUSY":
-        return "busy", None  # still at work after WAIT_MS: do not acknowledge, it comes back later
-    return "dead-letter", None  # MISMATCH or EXHAUSTED
+    try:
+        with idem.job(str(business_id)) as job:
+            if job.replayed:
+                return "duplicate", job.result  # already done (or done while we waited): acknowledge
+            job.result = work(business_id, job.attempt)  # attempt: a fencing number for downstream writes
+        return "processed", job.result
+    except redis_idem.BusyError:
+        return "busy", None  # still at work after WAIT: do not acknowledge, it comes back later
+    except (redis_idem.MismatchError, redis_idem.ExhaustedError):
+        return "dead-letter", None
+    except Exception:
+        return "released", None  # the work failed: the claim was given back, a retry runs at once
 
 
 def waits(r):
@@ -53,7 +55,9 @@ def main():
     url = sys.argv[1] if len(sys.argv) > 1 else "redis://127.0.0.1:6379"
     messages = int(sys.argv[2]) if len(sys.argv) > 2 else 20
     r = redis.Redis.from_url(url)
-    other = redis.Redis.from_url(url)  # a second consumer, on its own connection
+    # Two consumers, each on its own connection pool.
+    consumers = [redis_idem.Idem(redis.Redis.from_url(url), prefix="example:py:", lease=30, wait=WAIT)
+                 for _ in range(2)]
     done = []
 
     def work(business_id, attempt):
@@ -63,8 +67,8 @@ def main():
     def slow_work(business_id, attempt):
         # The work takes a while: here, until the other copy waits on the
         # server (checked, so that the demo does not depend on timing), or
-        # WAIT_MS if it never does.
-        deadline = time.monotonic() + WAIT_MS / 1000
+        # WAIT if it never does.
+        deadline = time.monotonic() + WAIT
         while waits(r)[0] == 0 and time.monotonic() < deadline:
             time.sleep(0.001)
         return work(business_id, attempt)
@@ -77,14 +81,14 @@ def main():
     with ThreadPoolExecutor(2) as pool:
         for business_id in range(messages):
             if business_id % 2:
-                copies = [handle(r, business_id, work), handle(r, business_id, work)]
+                copies = [handle(consumers[0], business_id, work), handle(consumers[0], business_id, work)]
             else:
-                at_once = [pool.submit(handle, consumer, business_id, slow_work) for consumer in (r, other)]
+                at_once = [pool.submit(handle, idem, business_id, slow_work) for idem in consumers]
                 copies = [copy.result() for copy in at_once]
             for outcome, result in copies:
                 outcomes[outcome] = outcomes.get(outcome, 0) + 1
                 # Both copies of a message answer with the one result.
-                assert result == f"charged {business_id}".encode(), (outcome, result)
+                assert result == f"charged {business_id}", (outcome, result)
     waited = waits(r)[1] - waited_before
     print(
         f"python: processed={outcomes.get('processed', 0)} duplicates={outcomes.get('duplicate', 0)}"

@@ -197,7 +197,7 @@ class ChaosWorker(consumer.Worker):
         deadline = time.monotonic() + seconds
         while not os.path.exists(os.path.join(self.markers, f"{bid}.{what}")) and time.monotonic() < deadline:
             if claim is not None:
-                claim.keep_alive()
+                claim.check()  # the library renews the lease meanwhile; this stops us if it was lost
             time.sleep(0.02)
 
     def inject(self, kind, bid, attempt):
@@ -256,6 +256,9 @@ class ChaosWorker(consumer.Worker):
         if kind in ("slow_unique", "slow_fenced"):
             if self.take(bid, "fault"):
                 self.inject(kind, bid, claim.attempt)
+                # A paused process renews nothing: stop the library's
+                # heartbeat thread, as the pause would.
+                claim._heartbeat.stop()
                 self.stall(bid, kind, claim.attempt)
             elif kind == "slow_fenced":
                 # The attempt that took over: let the stalled one wake up and

@@ -58,8 +58,10 @@ against a Redis that it kills with SIGKILL mid-way, and checks the result.
 import argparse
 import json
 import logging
+import os
 import signal
 import sqlite3
+import sys
 import time
 import zlib
 from dataclasses import dataclass
@@ -67,6 +69,13 @@ from dataclasses import dataclass
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+try:
+    import redis_idem
+except ImportError:  # run from a checkout whose venv predates the library: use its source
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "clients", "python", "src"))
+    import redis_idem
+from redis_idem import Status
 
 log = logging.getLogger("consumer")
 
@@ -253,47 +262,12 @@ class Store:
             raise
 
 
-# ---------------------------------------------------------------------------
-# The claim a worker holds
-# ---------------------------------------------------------------------------
-
-
-class LeaseLost(Exception):
-    """IDEM.EXTEND answered STALE: another worker has claimed the key since."""
-
-
-class Claim:
-    """A claim this worker holds: key, token, attempt (the fencing number).
-
-    Long work calls keep_alive() often; it renews the lease with IDEM.EXTEND
-    once per heartbeat. (A background thread would do as well.)
-    """
-
-    def __init__(self, r, key, token, attempt, status, settings):
-        self.r, self.key, self.token = r, key, token
-        self.attempt, self.status = attempt, status
-        self.settings = settings
-        self.renewed = time.monotonic()
-
-    def keep_alive(self):
-        if time.monotonic() - self.renewed < self.settings.heartbeat:
-            return
-        try:
-            self.r.execute_command("IDEM.EXTEND", self.key, self.token, self.settings.lease)
-            self.renewed = time.monotonic()
-        except redis.ResponseError as e:
-            if str(e).startswith("STALE"):
-                raise LeaseLost(str(e)) from None
-            raise
-        except LOST:
-            # Redis unreachable: keep working and try again next time. If the
-            # outage outlasts the lease another worker may take over; the
-            # fence in the database keeps the two apart.
-            pass
-
-
 class TransientError(Exception):
     """The work failed in a way a later attempt may not (timeout, 503...)."""
+
+
+class Failed(Exception):
+    """The work raised: reported, and the claim released on the way out."""
 
 
 # ---------------------------------------------------------------------------
@@ -306,7 +280,15 @@ class Worker:
         self.r = connect(redis_url)
         self.store = Store(db_path)
         self.name = name  # consumer name in the group: unique per process
-        self.settings = settings or Settings()
+        self.settings = s = settings or Settings()
+        # The claim, the lease kept alive while the work runs (EXTEND every
+        # `heartbeat` s from a thread), DONE with the result, RELEASE when
+        # the work raises: the redis-idem library. wait=0: a BUSY claim is
+        # left pending at once (the holder may die; XAUTOCLAIM brings it
+        # back), not waited for. DONE is sent again after a lost reply (the
+        # same token is safe): the effect is committed, Redis must hear of it.
+        self.idem = redis_idem.Idem(self.r, lease=s.lease, heartbeat=s.heartbeat, maxtries=s.maxtries,
+                                    retain=s.retain, wait=0, done_retries=30)
         self.stopping = False
 
     NOTABLE = {"dead_letter", "failed", "stale", "fenced", "superseded", "lease_lost",
@@ -371,117 +353,99 @@ class Worker:
             return self.dead_letter(entry_id, fields, f"MALFORMED {e}")
 
         key, bloom = idem_keys(payment.business_id)
-        s = self.settings
+        bid = payment.business_id
         try:
-            status, value, attempt = self.r.execute_command(
-                "IDEM.CLAIM", key, s.lease,
-                "PAYLOAD", payment.fingerprint(),
-                "MAXTRIES", s.maxtries,
-                "BLOOM", bloom,
-            )
+            # IDEM.CLAIM key lease PAYLOAD <content> MAXTRIES n BLOOM filter
+            with self.idem.job(key, payload=payment.fingerprint(), bloom=bloom) as job:
+                self.event("claim", id=bid, entry=entry_id, status=job.status.value, attempt=job.attempt)
+                if job.replayed:
+                    # Completed before (this is a duplicate, or our XACK got
+                    # lost). job.result is the result stored by DONE.
+                    return self.ack(entry_id, payment, "done")
+                # NEW, SEEN or RETRY: we hold the claim.
+                if job.status is not Status.NEW and self.store.applied(bid) is not None:
+                    # An earlier attempt applied the effect, then died before
+                    # IDEM.DONE (RETRY), or the record is gone and the Bloom
+                    # filter remembered (SEEN). Nothing to do but say so.
+                    self.event("found_in_db", id=bid, attempt=job.attempt, status=job.status.value)
+                    job.result = "applied earlier"
+                else:
+                    job.result = self.process(entry_id, payment, job)
+            # Leaving the block sent IDEM.DONE (database first, then Redis).
+            self.event("done", id=bid, attempt=job.attempt, reply=job.done_reply.code)
+            self.ack(entry_id, payment, "processed")
+        except redis_idem.BusyError as e:
+            # Someone holds a live lease. Do NOT ack: if that worker dies,
+            # this pending message is how the payment gets redelivered
+            # (XAUTOCLAIM, after min_idle_ms).
+            self.event("claim", id=bid, entry=entry_id, status="BUSY", attempt=e.attempt)
+        except redis_idem.ExhaustedError as e:
+            self.event("claim", id=bid, entry=entry_id, status="EXHAUSTED", attempt=e.attempt)
+            self.dead_letter(entry_id, fields, f"EXHAUSTED after {e.attempt} attempts")
+        except redis_idem.MismatchError as e:
+            self.event("claim", id=bid, entry=entry_id, status="MISMATCH", attempt=e.attempt)
+            self.dead_letter(entry_id, fields, "MISMATCH business id reused for other content")
+        except redis_idem.LeaseLostError as e:
+            # IDEM.DONE answered STALE: another worker claimed the key since
+            # (our lease lapsed). It finds the effect in the database and
+            # settles the message; leave the XACK to it. (Lost during the
+            # work, or fenced in the database: reported where it happened.)
+            if not getattr(e, "reported", False):
+                self.event("stale", id=bid, attempt=e.attempt)
+        except Failed:
+            pass  # the library released the claim: the message stays pending and comes back
         except LOST:
-            # The reply is lost: we may or may not hold the claim now. Leave
-            # the message pending. It is redelivered; if our claim did happen
-            # it answers BUSY until the lease lapses, then RETRY.
-            self.event("redis_error", id=payment.business_id, step="claim")
-            return
-        status = status.decode()
-        self.event("claim", id=payment.business_id, entry=entry_id, status=status, attempt=attempt)
+            # A reply is lost: the CLAIM's (we may or may not hold the claim:
+            # the message is redelivered, and answers BUSY until the lease
+            # lapses, then RETRY), or DONE's after all its tries.
+            self.event("redis_error", id=bid, step="claim or done")
 
-        if status == "DONE":
-            # Completed before (this is a duplicate, or our XACK got lost).
-            # `value` is the RESULT stored by IDEM.DONE.
-            return self.ack(entry_id, payment, "done")
-        if status == "BUSY":
-            # Someone holds a live lease (`value` ms left). Do NOT ack: if
-            # that worker dies, this pending message is how the payment gets
-            # redelivered (XAUTOCLAIM, after min_idle_ms).
-            return
-        if status == "EXHAUSTED":
-            return self.dead_letter(entry_id, fields, f"EXHAUSTED after {attempt} attempts")
-        if status == "MISMATCH":
-            return self.dead_letter(entry_id, fields, "MISMATCH business id reused for other content")
-
-        # NEW, SEEN or RETRY: we hold the claim.
-        claim = Claim(self.r, key, value, attempt, status, s)
-        if status in ("SEEN", "RETRY") and self.store.applied(payment.business_id) is not None:
-            # An earlier attempt applied the effect, then died before
-            # IDEM.DONE (RETRY), or the record is gone and the Bloom filter
-            # remembered (SEEN). Nothing to do but say so.
-            self.event("found_in_db", id=payment.business_id, attempt=attempt, status=status)
-            return self.complete(entry_id, payment, claim, bloom)
-        self.process(entry_id, payment, claim, bloom)
-
-    def process(self, entry_id, payment, claim, bloom):
+    def process(self, entry_id, payment, job):
         bid = payment.business_id
         # Tell the database which attempt is working now: from here on, a
         # write by an older attempt (a worker paused past its lease) fails.
-        if not self.store.fence(bid, claim.attempt):
-            self.event("superseded", id=bid, attempt=claim.attempt)
-            return
-        self.event("start", id=bid, attempt=claim.attempt, status=claim.status, entry=entry_id)
+        if not self.store.fence(bid, job.attempt):
+            self.event("superseded", id=bid, attempt=job.attempt)
+            raise self.reported(redis_idem.LeaseLostError(job.key, "superseded", job.attempt))
+        self.event("start", id=bid, attempt=job.attempt, status=job.status.value, entry=entry_id)
         try:
-            result = self.do_work(payment, claim)
-        except LeaseLost:
+            result = self.do_work(payment, job)
+        except redis_idem.LeaseLostError as e:
             # Another worker took over; it will finish. Nothing to undo.
-            self.event("lease_lost", id=bid, attempt=claim.attempt)
-            return
+            self.event("lease_lost", id=bid, attempt=job.attempt)
+            raise self.reported(e)
         except Exception as e:
-            # Give the claim back at once, so the next delivery retries now
-            # rather than when the lease would lapse. No XACK: the message
-            # stays pending and comes back through XAUTOCLAIM; after
-            # MAXTRIES attempts IDEM.CLAIM answers EXHAUSTED.
-            self.event("failed", id=bid, attempt=claim.attempt, error=repr(e))
-            try:
-                self.r.execute_command("IDEM.RELEASE", claim.key, claim.token)
-            except LOST:
-                pass  # the lease lapses on its own
-            return
+            # Give the claim back at once (the library sends IDEM.RELEASE on
+            # the way out), so the next delivery retries now rather than when
+            # the lease would lapse. No XACK: the message stays pending and
+            # comes back through XAUTOCLAIM; after MAXTRIES attempts
+            # IDEM.CLAIM answers EXHAUSTED.
+            self.event("failed", id=bid, attempt=job.attempt, error=repr(e))
+            raise Failed() from e
 
         # Database first ...
-        outcome = self.store.apply(payment, claim.attempt, self.name)
-        self.event(outcome, id=bid, attempt=claim.attempt)
+        outcome = self.store.apply(payment, job.attempt, self.name)
+        self.event(outcome, id=bid, attempt=job.attempt)
         if outcome == FENCED:
-            return  # a newer attempt owns the payment; it will settle it
+            # A newer attempt owns the payment; it will settle it.
+            raise self.reported(redis_idem.LeaseLostError(job.key, "fenced", job.attempt))
         # ... then Redis (APPLIED, or ALREADY: an older attempt committed it).
-        self.complete(entry_id, payment, claim, bloom, result)
+        return result
 
-    def do_work(self, payment, claim):
+    @staticmethod
+    def reported(error):
+        error.reported = True  # its event is in the journal already
+        return error
+
+    def do_work(self, payment, job):
         """The work before the effect: here a call to a payment provider,
-        simulated by sleeping work_ms. Long work calls claim.keep_alive()
-        regularly; it raises LeaseLost if the claim was taken over."""
+        simulated by sleeping work_ms. The library renews the lease
+        meanwhile; job.check() raises LeaseLostError if it was taken over."""
         deadline = time.monotonic() + payment.work_ms / 1000
         while (left := deadline - time.monotonic()) > 0:
             time.sleep(min(left, 0.1))
-            claim.keep_alive()
-        return f"charged {payment.amount_cents} cents to {payment.account} (attempt {claim.attempt})"
-
-    def complete(self, entry_id, payment, claim, bloom, result="applied earlier"):
-        """IDEM.DONE, then XACK. The effect is committed: Redis must hear of
-        it, so a lost connection is retried rather than given up."""
-        for tries in range(100):
-            try:
-                reply = self.r.execute_command(
-                    "IDEM.DONE", claim.key, claim.token,
-                    "RESULT", result, "RETAIN", self.settings.retain, "BLOOM", bloom,
-                )
-                break
-            except redis.ResponseError as e:
-                if not str(e).startswith("STALE"):
-                    raise
-                # Another worker claimed the key since (our lease lapsed). It
-                # will find the effect in the database and settle the
-                # message; leave the XACK to it.
-                self.event("stale", id=payment.business_id, attempt=claim.attempt)
-                return
-            except LOST:
-                # Unknown whether it went through: DONE again with the same
-                # token is safe (odd = completed now, 0 = already done).
-                time.sleep(min(0.1 * (tries + 1), 1.0))
-        else:
-            raise RuntimeError(f"IDEM.DONE {claim.key}: Redis unreachable")
-        self.event("done", id=payment.business_id, attempt=claim.attempt, reply=reply)
-        self.ack(entry_id, payment, "processed")
+            job.check()
+        return f"charged {payment.amount_cents} cents to {payment.account} (attempt {job.attempt})"
 
     def ack(self, entry_id, payment, why):
         try:

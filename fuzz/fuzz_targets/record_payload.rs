@@ -1,9 +1,9 @@
-//! A record's RDB/RESTORE payload and its replicated effect (IDEM.APPLY):
+//! A record's RDB/RESTORE payload and its replicated effects (IDEM.APPLY, IDEM.MAPPLY):
 //! any bytes decode to a record or an error, never a panic, and what
 //! decodes encodes back to the same bytes.
 #![no_main]
 
-use idem_core::record::codec;
+use idem_core::record::{batch, codec};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -16,4 +16,6 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let _ = codec::decode_effect(data);
+    // A batch's effect (IDEM.MAPPLY), for any key count.
+    let _ = batch::decode_effect(data, data.first().map_or(0, |&count| count as usize));
 });

@@ -96,6 +96,19 @@ pub fn parse_options<A: ArgList + ?Sized>(
     args: &A,
     first: usize,
     names: &[&str],
+    take: impl FnMut(usize, usize) -> Result<(), CmdError>,
+) -> CmdResult {
+    parse_counted_options(args, first, names, |_| 1, take)
+}
+
+/// [`parse_options`] where an option may take several values:
+/// `values(option)` of them (the batch commands' `PAYLOADS`, one per key).
+/// `take(option, first_value_index)` gets the index of the first.
+pub fn parse_counted_options<A: ArgList + ?Sized>(
+    args: &A,
+    first: usize,
+    names: &[&str],
+    values: impl Fn(usize) -> usize,
     mut take: impl FnMut(usize, usize) -> Result<(), CmdError>,
 ) -> CmdResult {
     let mut seen = 0u32;
@@ -110,11 +123,18 @@ pub fn parse_options<A: ArgList + ?Sized>(
             return Err(CmdError::new(format!("ERR syntax error, option {} given twice", names[known])));
         }
         seen |= 1 << known;
-        if index + 1 >= args.len() {
-            return Err(CmdError::new(format!("ERR syntax error, option {} needs a value", names[known])));
+        let count = values(known);
+        if args.len() - (index + 1) < count {
+            return Err(match count {
+                1 => CmdError::new(format!("ERR syntax error, option {} needs a value", names[known])),
+                _ => CmdError::new(format!(
+                    "ERR syntax error, option {} needs {count} values (one per key)",
+                    names[known]
+                )),
+            });
         }
         take(known, index + 1)?;
-        index += 2;
+        index += 1 + count;
     }
     Ok(())
 }

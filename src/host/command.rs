@@ -12,6 +12,7 @@ use std::mem::MaybeUninit;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
 
+use idem_core::args::ArgList;
 use idem_core::error::{CmdError, CmdResult};
 use redis_module::raw;
 
@@ -43,6 +44,11 @@ pub enum KeyAt {
     /// Declared incomplete, since an earlier option's value may spell the
     /// name: Redis then asks the command itself (`getkeys-api`).
     Option(&'static CStr),
+    /// A count at this position, then that many keys, one every `step`
+    /// arguments from the next one (`numkeys key [key ...]`, as `ZUNION`).
+    Counted { at: c_int, step: c_int },
+    /// Every argument from this position on.
+    Range { from: c_int },
 }
 
 pub struct KeyArg {
@@ -67,6 +73,8 @@ pub enum ArgType {
     PureToken,
     /// Exactly one of these.
     OneOf(&'static [ArgSpec]),
+    /// These, in order, as one argument (`key token` of a pair).
+    Block(&'static [ArgSpec]),
 }
 
 /// One argument of a command, as `COMMAND DOCS` shows it: what redis-cli's
@@ -122,6 +130,11 @@ pub mod arg {
     /// One of `choices`.
     pub const fn one_of(name: &'static CStr, choices: &'static [ArgSpec]) -> ArgSpec {
         of(name, ArgType::OneOf(choices))
+    }
+
+    /// `parts` as one argument, such as a pair repeated with [`many`].
+    pub const fn block(name: &'static CStr, parts: &'static [ArgSpec]) -> ArgSpec {
+        of(name, ArgType::Block(parts))
     }
 
     /// An option: `token` then `value`, which may be left out.
@@ -214,7 +227,11 @@ pub unsafe fn dispatch(
     {
         // SAFETY: reading a function pointer Redis filled in at load.
         let with_flags = unsafe { raw::RedisModule_KeyAtPosWithFlags };
-        for (position, flags) in keys(&args) {
+        let positions = key_positions_or_every_argument(|| keys(&args), args.len());
+        if positions.is_none() {
+            ctx.log_warning("redis-idem: finding a call's keys failed (a panic or a position past its arguments); every argument was reported as a key it writes");
+        }
+        for (position, flags) in positions.unwrap_or_else(|| every_argument_written(args.len())) {
             match with_flags {
                 // SAFETY: a key-position request's context, a position
                 // within argv.
@@ -236,6 +253,21 @@ pub unsafe fn dispatch(
     raw::REDISMODULE_OK as c_int
 }
 
+/// The key positions `find` gives, or None when it panicked. A panic must
+/// not take the server down, nor answer "no keys": Redis would then skip
+/// the call's ACL key checks and route it anywhere in a cluster.
+fn key_positions_or_every_argument(find: impl FnOnce() -> Vec<(usize, u32)>, argc: usize) -> Option<Vec<(usize, u32)>> {
+    catch_unwind(AssertUnwindSafe(find)).ok().filter(|positions| positions.iter().all(|&(p, _)| p > 0 && p < argc))
+}
+
+/// Fails closed: every argument after the command name as a key the call
+/// reads and writes, so ACL asks for write access to each of them and a
+/// cluster answers CROSSSLOT unless they all share a slot; the command
+/// itself then answers its own error for the arguments.
+fn every_argument_written(argc: usize) -> Vec<(usize, u32)> {
+    (1..argc).map(|position| (position, RW | ACCESS | UPDATE)).collect()
+}
+
 fn key_spec(key: &KeyArg) -> raw::RedisModuleCommandKeySpec {
     // SAFETY: an all-zero key spec is valid (and terminates the list).
     let mut spec: raw::RedisModuleCommandKeySpec = unsafe { MaybeUninit::zeroed().assume_init() };
@@ -249,6 +281,22 @@ fn key_spec(key: &KeyArg) -> raw::RedisModuleCommandKeySpec {
             spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_KEYWORD;
             spec.bs.keyword =
                 raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_2 { keyword: name.as_ptr(), startfrom: 3 };
+        }
+        KeyAt::Counted { at, step } => {
+            spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+            spec.bs.index.pos = at;
+            spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
+            spec.fk.keynum =
+                raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_2 { keynumidx: 0, firstkey: 1, keystep: step };
+            return spec;
+        }
+        KeyAt::Range { from } => {
+            spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+            spec.bs.index.pos = from;
+            spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+            spec.fk.range =
+                raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 { lastkey: -1, keystep: 1, limit: 0 };
+            return spec;
         }
     }
     spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
@@ -288,13 +336,16 @@ impl CommandArgs {
                     ArgType::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
                     ArgType::Double => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_DOUBLE,
                     ArgType::PureToken => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
-                    ArgType::OneOf(specs) => {
+                    ArgType::OneOf(specs) | ArgType::Block(specs) => {
                         // The inner list's buffer stays put when `sub`
                         // moves into `choices`.
                         let mut sub = CommandArgs::new(specs);
                         arg.subargs = sub.list.as_mut_ptr();
                         choices.push(sub);
-                        raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF
+                        match spec.kind {
+                            ArgType::Block(_) => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK,
+                            _ => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF,
+                        }
                     }
                 };
                 arg
@@ -399,4 +450,25 @@ pub fn register(ctx: Ctx<'_>, tables: &[&[CommandSpec]]) -> Result<(), String> {
         set_acl_categories(command, spec.acl, with_idem).map_err(|()| failed())?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_finder_that_panics_reports_every_argument_as_written() {
+        assert_eq!(key_positions_or_every_argument(|| panic!("a bug in a parser"), 4), None);
+        assert_eq!(
+            every_argument_written(4),
+            vec![(1, RW | ACCESS | UPDATE), (2, RW | ACCESS | UPDATE), (3, RW | ACCESS | UPDATE)]
+        );
+    }
+
+    #[test]
+    fn a_key_finder_past_the_arguments_is_not_believed() {
+        assert_eq!(key_positions_or_every_argument(|| vec![(1, RW), (2, RO)], 3), Some(vec![(1, RW), (2, RO)]));
+        assert_eq!(key_positions_or_every_argument(|| vec![(3, RW)], 3), None);
+        assert_eq!(key_positions_or_every_argument(|| vec![(0, RW)], 3), None);
+    }
 }

@@ -222,6 +222,26 @@ impl<'call> Ctx<'call> {
         };
     }
 
+    /// Propagates `command blob key [key ...]`: many keys' writes as one
+    /// command (the batch commands' effect).
+    pub fn replicate_blob_keys(self, command: &'static CStr, blob: &[u8], keys: &[Arg<'_>]) {
+        let (blob_ptr, blob_len) = c_bytes(blob);
+        // SAFETY: a live context; "bv" matches a buffer with its length,
+        // then an array of Redis strings with its length (`Arg` is a
+        // transparent string pointer). Redis copies all of them.
+        unsafe {
+            api!(RedisModule_Replicate)(
+                self.as_ptr(),
+                command.as_ptr(),
+                c"bv".as_ptr(),
+                blob_ptr,
+                blob_len,
+                keys.as_ptr(),
+                keys.len(),
+            )
+        };
+    }
+
     pub fn replicate_verbatim(self) {
         // SAFETY: a live command context.
         unsafe { api!(RedisModule_ReplicateVerbatim)(self.as_ptr()) };
@@ -240,6 +260,19 @@ impl<'call> Ctx<'call> {
                 key.as_ptr(),
             )
         };
+    }
+
+    /// Has Redis apply its config file's `idem.*` lines to the configs
+    /// registered: once, in OnLoad, after the last is registered.
+    pub fn load_configs(self) -> Result<(), String> {
+        // SAFETY: the module's OnLoad context, after its configs were
+        // registered.
+        let status = unsafe { api!(RedisModule_LoadConfigs)(self.as_ptr()) };
+        if status == raw::REDISMODULE_OK as c_int {
+            Ok(())
+        } else {
+            Err("the server refused an idem.* value of its config file (see the lines above)".into())
+        }
     }
 
     pub fn log_warning(self, message: &str) {

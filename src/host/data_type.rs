@@ -5,6 +5,7 @@
 
 use std::ffi::{CStr, c_int, c_void};
 use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::{self, NonNull};
 
 use idem_core::Millis;
@@ -266,14 +267,18 @@ unsafe extern "C" fn rdb_load<T: DataType>(rdb: *mut raw::RedisModuleIO, encver:
         rdb.log_refused(T::WHAT, c"encoding version newer than this module");
         return ptr::null_mut();
     }
-    let Some(buffer) = rdb.load_bytes() else { return ptr::null_mut() };
-    match T::load(buffer.as_ref(), rdb.server_is_loading()) {
-        Some(value) => value.into_raw().as_ptr(),
-        None => {
-            rdb.log_refused(T::WHAT, c"corrupt payload");
-            ptr::null_mut()
+    // A NULL value fails the load (RESTORE answers an error), as a
+    // corrupt payload does.
+    contained::<T, _>(c"rdb_load", ptr::null_mut(), || {
+        let Some(buffer) = rdb.load_bytes() else { return ptr::null_mut() };
+        match T::load(buffer.as_ref(), rdb.server_is_loading()) {
+            Some(value) => value.into_raw().as_ptr(),
+            None => {
+                rdb.log_refused(T::WHAT, c"corrupt payload");
+                ptr::null_mut()
+            }
         }
-    }
+    })
 }
 
 /// # Safety
@@ -281,8 +286,13 @@ unsafe extern "C" fn rdb_load<T: DataType>(rdb: *mut raw::RedisModuleIO, encver:
 unsafe extern "C" fn rdb_save<T: DataType>(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     // SAFETY: the handle and value Redis passed to this callback.
     let (Some(mut rdb), Some(value)) = (unsafe { Rdb::from_raw(rdb) }, unsafe { view::<T>(value) }) else { return };
-    let mut bytes = Vec::new();
-    T::save(value, &mut bytes);
+    // A value must be written, or the rest of the RDB (or the DUMP) is
+    // misread: after a panic it is an empty payload, which loads refuse.
+    let bytes = contained::<T, _>(c"rdb_save", Vec::new(), || {
+        let mut bytes = Vec::new();
+        T::save(value, &mut bytes);
+        bytes
+    });
     rdb.save_bytes(&bytes);
 }
 
@@ -299,15 +309,21 @@ unsafe extern "C" fn aof_rewrite<T: DataType>(
     else {
         return;
     };
-    aof.emit_key_blob(T::REWRITE_COMMAND, key, &T::rewrite(value));
+    // After a panic the key is left out of the rewritten AOF, which stays
+    // valid.
+    if let Some(blob) = contained::<T, _>(c"aof_rewrite", None, || Some(T::rewrite(value))) {
+        aof.emit_key_blob(T::REWRITE_COMMAND, key, &blob);
+    }
 }
 
 /// # Safety
 /// `value` is a live value of `T`.
 unsafe extern "C" fn mem_usage<T: DataType>(value: *const c_void) -> usize {
     // SAFETY: the value Redis passed to this callback.
-    unsafe { view::<T>(value) }
-        .map_or(0, |value| MODULE_VALUE_SIZE + T::Value::allocation_size(value) + T::mem_usage(value))
+    let Some(value) = (unsafe { view::<T>(value) }) else { return 0 };
+    contained::<T, _>(c"mem_usage", MODULE_VALUE_SIZE, || {
+        MODULE_VALUE_SIZE + T::Value::allocation_size(value) + T::mem_usage(value)
+    })
 }
 
 /// # Safety
@@ -317,8 +333,12 @@ unsafe extern "C" fn digest<T: DataType>(md: *mut raw::RedisModuleDigest, value:
     let (Some(mut digest), Some(value)) = (unsafe { Digest::from_raw(md) }, unsafe { view::<T>(value) }) else {
         return;
     };
-    let mut bytes = Vec::new();
-    T::save(value, &mut bytes);
+    // After a panic the value adds nothing to the digest.
+    let bytes = contained::<T, _>(c"digest", Vec::new(), || {
+        let mut bytes = Vec::new();
+        T::save(value, &mut bytes);
+        bytes
+    });
     digest.add_sequence(&bytes);
 }
 
@@ -329,7 +349,10 @@ unsafe extern "C" fn digest<T: DataType>(md: *mut raw::RedisModuleDigest, value:
 unsafe extern "C" fn free<T: DataType>(value: *mut c_void) {
     if let Some(value) = NonNull::new(value) {
         // SAFETY: Redis frees each value once.
-        drop(unsafe { T::Value::from_raw(value) });
+        let value = unsafe { T::Value::from_raw(value) };
+        // A panic must not unwind into Redis; what was not freed leaks.
+        // (No log: this may be the lazy-free thread.)
+        let _ = catch_unwind(AssertUnwindSafe(|| drop(value)));
     }
 }
 
@@ -337,7 +360,8 @@ unsafe extern "C" fn free<T: DataType>(value: *mut c_void) {
 /// `value` is a live value of `T`.
 unsafe extern "C" fn free_effort<T: DataType>(_key: *mut raw::RedisModuleString, value: *const c_void) -> usize {
     // SAFETY: the value Redis passed to this callback.
-    unsafe { view::<T>(value) }.map_or(1, T::free_effort)
+    let Some(value) = (unsafe { view::<T>(value) }) else { return 1 };
+    contained::<T, _>(c"free_effort", 1, || T::free_effort(value))
 }
 
 /// # Safety
@@ -348,7 +372,43 @@ unsafe extern "C" fn copy<T: DataType>(
     value: *const c_void,
 ) -> *mut c_void {
     // SAFETY: the value Redis passed to this callback.
-    unsafe { view::<T>(value) }.map_or(ptr::null_mut(), |value| T::copy(value).into_raw().as_ptr())
+    let Some(value) = (unsafe { view::<T>(value) }) else { return ptr::null_mut() };
+    // NULL: COPY answers an error and creates nothing.
+    contained::<T, _>(c"copy", ptr::null_mut(), || T::copy(value).into_raw().as_ptr())
+}
+
+/// Runs a callback's `work`, as commands, waiters and timers are run: a
+/// panic must not unwind into Redis (which aborts the server). After one,
+/// the callback returns `fallback`, the safest answer for it, and the
+/// server log says which callback of which type panicked (the panic's own
+/// message is on the server's stderr).
+fn contained<T: DataType, R>(callback: &CStr, fallback: R, work: impl FnOnce() -> R) -> R {
+    match catch_unwind(AssertUnwindSafe(work)) {
+        Ok(result) => result,
+        Err(_) => {
+            log_panic(callback, T::WHAT);
+            fallback
+        }
+    }
+}
+
+/// Logs a callback's panic, without a context (a callback may have none);
+/// logs nothing where Redis's API is missing (unit tests).
+fn log_panic(callback: &CStr, what: &CStr) {
+    // SAFETY: reads a function pointer Redis set once, before OnLoad.
+    let Some(log) = (unsafe { raw::RedisModule_Log }) else { return };
+    // SAFETY: a NULL context is allowed (the line is logged without the
+    // module's name); a format with two `%s`, and two NUL-terminated
+    // strings.
+    unsafe {
+        log(
+            ptr::null_mut(),
+            c"warning".as_ptr(),
+            c"redis-idem: the %s callback of a %s panicked (a bug: please report it); see the server's stderr".as_ptr(),
+            callback.as_ptr(),
+            what.as_ptr(),
+        )
+    };
 }
 
 /// Bytes Redis's allocator holds for a boxed slice (none for an empty one:
@@ -381,22 +441,22 @@ unsafe fn heap_size<T>(ptr: *const T, len: usize) -> usize {
     unsafe { api!(RedisModule_MallocSize)(ptr as *mut c_void) }
 }
 
-/// A value of `T` under an open key, borrowed for as long as the slot
-/// lives, with the key at hand to store a new value or set the expiry.
-pub struct Slot<'k, 'a, T: DataType> {
+/// A value of `T` under an open key, borrowed for as long as this lives,
+/// with the key at hand to store a new value or set the expiry.
+pub struct OpenValue<'k, 'a, T: DataType> {
     key: &'k mut Key<'a>,
     value: Option<<T::Value as Stored>::Mut<'k>>,
     _type: PhantomData<T>,
 }
 
-impl<'k, 'a, T: DataType> Slot<'k, 'a, T> {
+impl<'k, 'a, T: DataType> OpenValue<'k, 'a, T> {
     /// `Err(WRONGTYPE)` for a key of another type.
-    pub fn open(key: &'k mut Key<'a>) -> Result<Slot<'k, 'a, T>, CmdError> {
+    pub fn open(key: &'k mut Key<'a>) -> Result<OpenValue<'k, 'a, T>, CmdError> {
         // SAFETY: a value of this type, made by its `into_raw`; it lives
-        // while the key is open, and the slot's `&mut` on the key keeps
+        // while the key is open, and the open value's `&mut` on the key keeps
         // anything else from reaching it meanwhile.
         let value = key.module_value(handle::<T>())?.map(|value| unsafe { T::Value::borrow_mut(value) });
-        Ok(Slot { key, value, _type: PhantomData })
+        Ok(OpenValue { key, value, _type: PhantomData })
     }
 
     pub fn value(&mut self) -> Option<&mut <T::Value as Stored>::Mut<'k>> {
@@ -412,22 +472,16 @@ impl<'k, 'a, T: DataType> Slot<'k, 'a, T> {
         self.key.pttl()
     }
 
-    /// The value and the key's PTTL together.
-    pub fn value_and_pttl(&mut self) -> Option<(&mut <T::Value as Stored>::Mut<'k>, Millis)> {
-        let pttl = self.key.pttl();
-        self.value.as_mut().map(|value| (value, pttl))
-    }
-
     /// Makes the key hold `value` (dropping the old one) until
     /// `expire_at` (`None`: no expiry).
     pub fn store(self, value: T::Value, expire_at: Option<Millis>) {
-        let Slot { key, value: old, .. } = self;
+        let OpenValue { key, value: old, .. } = self;
         let had_value = old.is_some();
         // The borrow of the old value ends before it is freed.
         drop(old);
         if had_value {
             // Swaps the pointer alone, far cheaper than deleting the key.
-            // SAFETY: the key holds a value of `T` (the slot found one),
+            // SAFETY: the key holds a value of `T` (the open value found one),
             // and the new one is made by `T`'s `into_raw`.
             let old = unsafe { key.replace_module_value(handle::<T>(), value.into_raw().as_ptr()) };
             if let Some(old) = NonNull::new(old) {
@@ -449,7 +503,7 @@ impl<'k, 'a, T: DataType> Slot<'k, 'a, T> {
 /// The value of `T` under an open key, for as long as the key is
 /// borrowed; `Err(WRONGTYPE)` for another type.
 pub fn value_mut<'k, T: DataType>(key: &'k mut Key<'_>) -> Result<Option<<T::Value as Stored>::Mut<'k>>, CmdError> {
-    // SAFETY: as in `Slot::open`.
+    // SAFETY: as in `OpenValue::open`.
     Ok(key.module_value(handle::<T>())?.map(|value| unsafe { T::Value::borrow_mut(value) }))
 }
 
@@ -464,6 +518,67 @@ pub fn set_value<T: DataType>(key: &mut Key<'_>, value: T::Value) {
 pub fn visited_value<'k, T: DataType>(
     key: &'k super::background::VisitedKey<'_>,
 ) -> Option<<T::Value as Stored>::Ref<'k>> {
-    // SAFETY: as in `Slot::open`; the scan only reads, for the visit.
+    // SAFETY: as in `OpenValue::open`; the scan only reads, for the visit.
     key.module_value(handle::<T>()).map(|value| unsafe { T::Value::borrow(value) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A type each of whose callbacks panics, as a bug in a decoder would.
+    struct Panicking;
+
+    static PANICKING_TYPE: RedisType = RedisType::new("idempanic", 1, methods::<Panicking>());
+
+    impl DataType for Panicking {
+        type Value = Box<u64>;
+        const ENCODING_VERSION: i32 = 1;
+        const WHAT: &'static CStr = c"test value";
+        const REWRITE_COMMAND: &'static CStr = c"TEST.APPLY";
+
+        fn redis_type() -> &'static RedisType {
+            &PANICKING_TYPE
+        }
+        fn load(_bytes: &[u8], _loading: bool) -> Option<Box<u64>> {
+            panic!("load")
+        }
+        fn save(_value: &u64, _out: &mut Vec<u8>) {
+            panic!("save")
+        }
+        fn rewrite(_value: &u64) -> Vec<u8> {
+            panic!("rewrite")
+        }
+        fn mem_usage(_value: &u64) -> usize {
+            panic!("mem_usage")
+        }
+        fn free_effort(_value: &u64) -> usize {
+            panic!("free_effort")
+        }
+        fn copy(_value: &u64) -> Box<u64> {
+            panic!("copy")
+        }
+    }
+
+    #[test]
+    fn a_panic_gives_the_fallback_and_no_panic_the_result() {
+        assert_eq!(contained::<Panicking, _>(c"test", 1, || panic!("a bug")), 1);
+        assert_eq!(contained::<Panicking, _>(c"test", 1, || 2), 2);
+    }
+
+    /// Through the `extern "C"` callbacks Redis calls: a panic that
+    /// unwound out of one would abort this test process, as it would the
+    /// server.
+    #[test]
+    fn panicking_callbacks_answer_their_fallback_instead_of_aborting() {
+        let value = Box::new(7_u64).into_raw().as_ptr();
+        // SAFETY: a live value of the type, as Redis passes one; COPY's key
+        // names are not read.
+        let copied = unsafe { copy::<Panicking>(ptr::null_mut(), ptr::null_mut(), value) };
+        assert!(copied.is_null(), "a panicking copy makes no value");
+        // SAFETY: as above.
+        assert_eq!(unsafe { free_effort::<Panicking>(ptr::null_mut(), value) }, 1);
+        // SAFETY: as above, not used after.
+        unsafe { free::<Panicking>(value) };
+    }
 }

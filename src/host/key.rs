@@ -164,16 +164,6 @@ impl<'a> Key<'a> {
         unsafe { api!(RedisModule_DeleteKey)(self.raw) };
     }
 
-    /// Absolute expiry in Unix ms, or `None` for a key without one.
-    pub fn expire_at(&self) -> Option<Millis> {
-        if self.raw.is_null() {
-            return None;
-        }
-        // SAFETY: an open key.
-        let at = unsafe { api!(RedisModule_GetAbsExpire)(self.raw) };
-        (at >= 0).then_some(at)
-    }
-
     /// `None` removes the expiry.
     pub fn set_expire_at(&mut self, at: Option<Millis>) {
         // SAFETY: a key opened for writing.

@@ -12,7 +12,8 @@
 //! - [`key`]: command arguments and open keys (expiry, module values).
 //! - [`command`]: command registration and dispatch (panics become errors).
 //! - [`data_type`]: module data types in safe Rust: the value behind
-//!   Redis's pointer, and the C callbacks, once for every type.
+//!   Redis's pointer, and the C callbacks, once for every type (a panic
+//!   in one gives its safest answer, never an abort).
 //! - [`io`]: what those callbacks read and write.
 //! - [`background`]: the timer and keyspace walk of the filter sweeper.
 //! - [`blocking`]: clients that wait on a key (`IDEM.CLAIM ... WAIT`), and

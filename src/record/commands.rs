@@ -14,7 +14,7 @@ use idem_core::error::{CmdError, CmdResult};
 use idem_core::record::codec::{self as record_codec, RECORD_OVERHEAD};
 use idem_core::record::{self, ClaimArgs, ClaimReply, DoneArgs, DoneReply, Millis, Token, Write, token_arg};
 
-use super::data_type::{self, Slot};
+use super::data_type::{self, OpenRecord};
 use crate::bloom::commands as bloom_commands;
 use crate::config;
 use crate::host::blocking::{self, Waiter, Wake};
@@ -33,7 +33,7 @@ fn new_token() -> Token {
 }
 
 /// Stores a transition's write, propagates it and notifies `event`.
-fn commit(ctx: Ctx, mut slot: Slot, write: Write, event: &'static CStr) {
+fn store_write(ctx: Ctx, mut slot: OpenRecord, write: Write, event: &'static CStr) {
     let name = slot.name();
     match write {
         Write::None => return,
@@ -128,7 +128,7 @@ fn decide_claim(
 ) -> Result<Answer, CmdError> {
     let mut claim = *claim;
     let mut key = ctx.open_key(args.arg(1), KeyMode::Write);
-    let mut slot = Slot::open(&mut key)?;
+    let mut slot = OpenRecord::open(&mut key)?;
     if let Some(filter_index) = bloom {
         // Only a missing record consults the filter: "may have completed
         // within its window" turns NEW into SEEN.
@@ -158,8 +158,8 @@ fn decide_claim(
         }
     }
     let (reply, write) = record::claim(slot.record(), &claim, now, config::lifetimes(), new_token);
-    let hold_busy = matches!(caller, Caller::Command { wait: true } | Caller::Woken);
-    if hold_busy && let ClaimReply::Busy { lease_left, .. } = reply {
+    let busy_goes_unanswered = matches!(caller, Caller::Command { wait: true } | Caller::Woken);
+    if busy_goes_unanswered && let ClaimReply::Busy { lease_left, .. } = reply {
         return Ok(Answer::Busy { lease_end: now + lease_left });
     }
     ctx.reply_array(3);
@@ -204,7 +204,7 @@ fn decide_claim(
         }
     };
     ctx.reply_int(attempt as i64);
-    commit(ctx, slot, write, c"idem.claim");
+    store_write(ctx, slot, write, c"idem.claim");
     Ok(answer)
 }
 
@@ -283,7 +283,7 @@ pub fn done(ctx: Ctx, args: &Args) -> CmdResult {
         limits::check_value_size(ctx, result.len() as u64 + RECORD_OVERHEAD, "RESULT")?;
     }
     let mut key = ctx.open_key(args.arg(1), KeyMode::Write);
-    let mut slot = Slot::open(&mut key)?;
+    let mut slot = OpenRecord::open(&mut key)?;
     let memory_full = ctx.memory_full();
     let kept_result = if memory_full { None } else { result };
     let (reply, write) = record::done(slot.record(), token, kept_result, retain, now);
@@ -299,7 +299,7 @@ pub fn done(ctx: Ctx, args: &Args) -> CmdResult {
             return Err(CmdError::Static(c"STALE the key was claimed again since this token's claim"));
         }
     }
-    commit(ctx, slot, write, c"idem.done");
+    store_write(ctx, slot, write, c"idem.done");
     blocking::signal_ready(ctx, args.arg(1));
     let mut completed = 1;
     if result.is_some() && kept_result.is_none() {
@@ -323,11 +323,11 @@ pub fn release(ctx: Ctx, args: &Args) -> CmdResult {
     let now = ctx.now();
     let token = token_arg(args, 2)?;
     let mut key = ctx.open_key(args.arg(1), KeyMode::Write);
-    let mut slot = Slot::open(&mut key)?;
+    let mut slot = OpenRecord::open(&mut key)?;
     let (released, write) = record::release(slot.record(), token, now, config::lifetimes());
     count(if released { Metric::ReleaseOk } else { Metric::ReleaseMiss });
     ctx.reply_int(released as i64);
-    commit(ctx, slot, write, c"idem.release");
+    store_write(ctx, slot, write, c"idem.release");
     if released {
         blocking::signal_ready(ctx, args.arg(1));
     }
@@ -340,7 +340,7 @@ pub fn extend(ctx: Ctx, args: &Args) -> CmdResult {
     let token = token_arg(args, 2)?;
     let lease = seconds_arg(args, 3, now)?;
     let mut key = ctx.open_key(args.arg(1), KeyMode::Write);
-    let mut slot = Slot::open(&mut key)?;
+    let mut slot = OpenRecord::open(&mut key)?;
     let (extended, write) = record::extend(slot.record(), token, lease, now, config::lifetimes());
     if extended.is_err() {
         count(Metric::ExtendStale);
@@ -348,7 +348,7 @@ pub fn extend(ctx: Ctx, args: &Args) -> CmdResult {
     }
     count(Metric::ExtendOk);
     ctx.reply_int(1);
-    commit(ctx, slot, write, c"idem.extend");
+    store_write(ctx, slot, write, c"idem.extend");
     Ok(())
 }
 
@@ -357,11 +357,11 @@ pub fn once(ctx: Ctx, args: &Args) -> CmdResult {
     let now = ctx.now();
     let retain = seconds_arg(args, 2, now)?;
     let mut key = ctx.open_key(args.arg(1), KeyMode::Write);
-    let mut slot = Slot::open(&mut key)?;
+    let mut slot = OpenRecord::open(&mut key)?;
     let (created, write) = record::once(slot.record().as_deref(), retain, now);
     count(if created { Metric::OnceNew } else { Metric::OnceExists });
     ctx.reply_int(created as i64);
-    commit(ctx, slot, write, c"idem.done");
+    store_write(ctx, slot, write, c"idem.done");
     Ok(())
 }
 
@@ -369,7 +369,7 @@ pub fn once(ctx: Ctx, args: &Args) -> CmdResult {
 pub fn get(ctx: Ctx, args: &Args) -> CmdResult {
     let now = ctx.now();
     let mut key = ctx.open_key(args.arg(1), KeyMode::Read);
-    let mut slot = Slot::open(&mut key)?;
+    let mut slot = OpenRecord::open(&mut key)?;
     let Some((record, pttl)) = slot.record_and_pttl() else {
         ctx.reply_null();
         return Ok(());
@@ -405,7 +405,7 @@ pub fn apply(ctx: Ctx, args: &Args) -> CmdResult {
     ctx.require_primary_or_aof()?;
     let (record, expire_at) = data_type::decode_effect(args.bytes(2))?;
     let mut key = ctx.open_key(args.arg(1), KeyMode::Write);
-    Slot::open(&mut key)?.store_new(record, expire_at);
+    OpenRecord::open(&mut key)?.store_new(record, expire_at);
     // Clients waiting on the key (a writable replica's) see the change.
     blocking::signal_ready(ctx, args.arg(1));
     // On a primary this reaches replicas and the AOF; on a replica, its own

@@ -24,8 +24,14 @@ pub const ENCODING_VERSION: i32 = 2;
 
 pub static RECORD_TYPE: RedisType = RedisType::new("idemrecrd", ENCODING_VERSION, methods::<RecordType>());
 
+/// A done record packed (`codec::Packed::Done`).
+type PackedDone = [u64; 2];
+/// A claimed record packed (`codec::Packed::Claim`).
+type PackedClaim = [u64; 4];
 /// A done record packed, a claimed one packed, or any record.
-type Value = Tagged<[u64; 2], [u64; 4], Record>;
+type Value = Tagged<PackedDone, PackedClaim, Record>;
+/// A view of a key's record as stored.
+type ValueRef<'a> = TaggedRef<'a, PackedDone, PackedClaim, Record>;
 
 pub struct RecordType;
 
@@ -43,17 +49,17 @@ impl DataType for RecordType {
         codec::decode(bytes).ok().map(into_value)
     }
 
-    fn save(value: TaggedRef<'_, [u64; 2], [u64; 4], Record>, out: &mut Vec<u8>) {
+    fn save(value: ValueRef<'_>, out: &mut Vec<u8>) {
         codec::encode(&to_record(value), out);
     }
 
     /// One `IDEM.APPLY` without expiry; Redis appends the key's
     /// `PEXPIREAT` after it.
-    fn rewrite(value: TaggedRef<'_, [u64; 2], [u64; 4], Record>) -> Vec<u8> {
+    fn rewrite(value: ValueRef<'_>) -> Vec<u8> {
         codec::effect(&to_record(value), None)
     }
 
-    fn mem_usage(value: TaggedRef<'_, [u64; 2], [u64; 4], Record>) -> usize {
+    fn mem_usage(value: ValueRef<'_>) -> usize {
         match value {
             TaggedRef::C(record) => record.result.as_ref().map_or(0, boxed_slice_size),
             _ => 0,
@@ -61,11 +67,11 @@ impl DataType for RecordType {
     }
 
     /// A record is at most two allocations: always cheap to free inline.
-    fn free_effort(_value: TaggedRef<'_, [u64; 2], [u64; 4], Record>) -> usize {
+    fn free_effort(_value: ValueRef<'_>) -> usize {
         1
     }
 
-    fn copy(value: TaggedRef<'_, [u64; 2], [u64; 4], Record>) -> Value {
+    fn copy(value: ValueRef<'_>) -> Value {
         into_value(to_record(value))
     }
 }
@@ -80,7 +86,7 @@ fn into_value(record: Record) -> Value {
 }
 
 /// A copy of the stored record (packed ones are unpacked).
-fn to_record(value: TaggedRef<'_, [u64; 2], [u64; 4], Record>) -> Record {
+fn to_record(value: ValueRef<'_>) -> Record {
     match value {
         TaggedRef::A(words) => codec::unpack(Packed::Done(*words)),
         TaggedRef::B(words) => codec::unpack(Packed::Claim(*words)),
@@ -92,21 +98,21 @@ fn to_record(value: TaggedRef<'_, [u64; 2], [u64; 4], Record>) -> Record {
 /// `idem_core::record`. Boxed records are changed in place; a packed one is
 /// unpacked into `unpacked` and stored again only if a transition changes
 /// it.
-pub struct Slot<'k, 'a> {
-    stored: data_type::Slot<'k, 'a, RecordType>,
+pub struct OpenRecord<'k, 'a> {
+    stored: data_type::OpenValue<'k, 'a, RecordType>,
     unpacked: Option<Record>,
 }
 
-impl<'k, 'a> Slot<'k, 'a> {
+impl<'k, 'a> OpenRecord<'k, 'a> {
     /// `Err(WRONGTYPE)` for a key of another type.
-    pub fn open(key: &'k mut Key<'a>) -> Result<Slot<'k, 'a>, CmdError> {
-        let mut stored = data_type::Slot::open(key)?;
+    pub fn open(key: &'k mut Key<'a>) -> Result<OpenRecord<'k, 'a>, CmdError> {
+        let mut stored = data_type::OpenValue::open(key)?;
         let unpacked = match stored.value() {
             Some(TaggedMut::A(words)) => Some(codec::unpack(Packed::Done(**words))),
             Some(TaggedMut::B(words)) => Some(codec::unpack(Packed::Claim(**words))),
             _ => None,
         };
-        Ok(Slot { stored, unpacked })
+        Ok(OpenRecord { stored, unpacked })
     }
 
     pub fn name(&self) -> Arg<'a> {

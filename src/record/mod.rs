@@ -6,5 +6,6 @@
 //! command-table row in [`commands`], and the stored value in
 //! [`data_type`].
 
+pub mod batch;
 pub mod commands;
 pub mod data_type;

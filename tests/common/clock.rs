@@ -3,7 +3,8 @@
 //! so a test knows the time the module saw. A step that missed its time
 //! slot (the machine stalled) is a `Hiccup`: the scenario runs again, it
 //! never guesses.
-use super::*;
+use crate::common::commands::server_ms;
+use redis::Value;
 use std::time::Duration;
 
 /// Sleeps until the server's clock reads `target_ms` (Unix ms) or later.

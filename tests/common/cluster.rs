@@ -8,7 +8,11 @@
 //! of client threads that records every claim it was granted.
 //!
 //! Every node is a `Server`: dropping the `Cluster` kills them all.
-use super::*;
+use crate::common::commands::{digest_value, server_ms};
+use crate::common::fixtures::{FilterSnap, Snap, snapshot};
+use crate::common::reply::{as_int, as_token, err_text, parse_claim};
+use crate::common::server::{NEXT_ID, Server, StartError, module_path, parse_info, test_servers_root};
+use redis::{ConnectionLike, RedisResult, Value};
 
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
@@ -20,7 +24,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::thread::JoinHandle;
 
-use redis::ConnectionLike;
 use redis::cluster::{ClusterClient, ClusterConnection};
 
 /// `cluster-node-timeout` of every node, ms.

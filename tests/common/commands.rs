@@ -1,7 +1,8 @@
 //! The module's commands (and a few of Redis's), called the way the tests
 //! call them: each wrapper panics on an unexpected error, with the command
 //! in the message.
-use super::*;
+use crate::common::reply::{BfInfo, Fields, as_token, err_text, fields_from_reply, parse_bf_info, parse_claim, q};
+use redis::Value;
 use std::collections::HashMap;
 
 /// `IDEM.CLAIM key lease` → `(status, value, attempt)`.

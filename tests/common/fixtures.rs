@@ -1,7 +1,13 @@
 //! Values in every state, and snapshots of them: records (made by
 //! `populate`), filters (made by `populate_filters`), and the state of any
 //! key, for the persistence, replication, cluster and bad-input tests.
-use super::*;
+use crate::common::clock::align_to_boundary;
+use crate::common::commands::{
+    bf_add, bf_info, bf_info_opt, claim, claim_new, claim_new_opts, claim_opts, digest_value, done, extend, get_fields,
+    get_opt, items, madd_all, mexists_all, once, pexpiretime, release, reserve,
+};
+use crate::common::reply::{BfInfo, Fields, as_int, as_token, f_str, random_token};
+use redis::Value;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 

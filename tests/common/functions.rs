@@ -1,6 +1,8 @@
 //! The Functions edition (functions/idem.lua): loading it into a server and
 //! calling its functions the way a client does.
-use super::*;
+use crate::common::reply::{Fields, GET_FIELDS, as_int, as_str, as_token, err_text, parse_claim};
+use crate::common::server::Server;
+use redis::{RedisResult, Value};
 use std::path::Path;
 
 /// The library's source, as a user loads it.

@@ -16,40 +16,26 @@
 //! - `functions`: the Functions edition (functions/idem.lua) loaded and called;
 //! - `dump`: DUMP payloads: CRC64, re-framing, crafted filter blobs;
 //! - `cluster`: a real Redis Cluster, MIGRATE, a claiming load;
-//! - `model`: what the commands answer, for tests/stateful.rs.
+//! - `model`: what the commands answer, for tests/stateful.rs;
+//! - `rng`: the seeded generator of the stateful and differential runs.
+//!
+//! Tests import each helper by its module path (`use common::server::Server`),
+//! so a reader sees where it lives.
 //!
 //! Each test binary compiles this directory on its own and uses part of
 //! it: every `mod common;` carries `#[allow(dead_code)]` for that reason.
 
-pub use redis::{RedisError, RedisResult, Value};
-
+pub mod clock;
 pub mod cluster;
+pub mod commands;
+pub mod dump;
+pub mod fixtures;
+pub mod functions;
 pub mod model;
+pub mod reply;
 pub mod rng;
-
-mod clock;
-mod commands;
-mod dump;
-mod fixtures;
-mod functions;
-mod reply;
-mod server;
-
-// Re-exported for `use common::*`; a test binary may use none of a module.
-#[allow(unused_imports)]
-pub use clock::*;
-#[allow(unused_imports)]
-pub use commands::*;
-#[allow(unused_imports)]
-pub use dump::*;
-#[allow(unused_imports)]
-pub use fixtures::*;
-#[allow(unused_imports)]
-pub use functions::*;
-#[allow(unused_imports)]
-pub use reply::*;
-#[allow(unused_imports)]
-pub use server::*;
+pub mod server;
+pub mod waiters;
 
 /// Default `idem.history` and `idem.retain`, in ms (docs/commands.md,
 /// "Configuration").

@@ -1,6 +1,6 @@
 //! Replies and errors: their text, their shapes (CLAIM's triple,
 //! IDEM.GET's fields, IDEM.BF.INFO's fields and shards), parsed and checked.
-use super::*;
+use redis::{RedisError, RedisResult, Value};
 use std::collections::HashMap;
 
 /// An error reply as the server sent it: `"CODE detail"`.

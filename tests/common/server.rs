@@ -1,7 +1,7 @@
 //! The servers under test: a `redis-server` (or `valkey-server`) child
 //! process with the module loaded, on a free port, in its own directory
 //! under `target/test-servers/`; restarts, replicas, AOF rewrites, `INFO`.
-use super::*;
+use redis::{RedisResult, Value};
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::net::TcpListener;

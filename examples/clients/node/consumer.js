@@ -1,38 +1,26 @@
-// A minimal redis-idem consumer loop with ioredis.
+// A minimal redis-idem consumer with ioredis and the redis-idem library
+// (clients/node).
 //
 // Usage: node consumer.js redis://127.0.0.1:6379 [messages]
 //
-// Each message is processed once however often it is delivered: CLAIM
-// before the work, DONE after it (with the result to replay), RELEASE when
-// the work fails so that a retry can run at once. A copy that arrives while
-// another consumer is still working on the message waits for it (WAIT) and
-// gets its result, instead of BUSY.
+// Each message is processed once however often it is delivered:
+// idem.process() claims it, runs the work (keeping the lease alive), stores
+// the result, replays it for a redelivery, releases the claim when the work
+// throws, and makes a copy that arrives while another consumer is still at
+// work wait for it (WAIT) and get its result, instead of BUSY.
 'use strict';
 const Redis = require('ioredis');
+const { Idem, BusyError } = require('redis-idem');
 
-// How long a copy waits for the one in flight. A waiting command holds its
-// connection: give each consumer its own, with no commandTimeout below it.
-const WAIT_MS = 5000;
-
-async function handle(redis, businessId, work) {
-  const key = `example:node:${businessId}`;
-  const [status, value, attempt] = await redis.call('IDEM.CLAIM', key, 30, 'WAIT', WAIT_MS);
-  if (status === 'NEW' || status === 'RETRY' || status === 'SEEN') {
-    const token = value;
-    let result;
-    try {
-      result = await work(businessId, attempt); // attempt: a fencing number downstream
-    } catch (err) {
-      await redis.call('IDEM.RELEASE', key, token); // a waiting copy retries at once
-      return ['released', null];
-    }
-    await redis.call('IDEM.DONE', key, token, 'RESULT', result); // wakes the copies waiting
-    return ['processed', result];
+async function handle(idem, businessId, work) {
+  try {
+    const outcome = await idem.process(String(businessId), (ctx) => work(businessId, ctx.attempt), { lease: 30, waitMs: 5000 });
+    return [outcome.replayed ? 'duplicate' : 'processed', outcome.value];
+  } catch (err) {
+    if (err instanceof BusyError) return ['busy', null]; // still at work after the wait: do not acknowledge
+    if (err.name === 'MismatchError' || err.name === 'ExhaustedError') return ['dead-letter', null];
+    return ['released', null]; // the work threw: released, a redelivery retries it
   }
-  // Already done (or done while we waited): acknowledge; value is the result.
-  if (status === 'DONE') return ['duplicate', value];
-  if (status === 'BUSY') return ['busy', null]; // still at work after WAIT_MS: do not acknowledge
-  return ['dead-letter', null]; // MISMATCH or EXHAUSTED
 }
 
 // The server's count of waits: [waiting now, ended with the holder's DONE].
@@ -49,7 +37,7 @@ async function main() {
   const url = process.argv[2] || 'redis://127.0.0.1:6379';
   const messages = Number(process.argv[3] || 20);
   const redis = new Redis(url);
-  const other = new Redis(url); // a second consumer, on its own connection
+  const idem = new Idem(redis, { prefix: 'example:node:' }); // two consumers below share it
   const admin = new Redis(url); // for the demo's look at INFO idem
   const done = [];
   const work = async (businessId) => {
@@ -57,10 +45,10 @@ async function main() {
     return `charged ${businessId}`;
   };
   // The work takes a while: here, until the other copy waits on the server
-  // (checked, so that the demo does not depend on timing), or WAIT_MS if it
+  // (checked, so that the demo does not depend on timing), or 5 s if it
   // never does.
   const slowWork = async (businessId, attempt) => {
-    const deadline = Date.now() + WAIT_MS;
+    const deadline = Date.now() + 5000;
     while ((await waits(admin))[0] === 0 && Date.now() < deadline) {
       await new Promise((resolve) => setTimeout(resolve, 1));
     }
@@ -74,15 +62,16 @@ async function main() {
   for (let id = 0; id < messages; id++) {
     const copies =
       id % 2
-        ? [await handle(redis, id, work), await handle(redis, id, work)]
-        : await Promise.all([handle(redis, id, slowWork), handle(other, id, slowWork)]);
+        ? [await handle(idem, id, work), await handle(idem, id, work)]
+        : await Promise.all([handle(idem, id, slowWork), handle(idem, id, slowWork)]);
     for (const [outcome, result] of copies) {
       outcomes[outcome] = (outcomes[outcome] || 0) + 1;
       if (result !== `charged ${id}`) throw new Error(`message ${id}: ${outcome} got ${result}`);
     }
   }
   const waited = (await waits(admin))[1] - waitedBefore;
-  await Promise.all([redis.quit(), other.quit(), admin.quit()]);
+  await idem.close(); // the connections it opened for WAIT
+  await Promise.all([redis.quit(), admin.quit()]);
   console.log(`node: processed=${outcomes.processed || 0} duplicates=${outcomes.duplicate || 0} waited=${waited}`);
   if (done.length !== messages || outcomes.processed !== messages || outcomes.duplicate !== messages) {
     console.error('each message must be worked on exactly once', outcomes);

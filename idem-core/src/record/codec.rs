@@ -248,7 +248,8 @@ pub fn effect(record: &Record, expire_at: Option<Millis>) -> Vec<u8> {
     blob
 }
 
-fn write_effect(record: &Record, expire_at: Option<Millis>, out: &mut Vec<u8>) {
+/// Appends [`effect`]'s bytes to `out`.
+pub fn write_effect(record: &Record, expire_at: Option<Millis>, out: &mut Vec<u8>) {
     out.reserve(8 + max_encoded_len(record));
     out.extend_from_slice(&expire_at.unwrap_or(-1).to_le_bytes());
     encode(record, out);

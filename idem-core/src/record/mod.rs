@@ -13,6 +13,7 @@
 //! ```
 //! `expired` is not stored: it is a processing record whose lease has ended.
 
+pub mod batch;
 pub mod codec;
 
 use std::ffi::CStr;

@@ -1,0 +1,38 @@
+# clients/node: the redis-idem npm package (TypeScript, ESM + CJS), included
+# by the Makefile's test-clients. `make test-client-node` installs Node.js
+# and npm if missing, `npm ci` in clients/node (its `prepare` builds dist/
+# with tsc), then runs the package's tests (node --test: both clients on a
+# server with the module, a Functions-edition server, a 3-node cluster, the
+# Express middleware over HTTP) on Redis 7.0, Redis 8.2 and Valkey 9.1; the
+# 30-second heartbeat test on Redis 7.0 only (it proves the library's timer,
+# which no server changes, and costs 30 s); and checks that the `npm pack`
+# tarball installs into a scratch project and imports as ESM and as CJS.
+# REDIS_IDEM_MODULE=<so> tests another build of the module.
+NODE_CLIENT_DIR := clients/node
+NODE_CLIENT_MODULE = $(if $(REDIS_IDEM_MODULE),$(REDIS_IDEM_MODULE),$(CURDIR)/$(MODULE))
+NODE_CLIENT_TESTS := $(NODE_CLIENT_DIR)/test/*.test.mjs
+
+.PHONY: test-client-node node-client-deps
+
+node-client-deps:
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
+		echo "node-client: installing nodejs and npm"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y nodejs npm; }
+	@# npm ci (whose `prepare` builds) when node_modules is missing or older than the lock file; else build alone.
+	cd $(NODE_CLIENT_DIR) && \
+	if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then \
+		npm ci --no-audit --no-fund --loglevel=error; \
+	else npm run --silent build; fi
+
+test-client-node: build redis8 valkey node-client-deps
+	@echo "== clients/node on Redis 7.0 ($(REDIS7_SERVER)), with the 30-second heartbeat test"
+	REDIS_SERVER="$(REDIS7_SERVER)" REDIS_IDEM_MODULE="$(NODE_CLIENT_MODULE)" \
+		node --test --test-concurrency=2 $(NODE_CLIENT_TESTS) $(NODE_CLIENT_DIR)/test/long/*.test.mjs
+	@echo "== clients/node on Redis 8.2"
+	REDIS_SERVER="$(REDIS8_SERVER)" REDIS_IDEM_MODULE="$(NODE_CLIENT_MODULE)" \
+		node --test --test-concurrency=1 $(NODE_CLIENT_TESTS)
+	@echo "== clients/node on Valkey 9.1"
+	REDIS_SERVER="$(VALKEY_SERVER)" REDIS_IDEM_MODULE="$(NODE_CLIENT_MODULE)" \
+		node --test --test-concurrency=1 $(NODE_CLIENT_TESTS)
+	cd $(NODE_CLIENT_DIR) && node scripts/check-pack.mjs

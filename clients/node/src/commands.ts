@@ -1,0 +1,192 @@
+// Each command's arguments (for both editions) and its reply decoded into the
+// types of types.ts. Pure functions: the Idem class and the node-redis module
+// share them.
+import { ModuleRequiredError, replyError } from './errors.js';
+import { type Arg, bytes, entries, int, text } from './transport.js';
+import type {
+  BatchItem,
+  ClaimOptions,
+  ClaimReply,
+  DoneOptions,
+  DoneReply,
+  Edition,
+  FilterInfo,
+  RecordInfo,
+  ReserveOptions,
+} from './types.js';
+
+function moduleOnly(what: string): never {
+  throw new ModuleRequiredError(
+    `${what} needs the redis-idem module: this server runs the Functions edition (functions/idem.lua), which cannot do it`,
+  );
+}
+
+/** `FCALL fn 1 key ...` for the Functions edition, the module command otherwise. */
+function command(edition: Edition, moduleName: string, fn: string, key: Arg, rest: Arg[], readOnly = false): Arg[] {
+  if (edition === 'functions') return [readOnly ? 'FCALL_RO' : 'FCALL', fn, 1, key, ...rest];
+  return [moduleName, key, ...rest];
+}
+
+export function claimArgs(edition: Edition, key: Arg, lease: number, options: ClaimOptions = {}): Arg[] {
+  const rest: Arg[] = [lease];
+  if (options.payload !== undefined) rest.push('PAYLOAD', options.payload);
+  if (options.maxTries !== undefined) rest.push('MAXTRIES', options.maxTries);
+  if (options.bloom !== undefined) {
+    if (edition === 'functions') moduleOnly('BLOOM');
+    rest.push('BLOOM', options.bloom);
+  }
+  if (options.wait) {
+    if (edition === 'functions') moduleOnly('WAIT (a function cannot block; retry a BUSY claim after a backoff)');
+    rest.push('WAIT', options.wait);
+  }
+  return command(edition, 'IDEM.CLAIM', 'idem_claim', key, rest);
+}
+
+export function parseClaim(reply: unknown): ClaimReply {
+  if (!Array.isArray(reply) || reply.length !== 3) throw new TypeError('IDEM.CLAIM: expected a 3-element array');
+  const status = text(reply[0]);
+  const attempt = int(reply[2]);
+  switch (status) {
+    case 'NEW':
+    case 'SEEN':
+    case 'RETRY':
+      return { status, token: text(reply[1]), attempt };
+    case 'DONE':
+      return { status, result: bytes(reply[1]), attempt };
+    case 'BUSY':
+      return { status, leaseMs: int(reply[1]), attempt };
+    case 'MISMATCH':
+    case 'EXHAUSTED':
+      return { status, attempt };
+    default:
+      throw new TypeError(`IDEM.CLAIM: unknown status ${status}`);
+  }
+}
+
+export function doneArgs(edition: Edition, key: Arg, token: string, options: DoneOptions = {}): Arg[] {
+  const rest: Arg[] = [token];
+  if (options.result !== undefined) rest.push('RESULT', options.result);
+  if (options.retain !== undefined) rest.push('RETAIN', options.retain);
+  if (options.bloom !== undefined) {
+    if (edition === 'functions') moduleOnly('BLOOM');
+    rest.push('BLOOM', options.bloom);
+  }
+  return command(edition, 'IDEM.DONE', 'idem_done', key, rest);
+}
+
+export function parseDone(reply: unknown): DoneReply {
+  const code = int(reply);
+  if (![0, 1, 3, 5, 7].includes(code)) throw new TypeError(`IDEM.DONE: unexpected reply ${code}`);
+  return {
+    code: code as DoneReply['code'],
+    completed: (code & 1) === 1,
+    alreadyDone: code === 0,
+    resultDropped: (code & 2) === 2,
+    bloomDropped: (code & 4) === 4,
+  };
+}
+
+export const releaseArgs = (edition: Edition, key: Arg, token: string): Arg[] =>
+  command(edition, 'IDEM.RELEASE', 'idem_release', key, [token]);
+export const extendArgs = (edition: Edition, key: Arg, token: string, lease: number): Arg[] =>
+  command(edition, 'IDEM.EXTEND', 'idem_extend', key, [token, lease]);
+export const getArgs = (edition: Edition, key: Arg): Arg[] => command(edition, 'IDEM.GET', 'idem_get', key, [], true);
+export const onceArgs = (edition: Edition, key: Arg, retain: number): Arg[] =>
+  command(edition, 'IDEM.ONCE', 'idem_once', key, [retain]);
+
+/** 1/0 replies (RELEASE, ONCE, BF.ADD, BF.EXISTS) as booleans. */
+export const parseBoolean = (reply: unknown): boolean => int(reply) === 1;
+
+/** EXTEND answers 1 or a STALE error: nothing to decode. */
+export function parseExtend(reply: unknown): void {
+  if (int(reply) !== 1) throw new TypeError(`IDEM.EXTEND: unexpected reply ${text(reply)}`);
+}
+
+export function parseGet(reply: unknown): RecordInfo | null {
+  if (reply === null || reply === undefined) return null;
+  const fields = new Map(entries(reply));
+  const opt = (name: string) => {
+    const v = fields.get(name);
+    return v === null || v === undefined ? null : v;
+  };
+  const fingerprint = opt('fingerprint');
+  return {
+    state: text(fields.get('state')) as RecordInfo['state'],
+    attempt: int(fields.get('attempt')),
+    leaseMs: int(fields.get('lease_ms')),
+    pttl: int(fields.get('pttl')),
+    claimedAt: int(fields.get('claimed_at')),
+    doneAt: int(fields.get('done_at')),
+    result: bytes(opt('result')),
+    fingerprint: fingerprint === null ? null : text(fingerprint),
+  };
+}
+
+// The filters: module only.
+function filter(edition: Edition, args: Arg[]): Arg[] {
+  if (edition === 'functions') moduleOnly(`${args[0]} (the Functions edition keeps no Bloom filters)`);
+  return args;
+}
+export function reserveArgs(edition: Edition, key: Arg, errorRate: number, capacity: number, o: ReserveOptions = {}): Arg[] {
+  const args: Arg[] = ['IDEM.BF.RESERVE', key, errorRate, capacity];
+  if (o.window !== undefined) args.push('WINDOW', o.window);
+  if (o.shard !== undefined) args.push('SHARD', o.shard);
+  if (o.expansion !== undefined) args.push('EXPANSION', o.expansion);
+  return filter(edition, args);
+}
+export const bfAddArgs = (e: Edition, key: Arg, item: Arg) => filter(e, ['IDEM.BF.ADD', key, item]);
+export const bfMaddArgs = (e: Edition, key: Arg, items: Arg[]) => filter(e, ['IDEM.BF.MADD', key, ...items]);
+export const bfExistsArgs = (e: Edition, key: Arg, item: Arg) => filter(e, ['IDEM.BF.EXISTS', key, item]);
+export const bfMexistsArgs = (e: Edition, key: Arg, items: Arg[]) => filter(e, ['IDEM.BF.MEXISTS', key, ...items]);
+export const bfInfoArgs = (e: Edition, key: Arg) => filter(e, ['IDEM.BF.INFO', key]);
+export const parseBooleans = (reply: unknown): boolean[] => (reply as unknown[]).map(parseBoolean);
+
+export function parseFilterInfo(reply: unknown): FilterInfo | null {
+  if (reply === null || reply === undefined) return null;
+  const f = new Map(entries(reply));
+  const num = (name: string) => Number(text(f.get(name)));
+  return {
+    errorRate: num('error_rate'),
+    capacity: num('capacity'),
+    window: num('window'),
+    shard: num('shard'),
+    expansion: num('expansion'),
+    items: num('items'),
+    bytes: num('bytes'),
+    shards: ((f.get('shards') as unknown[]) ?? []).map((shard) => {
+      const s = new Map(entries(shard));
+      return { start: int(s.get('start')), items: int(s.get('items')), filters: int(s.get('filters')), bytes: int(s.get('bytes')) };
+    }),
+  };
+}
+
+// The batch commands (module only; the Idem class falls back to single calls).
+export function mclaimArgs(keys: Arg[], lease: number, o: { payloads?: Arg[]; maxTries?: number; bloom?: string } = {}): Arg[] {
+  const args: Arg[] = ['IDEM.MCLAIM', lease, keys.length, ...keys];
+  if (o.payloads !== undefined) args.push('PAYLOADS', ...o.payloads);
+  if (o.maxTries !== undefined) args.push('MAXTRIES', o.maxTries);
+  if (o.bloom !== undefined) args.push('BLOOM', o.bloom);
+  return args;
+}
+export function mdoneArgs(items: { key: Arg; token: string; result?: Arg }[], o: { retain?: number; bloom?: string } = {}): Arg[] {
+  const args: Arg[] = ['IDEM.MDONE', items.length];
+  for (const item of items) args.push(item.key, item.token);
+  // RESULTS takes one per key or none (the Idem class sends the keys with and without a result apart).
+  const withResult = items.filter((item) => item.result !== undefined).length;
+  if (withResult !== 0 && withResult !== items.length) throw new TypeError('IDEM.MDONE: give a result for every key or for none');
+  if (withResult) args.push('RESULTS', ...items.map((item) => item.result as Arg));
+  if (o.retain !== undefined) args.push('RETAIN', o.retain);
+  if (o.bloom !== undefined) args.push('BLOOM', o.bloom);
+  return args;
+}
+export function mreleaseArgs(items: { key: Arg; token: string }[]): Arg[] {
+  const args: Arg[] = ['IDEM.MRELEASE', items.length];
+  for (const item of items) args.push(item.key, item.token);
+  return args;
+}
+
+/** A batch reply's elements, each decoded, or the typed error of its error element. */
+export function parseBatch<T>(reply: unknown, parse: (element: unknown) => T): BatchItem<T>[] {
+  if (!Array.isArray(reply)) throw new TypeError('expected an array reply');
+  return reply.map((element) => (element instanceof Error ? replyError(element) : parse(element)));
+}

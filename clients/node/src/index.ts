@@ -1,0 +1,15 @@
+export * from './types.js';
+export * from './errors.js';
+export { Idem, createIdem, Heartbeat, DEFAULT_MAX_RESULT } from './idem.js';
+export type { IdemOptions, Hooks, Stats, ProcessContext, ProcessOptions, Outcome, OversizePolicy, Client } from './idem.js';
+export { MAX_BATCH_KEYS } from './batch.js';
+export type { BatchEntry, BatchOptions, BatchOutcome } from './batch.js';
+export { json, raw } from './serializer.js';
+export type { Serializer } from './serializer.js';
+export { ioredisTransport } from './ioredis.js';
+export type { IoredisLike, IoredisOptions, IoredisCommandClass } from './ioredis.js';
+export { nodeRedisTransport, idemModule } from './node-redis.js';
+export type { NodeRedisLike, CommandParser } from './node-redis.js';
+export { idempotency, responseSerializer } from './express.js';
+export type { IdempotencyOptions, IdempotencyInfo, IdempotencyRequest, IdempotencyResponse, StoredResponse } from './express.js';
+export type { Transport, Arg } from './transport.js';

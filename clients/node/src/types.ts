@@ -1,0 +1,98 @@
+// The typed replies of every command (docs/commands.md).
+
+/** A key, token, payload or result as sent to the server. */
+export type Bytes = string | Buffer;
+
+/** IDEM.CLAIM's statuses. */
+export const ClaimStatus = {
+  NEW: 'NEW',
+  SEEN: 'SEEN',
+  RETRY: 'RETRY',
+  DONE: 'DONE',
+  BUSY: 'BUSY',
+  MISMATCH: 'MISMATCH',
+  EXHAUSTED: 'EXHAUSTED',
+} as const;
+export type ClaimStatus = (typeof ClaimStatus)[keyof typeof ClaimStatus];
+
+/** The statuses that grant the claim: run the work, then DONE or RELEASE. */
+export type GrantedStatus = 'NEW' | 'SEEN' | 'RETRY';
+
+/** IDEM.CLAIM's reply, by status. */
+export type ClaimReply =
+  | { status: GrantedStatus; token: string; attempt: number }
+  | { status: 'DONE'; result: Buffer | null; attempt: number }
+  | { status: 'BUSY'; leaseMs: number; attempt: number }
+  | { status: 'MISMATCH' | 'EXHAUSTED'; attempt: number };
+
+/** IDEM.DONE's reply decoded: 0 already done; 1, 3, 5, 7 completed by this call, with what was dropped. */
+export interface DoneReply {
+  /** the integer the server answered */
+  code: 0 | 1 | 3 | 5 | 7;
+  /** this call completed the record (an odd reply) */
+  completed: boolean;
+  /** 0: the record was already done; nothing changed */
+  alreadyDone: boolean;
+  /** 3 or 7: the RESULT was not stored (used memory over maxmemory) */
+  resultDropped: boolean;
+  /** 5 or 7: the BLOOM add was not made */
+  bloomDropped: boolean;
+}
+
+export type RecordState = 'processing' | 'expired' | 'released' | 'done';
+
+/** IDEM.GET's record. Times are ms; `claimedAt`/`doneAt` Unix ms (0: never). */
+export interface RecordInfo {
+  state: RecordState;
+  attempt: number;
+  leaseMs: number;
+  pttl: number;
+  claimedAt: number;
+  doneAt: number;
+  result: Buffer | null;
+  fingerprint: string | null;
+}
+
+/** IDEM.BF.INFO's reply. */
+export interface FilterInfo {
+  errorRate: number;
+  capacity: number;
+  window: number;
+  /** shard period, seconds */
+  shard: number;
+  expansion: number;
+  items: number;
+  bytes: number;
+  shards: { start: number; items: number; filters: number; bytes: number }[];
+}
+
+export interface ClaimOptions {
+  /** PAYLOAD: its fingerprint is kept; a claim with another payload answers MISMATCH */
+  payload?: Bytes;
+  /** MAXTRIES n */
+  maxTries?: number;
+  /** BLOOM filterkey (module only); prefixed like the record's key */
+  bloom?: string;
+  /** WAIT ms (module only; 0 = no wait) */
+  wait?: number;
+}
+
+export interface DoneOptions {
+  result?: Bytes;
+  /** RETAIN seconds */
+  retain?: number;
+  /** BLOOM filterkey (module only) */
+  bloom?: string;
+}
+
+export interface ReserveOptions {
+  window?: number;
+  shard?: 'DAY' | 'HOUR' | number;
+  expansion?: number;
+}
+
+/** Which edition answers on the server. */
+export type Edition = 'module' | 'functions';
+
+/** One element of a batch reply: the single command's answer, or its per-key error. */
+export type BatchItem<T> = T | Error;

@@ -1,0 +1,129 @@
+// The Express Idempotency-Key middleware through a real HTTP server and
+// real fetch: the first request runs, a repeat replays the stored status,
+// headers and body; a repeat in flight waits for it, or gets 409 with
+// Retry-After when it is still at work after the wait; a reused key with
+// another body gets 422; a 5xx releases the key so a retry runs again.
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { after, before, test } from 'node:test';
+import express from 'express';
+import { idempotency } from '../dist/esm/index.js';
+import { connect, signal, startServer } from './helpers.mjs';
+
+let server;
+let http;
+let base;
+let idem;
+let runs = 0;
+let gate = null; // while set, /slow waits on it
+const handlerStarted = [];
+let failNext = 0;
+
+before(async () => {
+  server = await startServer();
+  idem = await connect('ioredis', server, { prefix: 'express:' });
+  const app = express();
+  app.use(express.json());
+  app.post('/orders', idempotency(idem, { waitMs: 3000 }), (req, res) => {
+    runs++;
+    res.status(201).set('x-order', `o-${runs}`).json({ order: runs, attempt: res.locals.idempotency?.attempt ?? 0, item: req.body.item });
+  });
+  app.post('/slow', idempotency(idem, { waitMs: 200 }), async (req, res) => {
+    runs++;
+    handlerStarted.forEach((s) => s.resolve());
+    if (gate) await gate.promise;
+    res.status(200).send(`slow ${runs}`);
+  });
+  app.post('/flaky', idempotency(idem), (req, res) => {
+    runs++;
+    if (failNext-- > 0) return res.status(503).send('try again');
+    res.status(200).send(`flaky ok, attempt ${res.locals.idempotency.attempt}`);
+  });
+  http = app.listen(0, '127.0.0.1');
+  await once(http, 'listening');
+  base = `http://127.0.0.1:${http.address().port}`;
+});
+after(async () => {
+  http.close();
+  await idem.end();
+  await server.stop();
+});
+
+const post = (path, key, body) =>
+  fetch(base + path, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...(key ? { 'idempotency-key': key } : {}) },
+    body: JSON.stringify(body),
+  });
+
+test('the first request runs; a repeat replays its status, headers and body', async () => {
+  runs = 0;
+  const first = await post('/orders', 'k1', { item: 'book' });
+  assert.equal(first.status, 201);
+  assert.equal(first.headers.get('x-order'), 'o-1');
+  assert.equal(first.headers.get('idempotent-replayed'), null);
+  assert.deepEqual(await first.json(), { order: 1, attempt: 1, item: 'book' });
+  const repeat = await post('/orders', 'k1', { item: 'book' });
+  assert.equal(repeat.status, 201);
+  assert.equal(repeat.headers.get('x-order'), 'o-1');
+  assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+  assert.match(repeat.headers.get('content-type'), /application\/json/);
+  assert.deepEqual(await repeat.json(), { order: 1, attempt: 1, item: 'book' });
+  assert.equal(runs, 1);
+  // without the header, the request simply runs
+  assert.equal((await post('/orders', null, { item: 'pen' })).status, 201);
+  assert.equal(runs, 2);
+});
+
+test('the same key with another body answers 422', async () => {
+  await post('/orders', 'k2', { item: 'book' });
+  const reused = await post('/orders', 'k2', { item: 'car' });
+  assert.equal(reused.status, 422);
+  assert.match(await reused.text(), /reused/);
+});
+
+test('a repeat in flight waits for the first and gets its response; past the wait, 409 with Retry-After', async () => {
+  runs = 0;
+  gate = signal();
+  const started = signal();
+  handlerStarted.push(started);
+  const first = post('/slow', 'k3', {});
+  await started.promise;
+  handlerStarted.length = 0;
+  const busy = await post('/slow', 'k3', {}); // waitMs 200: still at work
+  assert.equal(busy.status, 409);
+  assert.equal(busy.headers.get('retry-after'), '1');
+  const waiting = post('/slow', 'k3', {});
+  setTimeout(() => gate.resolve(), 50); // finishes within the duplicate's wait
+  const [a, b] = await Promise.all([first, waiting]);
+  gate = null;
+  assert.equal(a.status, 200);
+  assert.equal(await a.text(), 'slow 1');
+  assert.equal(b.status, 200);
+  assert.equal(await b.text(), 'slow 1');
+  assert.equal(b.headers.get('idempotent-replayed'), 'true');
+  assert.equal(runs, 1);
+});
+
+test('a 5xx is not stored: the key is released and a retry runs again, as a later attempt', async () => {
+  runs = 0;
+  failNext = 1;
+  const failed = await post('/flaky', 'k4', {});
+  assert.equal(failed.status, 503);
+  assert.equal((await idem.get('http:k4')).state, 'released');
+  const retried = await post('/flaky', 'k4', {});
+  assert.equal(retried.status, 200);
+  assert.equal(await retried.text(), 'flaky ok, attempt 2');
+  const replay = await post('/flaky', 'k4', {});
+  assert.equal(await replay.text(), 'flaky ok, attempt 2');
+  assert.equal(runs, 2);
+});
+
+test('after maxTries failed attempts the key answers 500 for good', async () => {
+  failNext = 3;
+  for (let i = 0; i < 3; i++) assert.equal((await post('/flaky', 'k5', {})).status, 503);
+  const spent = await post('/flaky', 'k5', {});
+  assert.equal(spent.status, 500);
+  assert.match(await spent.text(), /failed 3 times/);
+  failNext = 0;
+});

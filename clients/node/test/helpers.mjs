@@ -1,0 +1,157 @@
+// Real servers for the tests, on free 127.0.0.1 ports, started and stopped
+// by the tests themselves:
+//   REDIS_SERVER        the server binary (redis-server, or valkey-server)
+//   REDIS_IDEM_MODULE   the module (<repo>/target/release/libredis_idem.so)
+// startServer({ functions: true }) starts one without the module, with
+// functions/idem.lua loaded: the Functions edition.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Redis, Cluster } from 'ioredis';
+import { createClient } from 'redis';
+import { Idem } from '../dist/esm/index.js';
+
+export const repo = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
+export const serverBinary = process.env.REDIS_SERVER || 'redis-server';
+export const modulePath = process.env.REDIS_IDEM_MODULE || join(repo, 'target/release/libredis_idem.so');
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+let nextPort = 20000 + Math.floor(Math.random() * 9000);
+
+/** A port free now, whose cluster bus port (+10000) is free too. */
+async function freePort() {
+  const free = (port) =>
+    new Promise((resolve) => {
+      const s = net.createServer();
+      s.once('error', () => resolve(false));
+      s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
+    });
+  for (;;) {
+    const port = nextPort++;
+    if (nextPort > 29999) nextPort = 20000;
+    if ((await free(port)) && (await free(port + 10000))) return port;
+  }
+}
+
+async function ping(port) {
+  return new Promise((resolve) => {
+    const socket = net.connect(port, '127.0.0.1');
+    socket.once('error', () => resolve(false));
+    socket.once('connect', () => socket.write('PING\r\n'));
+    socket.once('data', (d) => {
+      socket.destroy();
+      resolve(d.toString().startsWith('+PONG'));
+    });
+  });
+}
+
+/**
+ * Starts a server: with the module; `{ functions: true }`: without it, with
+ * functions/idem.lua loaded; `{ functions: true, module: true }`: both;
+ * `{ module: false }`: neither.
+ */
+export async function startServer({ functions = false, module = !functions, cluster = false, args = [] } = {}) {
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'redis-idem-node-'));
+  const argv = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...args];
+  if (module) argv.push('--loadmodule', modulePath);
+  if (cluster) argv.push('--cluster-enabled', 'yes', '--cluster-config-file', join(dir, 'nodes.conf'), '--cluster-node-timeout', '5000');
+  const child = spawn(serverBinary, argv, { stdio: ['ignore', 'pipe', 'pipe'] });
+  let log = '';
+  child.stdout.on('data', (d) => (log += d));
+  child.stderr.on('data', (d) => (log += d));
+  const exited = new Promise((r) => child.once('exit', r));
+  const deadline = Date.now() + 10000;
+  while (!(await ping(port))) {
+    if (child.exitCode !== null || Date.now() > deadline) {
+      child.kill('SIGKILL');
+      throw new Error(`${serverBinary} did not start on port ${port}:\n${log}`);
+    }
+    await sleep(20);
+  }
+  const server = {
+    port,
+    url: `redis://127.0.0.1:${port}`,
+    log: () => log,
+    ioredis: (options = {}) => new Redis({ port, host: '127.0.0.1', lazyConnect: false, ...options }),
+    async stop() {
+      child.kill('SIGTERM');
+      await exited;
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+  if (functions) {
+    const admin = server.ioredis();
+    await admin.call('FUNCTION', 'LOAD', 'REPLACE', readFileSync(join(repo, 'functions/idem.lua'), 'utf8'));
+    await admin.quit();
+  }
+  return server;
+}
+
+/** Both clients on one server, each with its Idem: [['ioredis', idem, client], ['node-redis', idem, client]]. */
+export async function bothClients(server, options = {}) {
+  const io = server.ioredis();
+  const nr = createClient({ url: server.url });
+  await nr.connect();
+  const made = [
+    ['ioredis', new Idem(io, options), io],
+    ['node-redis', new Idem(nr, options), nr],
+  ];
+  made.close = async () => {
+    await io.quit();
+    await nr.quit();
+  };
+  return made;
+}
+
+/** A cluster of `n` primaries with the module, its slots spread evenly. */
+export async function startCluster(n = 3) {
+  const nodes = [];
+  for (let i = 0; i < n; i++) nodes.push(await startServer({ cluster: true }));
+  const admins = nodes.map((node) => node.ioredis());
+  const per = Math.ceil(16384 / n);
+  await Promise.all(admins.map((a, i) => a.call('CLUSTER', 'ADDSLOTSRANGE', i * per, Math.min(16383, (i + 1) * per - 1))));
+  for (let i = 1; i < n; i++) await admins[i].call('CLUSTER', 'MEET', '127.0.0.1', nodes[0].port);
+  const deadline = Date.now() + 20000;
+  for (;;) {
+    const infos = await Promise.all(admins.map((a) => a.call('CLUSTER', 'INFO')));
+    const shards = await Promise.all(admins.map((a) => a.call('CLUSTER', 'NODES')));
+    if (infos.every((i) => i.includes('cluster_state:ok')) && shards.every((s) => s.trim().split('\n').length === n)) break;
+    if (Date.now() > deadline) throw new Error(`the cluster did not form:\n${infos.join('\n')}`);
+    await sleep(50);
+  }
+  await Promise.all(admins.map((a) => a.quit()));
+  return {
+    nodes,
+    client: (options = {}) => new Cluster(nodes.map((node) => ({ host: '127.0.0.1', port: node.port })), options),
+    stop: () => Promise.all(nodes.map((node) => node.stop())),
+  };
+}
+
+/** A new connection of `kind` ('ioredis' or 'node-redis') with its Idem; `.end()` closes both. */
+export async function connect(kind, server, options = {}) {
+  let client;
+  if (kind === 'ioredis') client = server.ioredis();
+  else {
+    client = createClient({ url: server.url });
+    await client.connect();
+  }
+  const idem = new Idem(client, options);
+  idem.client = client;
+  idem.raw = (...args) => (kind === 'ioredis' ? client.call(...args) : client.sendCommand(args.map(String)));
+  idem.end = async () => {
+    await idem.close(); // its WAIT connections
+    await client.quit();
+  };
+  return idem;
+}
+
+/** A promise and its resolve. */
+export function signal() {
+  let resolve;
+  const promise = new Promise((r) => (resolve = r));
+  return { promise, resolve };
+}

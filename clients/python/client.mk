@@ -1,0 +1,52 @@
+# The Python library (clients/python, package redis-idem) and its tests;
+# included by the top Makefile, whose test-clients runs test-client-python.
+#
+#   make test-client-python   its own venv (target/client-python-venv) with
+#       `pip install ./clients/python` (not editable: it proves the package
+#       installs) and the test dependencies from PyPI, then the suite with
+#       the module on Redis 7.0, Redis 8.2 and Valkey 9.1, and the Functions
+#       edition (functions/idem.lua, no module) on Redis 7.0 and Valkey 9.1.
+#       The 30-second heartbeat test runs once, on Redis 7.0 with the module.
+#
+# REDIS_IDEM_MODULE=<path.so> tests that build of the module instead of
+# building target/release/libredis_idem.so first.
+
+PY_CLIENT_VENV   := target/client-python-venv
+PY_CLIENT_PYTHON := $(PY_CLIENT_VENV)/bin/python
+PY_CLIENT_DEPS   := pytest pytest-asyncio starlette uvicorn httpx
+PY_CLIENT_MODULE := $(if $(REDIS_IDEM_MODULE),$(abspath $(REDIS_IDEM_MODULE)),$(abspath $(MODULE)))
+# From the checkout's root, so that REDIS_SERVER=... before it reaches pytest
+# and redis_idem is imported from the venv, not from clients/python/src.
+PY_CLIENT_PYTEST  = REDIS_IDEM_MODULE="$(PY_CLIENT_MODULE)" $(PY_CLIENT_PYTHON) -m pytest -q -p no:cacheprovider \
+	-c clients/python/pyproject.toml --rootdir clients/python clients/python/tests
+
+.PHONY: test-client-python client-python-venv
+
+client-python-venv:
+	@if ! $(PY_CLIENT_PYTHON) -c 'import pytest, pytest_asyncio, starlette, uvicorn, httpx' >/dev/null 2>&1; then \
+		command -v python3 >/dev/null 2>&1 || { echo "client-python: python3 not found: install python3 and python3-venv" >&2; exit 1; }; \
+		rm -rf $(PY_CLIENT_VENV); \
+		if ! python3 -m venv $(PY_CLIENT_VENV) >/dev/null 2>&1; then \
+			rm -rf $(PY_CLIENT_VENV); \
+			command -v apt-get >/dev/null 2>&1 || { echo "client-python: python3 -m venv failed: install python3-venv" >&2; exit 1; }; \
+			echo "client-python: installing python3-venv"; \
+			$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
+			$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv && \
+			python3 -m venv $(PY_CLIENT_VENV) || { rm -rf $(PY_CLIENT_VENV); exit 1; }; \
+		fi; \
+		$(PY_CLIENT_VENV)/bin/pip install -q $(PY_CLIENT_DEPS) || { rm -rf $(PY_CLIENT_VENV); exit 1; }; \
+	fi
+	$(PY_CLIENT_VENV)/bin/pip install -q --force-reinstall --no-deps ./clients/python
+	$(PY_CLIENT_VENV)/bin/pip install -q ./clients/python
+
+test-client-python: $(if $(REDIS_IDEM_MODULE),,build) redis8 valkey client-python-venv
+	@echo "== clients/python: Redis 7.0, module (and the 30-second heartbeat test)"
+	$(PY_CLIENT_PYTEST) --run-long
+	@echo "== clients/python: Redis 8.2, module"
+	REDIS_SERVER="$(REDIS8_SERVER)" $(PY_CLIENT_PYTEST)
+	@echo "== clients/python: Valkey 9.1, module"
+	REDIS_SERVER="$(VALKEY_SERVER)" $(PY_CLIENT_PYTEST)
+	@echo "== clients/python: Redis 7.0, Functions edition"
+	$(PY_CLIENT_PYTEST) --edition functions
+	@echo "== clients/python: Valkey 9.1, Functions edition"
+	REDIS_SERVER="$(VALKEY_SERVER)" $(PY_CLIENT_PYTEST) --edition functions

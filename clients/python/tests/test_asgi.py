@@ -1,0 +1,132 @@
+"""The Idempotency-Key middleware through a real HTTP server (uvicorn, in a
+thread) and a real client (httpx)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.routing import Route
+
+from redis_idem.asgi import IdempotencyMiddleware
+
+
+def make_app(port: int, prefix: str, runs: list) -> Starlette:  # type: ignore[type-arg]
+    async def charge(request: Request):  # type: ignore[no-untyped-def]
+        body = await request.json()
+        runs.append(body)
+        if body.get("sleep"):
+            import asyncio
+
+            await asyncio.sleep(body["sleep"])
+        if body.get("fail") == "raise":
+            raise RuntimeError("provider down")
+        if body.get("fail") == "503":
+            return PlainTextResponse("try later", status_code=503)
+        return JSONResponse({"charged": body["amount"], "run": len(runs)}, status_code=201,
+                            headers={"x-charge-id": f"ch_{len(runs)}"})
+
+    app = Starlette(routes=[Route("/charge", charge, methods=["POST"]),
+                            Route("/strict", charge, methods=["POST"])])
+    client = aioredis.Redis(host="127.0.0.1", port=port)
+    app.add_middleware(IdempotencyMiddleware, client=client, prefix=prefix, wait=0.8, lease=5)
+    return app
+
+
+@pytest.fixture
+def http(server, ns):  # type: ignore[no-untyped-def]
+    runs: list = []
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = uvicorn.Config(make_app(server.port, ns, runs), host="127.0.0.1", port=port, log_level="critical")
+    web = uvicorn.Server(config)
+    thread = threading.Thread(target=web.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not web.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+        yield client, runs
+    web.should_exit = True
+    thread.join(10)
+
+
+def _until(condition):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, "the first request never reached the app"
+        time.sleep(0.005)
+
+
+def post(client, key, body):  # type: ignore[no-untyped-def]
+    # A connection per request: uvicorn closes one after an app that raised,
+    # and a request sent on it meanwhile would be reset.
+    headers = {"Connection": "close", **({"Idempotency-Key": key} if key else {})}
+    return client.post("/charge", json=body, headers=headers)
+
+
+def test_first_request_runs_repeat_replays_status_headers_body(http):  # type: ignore[no-untyped-def]
+    client, runs = http
+    first = post(client, "k1", {"amount": 1250})
+    assert first.status_code == 201 and first.json() == {"charged": 1250, "run": 1}
+    assert first.headers["x-charge-id"] == "ch_1" and "idempotent-replayed" not in first.headers
+    again = post(client, "k1", {"amount": 1250})
+    assert again.status_code == 201 and again.content == first.content
+    assert again.headers["x-charge-id"] == "ch_1" and again.headers["idempotent-replayed"] == "true"
+    assert len(runs) == 1
+
+
+def test_reused_key_with_another_body_is_422(http):  # type: ignore[no-untyped-def]
+    client, runs = http
+    assert post(client, "k2", {"amount": 1}).status_code == 201
+    reused = post(client, "k2", {"amount": 2})
+    assert reused.status_code == 422 and "reused" in reused.text and len(runs) == 1
+
+
+def test_without_the_header_the_request_just_runs(http):  # type: ignore[no-untyped-def]
+    client, runs = http
+    assert post(client, None, {"amount": 1}).json()["run"] == 1
+    assert post(client, None, {"amount": 1}).json()["run"] == 2
+
+
+def test_in_flight_duplicate_waits_for_the_result_or_gets_409(http):  # type: ignore[no-untyped-def]
+    client, runs = http
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(post, client, "k3", {"amount": 5, "sleep": 0.3})
+        _until(lambda: runs)
+        waited = post(client, "k3", {"amount": 5, "sleep": 0.3})  # within the 0.8 s wait
+        assert first.result().status_code == 201
+    assert waited.status_code == 201 and waited.content == first.result().content and len(runs) == 1
+    assert waited.headers["idempotent-replayed"] == "true"
+
+    with ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(post, client, "k4", {"amount": 5, "sleep": 2})
+        _until(lambda: len(runs) >= 2)
+        busy = post(client, "k4", {"amount": 5, "sleep": 2})
+        assert busy.status_code == 409 and busy.headers["retry-after"] == "1"
+        assert slow.result().status_code == 201
+    assert post(client, "k4", {"amount": 5, "sleep": 2}).status_code == 201 and len(runs) == 2
+
+
+def test_a_failed_run_is_released_and_runs_again(http):  # type: ignore[no-untyped-def]
+    client, runs = http
+    assert post(client, "k5", {"amount": 1, "fail": "503"}).status_code == 503
+    assert post(client, "k5", {"amount": 1, "fail": "503"}).status_code == 503
+    assert len(runs) == 2  # not stored: the retry ran again
+    assert post(client, "k6", {"amount": 1, "fail": "raise"}).status_code == 500
+    assert post(client, "k6", {"amount": 1}).status_code == 422  # another body than the failed run's
+    assert post(client, "k7", {"amount": 1, "fail": "raise"}).status_code == 500
+    assert post(client, "k7", {"amount": 1, "fail": "raise"}).status_code == 500
+    assert post(client, "k7", {"amount": 1, "fail": "raise"}).status_code == 500
+    exhausted = post(client, "k7", {"amount": 1, "fail": "raise"})  # maxtries 3 used
+    assert exhausted.status_code == 500 and "new Idempotency-Key" in exhausted.text

@@ -1,0 +1,278 @@
+//! The commands as `redis::Cmd`s, for either edition: `IDEM.*` for the
+//! module, `FCALL idem_*` for the Functions library (docs/functions.md),
+//! which refuses what it cannot do before anything is sent.
+use crate::error::Error;
+use redis::{Cmd, ToRedisArgs};
+use std::time::Duration;
+
+/// Which redis-idem a server has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Edition {
+    /// The module: every command, WAIT, BLOOM, batches, INFO counters.
+    Module,
+    /// The Functions library (`functions/idem.lua`), for servers that do not
+    /// load modules: the record commands without WAIT, BLOOM and batches.
+    Functions,
+}
+
+impl Edition {
+    /// `COMMAND INFO IDEM.CLAIM` (a description where the module is loaded,
+    /// nil where not), then `FCALL_RO idem_edition 0`. A server with both
+    /// uses the module.
+    pub fn detect_cmds() -> (Cmd, Cmd) {
+        (
+            redis::cmd("COMMAND").arg("INFO").arg("IDEM.CLAIM").to_owned(),
+            redis::cmd("FCALL_RO").arg("idem_edition").arg(0).to_owned(),
+        )
+    }
+
+    pub(crate) fn from_replies(
+        command_info: redis::RedisResult<redis::Value>,
+        edition: impl FnOnce() -> redis::RedisResult<redis::Value>,
+    ) -> Result<Edition, Error> {
+        use redis::Value;
+        let lift = |reply: redis::RedisResult<Value>| match reply {
+            Ok(Value::ServerError(e)) => Err(redis::RedisError::from(e)),
+            other => other,
+        };
+        match lift(command_info)? {
+            Value::Array(items) if items.iter().any(|item| *item != Value::Nil) => return Ok(Edition::Module),
+            Value::Map(items) if !items.is_empty() => return Ok(Edition::Module),
+            _ => {}
+        }
+        match lift(edition()) {
+            Ok(_) => Ok(Edition::Functions),
+            Err(e) if e.to_string().contains("not found") => Err(Error::NotInstalled),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// Options of a claim.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimOptions {
+    /// `PAYLOAD`: the content the key stands for; a later claim of the key
+    /// with other content answers MISMATCH.
+    pub payload: Option<Vec<u8>>,
+    /// `MAXTRIES n`: after n attempts a claim answers EXHAUSTED.
+    pub max_tries: Option<u32>,
+    /// `BLOOM filterkey` (module only).
+    pub bloom: Option<String>,
+    /// `WAIT`: on BUSY, wait this long for the holder (module only; the
+    /// server takes whole milliseconds, at most one hour).
+    pub wait: Option<Duration>,
+}
+
+impl ClaimOptions {
+    pub fn new() -> ClaimOptions {
+        ClaimOptions::default()
+    }
+    pub fn payload(mut self, payload: impl Into<Vec<u8>>) -> Self {
+        self.payload = Some(payload.into());
+        self
+    }
+    pub fn max_tries(mut self, n: u32) -> Self {
+        self.max_tries = Some(n);
+        self
+    }
+    pub fn bloom(mut self, filter_key: impl Into<String>) -> Self {
+        self.bloom = Some(filter_key.into());
+        self
+    }
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+}
+
+/// Options of a completion.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DoneOptions {
+    /// `RESULT`: kept and replayed to every later claim.
+    pub result: Option<Vec<u8>>,
+    /// `RETAIN`: how long the done record is kept (else `idem.retain`).
+    pub retain: Option<Duration>,
+    /// `BLOOM filterkey` (module only).
+    pub bloom: Option<String>,
+}
+
+impl DoneOptions {
+    pub fn new() -> DoneOptions {
+        DoneOptions::default()
+    }
+    pub fn result(mut self, result: impl Into<Vec<u8>>) -> Self {
+        self.result = Some(result.into());
+        self
+    }
+    pub fn retain(mut self, retain: Duration) -> Self {
+        self.retain = Some(retain);
+        self
+    }
+    pub fn bloom(mut self, filter_key: impl Into<String>) -> Self {
+        self.bloom = Some(filter_key.into());
+        self
+    }
+}
+
+/// Whole seconds, at least 1, rounded up: the commands take seconds.
+pub(crate) fn seconds(d: Duration) -> u64 {
+    (d.as_millis().div_ceil(1000) as u64).max(1)
+}
+
+/// Milliseconds for WAIT, at most the server's one hour.
+pub(crate) fn wait_ms(d: Duration) -> u64 {
+    (d.as_millis() as u64).min(3_600_000)
+}
+
+fn unsupported(what: &str) -> Error {
+    Error::Unsupported(format!("{what} needs the redis-idem module: the Functions edition on this server cannot do it"))
+}
+
+/// The command's name and its leading arguments for one key.
+fn head(edition: Edition, command: &str, function: &str, key: impl ToRedisArgs) -> Cmd {
+    match edition {
+        Edition::Module => redis::cmd(command).arg(key).to_owned(),
+        Edition::Functions => redis::cmd("FCALL").arg(function).arg(1).arg(key).to_owned(),
+    }
+}
+
+pub fn claim(edition: Edition, key: impl ToRedisArgs, lease: Duration, options: &ClaimOptions) -> Result<Cmd, Error> {
+    let mut cmd = head(edition, "IDEM.CLAIM", "idem_claim", key);
+    cmd.arg(seconds(lease));
+    if let Some(payload) = &options.payload {
+        cmd.arg("PAYLOAD").arg(payload);
+    }
+    if let Some(n) = options.max_tries {
+        cmd.arg("MAXTRIES").arg(n);
+    }
+    if let Some(filter) = &options.bloom {
+        if edition == Edition::Functions {
+            return Err(unsupported("BLOOM"));
+        }
+        cmd.arg("BLOOM").arg(filter);
+    }
+    if let Some(wait) = options.wait.filter(|w| wait_ms(*w) > 0) {
+        if edition == Edition::Functions {
+            return Err(unsupported("WAIT (a function cannot block; retry a BUSY claim after a backoff)"));
+        }
+        cmd.arg("WAIT").arg(wait_ms(wait));
+    }
+    Ok(cmd)
+}
+
+pub fn done(edition: Edition, key: impl ToRedisArgs, token: &str, options: &DoneOptions) -> Result<Cmd, Error> {
+    let mut cmd = head(edition, "IDEM.DONE", "idem_done", key);
+    cmd.arg(token);
+    if let Some(result) = &options.result {
+        cmd.arg("RESULT").arg(result);
+    }
+    if let Some(retain) = options.retain {
+        cmd.arg("RETAIN").arg(seconds(retain));
+    }
+    if let Some(filter) = &options.bloom {
+        if edition == Edition::Functions {
+            return Err(unsupported("BLOOM"));
+        }
+        cmd.arg("BLOOM").arg(filter);
+    }
+    Ok(cmd)
+}
+
+pub fn release(edition: Edition, key: impl ToRedisArgs, token: &str) -> Cmd {
+    head(edition, "IDEM.RELEASE", "idem_release", key).arg(token).to_owned()
+}
+
+pub fn extend(edition: Edition, key: impl ToRedisArgs, token: &str, lease: Duration) -> Cmd {
+    head(edition, "IDEM.EXTEND", "idem_extend", key).arg(token).arg(seconds(lease)).to_owned()
+}
+
+pub fn get(edition: Edition, key: impl ToRedisArgs) -> Cmd {
+    match edition {
+        Edition::Module => redis::cmd("IDEM.GET").arg(key).to_owned(),
+        Edition::Functions => redis::cmd("FCALL_RO").arg("idem_get").arg(1).arg(key).to_owned(),
+    }
+}
+
+pub fn once(edition: Edition, key: impl ToRedisArgs, retain: Duration) -> Cmd {
+    head(edition, "IDEM.ONCE", "idem_once", key).arg(seconds(retain)).to_owned()
+}
+
+/// At most this many keys in one batch command (the server's limit).
+pub const MAX_BATCH: usize = 10_000;
+
+fn batch_guard(edition: Edition, what: &str, count: usize) -> Result<(), Error> {
+    if edition == Edition::Functions {
+        return Err(Error::Unsupported(format!(
+            "{what} needs the redis-idem module: the Functions edition has no batch commands; call the single command once per key"
+        )));
+    }
+    if count == 0 || count > MAX_BATCH {
+        return Err(Error::Unsupported(format!("{what} takes 1 to {MAX_BATCH} keys, not {count}")));
+    }
+    Ok(())
+}
+
+/// `IDEM.MCLAIM lease numkeys key... [PAYLOADS p...] [MAXTRIES n] [BLOOM f]`;
+/// `payloads`, when given, has one per key.
+pub fn mclaim<K: ToRedisArgs>(
+    edition: Edition,
+    keys: &[K],
+    lease: Duration,
+    payloads: Option<&[Vec<u8>]>,
+    max_tries: Option<u32>,
+    bloom: Option<&str>,
+) -> Result<Cmd, Error> {
+    batch_guard(edition, "IDEM.MCLAIM", keys.len())?;
+    let mut cmd = redis::cmd("IDEM.MCLAIM");
+    cmd.arg(seconds(lease)).arg(keys.len()).arg(keys);
+    if let Some(payloads) = payloads {
+        assert_eq!(payloads.len(), keys.len(), "one payload per key");
+        cmd.arg("PAYLOADS").arg(payloads);
+    }
+    if let Some(n) = max_tries {
+        cmd.arg("MAXTRIES").arg(n);
+    }
+    if let Some(filter) = bloom {
+        cmd.arg("BLOOM").arg(filter);
+    }
+    Ok(cmd)
+}
+
+/// `IDEM.MDONE numkeys key token... [RESULTS r...] [RETAIN s] [BLOOM f]`;
+/// `results`, when given, has one per key.
+pub fn mdone<K: ToRedisArgs>(
+    edition: Edition,
+    keys_tokens: &[(K, String)],
+    results: Option<&[Vec<u8>]>,
+    retain: Option<Duration>,
+    bloom: Option<&str>,
+) -> Result<Cmd, Error> {
+    batch_guard(edition, "IDEM.MDONE", keys_tokens.len())?;
+    let mut cmd = redis::cmd("IDEM.MDONE");
+    cmd.arg(keys_tokens.len());
+    for (key, token) in keys_tokens {
+        cmd.arg(key).arg(token);
+    }
+    if let Some(results) = results {
+        assert_eq!(results.len(), keys_tokens.len(), "one result per key");
+        cmd.arg("RESULTS").arg(results);
+    }
+    if let Some(retain) = retain {
+        cmd.arg("RETAIN").arg(seconds(retain));
+    }
+    if let Some(filter) = bloom {
+        cmd.arg("BLOOM").arg(filter);
+    }
+    Ok(cmd)
+}
+
+/// `IDEM.MRELEASE numkeys key token...`
+pub fn mrelease<K: ToRedisArgs>(edition: Edition, keys_tokens: &[(K, String)]) -> Result<Cmd, Error> {
+    batch_guard(edition, "IDEM.MRELEASE", keys_tokens.len())?;
+    let mut cmd = redis::cmd("IDEM.MRELEASE");
+    cmd.arg(keys_tokens.len());
+    for (key, token) in keys_tokens {
+        cmd.arg(key).arg(token);
+    }
+    Ok(cmd)
+}

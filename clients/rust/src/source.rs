@@ -1,0 +1,103 @@
+//! Where an [`Idem`](crate::Idem) gets its connections: a `redis::Client`
+//! (one server) or a `redis::cluster::ClusterClient`. The consumer loop
+//! needs more than the caller's connection: the heartbeat sends EXTEND on
+//! its own while the work runs, and a WAIT holds its connection.
+use redis::{Cmd, ConnectionLike, RedisResult, Value};
+use std::time::Duration;
+
+/// A sync connection factory.
+pub trait ConnectionSource: Send + Sync + 'static {
+    type Connection: ConnectionLike + Send;
+    /// A new connection whose replies may take up to `response_timeout`
+    /// (the longest WAIT plus a margin).
+    fn connect(&self, response_timeout: Duration) -> RedisResult<Self::Connection>;
+    /// Sends `cmd` to the node that owns `key` (in a cluster, the batch
+    /// commands' keys are not where redis-rs looks for them).
+    fn route(&self, con: &mut Self::Connection, cmd: &Cmd, _key: &[u8]) -> RedisResult<Value> {
+        con.req_command(cmd)
+    }
+    /// True for a cluster: batches are split by slot.
+    fn is_cluster(&self) -> bool {
+        false
+    }
+}
+
+impl ConnectionSource for redis::Client {
+    type Connection = redis::Connection;
+    fn connect(&self, response_timeout: Duration) -> RedisResult<redis::Connection> {
+        let con = self.get_connection()?;
+        con.set_read_timeout(Some(response_timeout))?;
+        con.set_write_timeout(Some(response_timeout))?;
+        Ok(con)
+    }
+}
+
+#[cfg(feature = "cluster")]
+fn route_to(key: &[u8]) -> redis::cluster_routing::RoutingInfo {
+    use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master)))
+}
+
+#[cfg(feature = "cluster")]
+impl ConnectionSource for redis::cluster::ClusterClient {
+    type Connection = redis::cluster::ClusterConnection;
+    fn connect(&self, response_timeout: Duration) -> RedisResult<Self::Connection> {
+        self.get_connection_with_config(redis::cluster::ClusterConfig::new().set_response_timeout(response_timeout))
+    }
+    fn route(&self, con: &mut Self::Connection, cmd: &Cmd, key: &[u8]) -> RedisResult<Value> {
+        con.route_command(cmd, route_to(key))
+    }
+    fn is_cluster(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(feature = "tokio")]
+pub use self::r#async::AsyncConnectionSource;
+
+#[cfg(feature = "tokio")]
+mod r#async {
+    use super::*;
+    use std::future::Future;
+
+    /// An async connection factory: `redis::Client` (multiplexed
+    /// connections) or `redis::cluster::ClusterClient` (with `cluster-async`).
+    pub trait AsyncConnectionSource: Send + Sync + 'static {
+        type Connection: redis::aio::ConnectionLike + Clone + Send + Sync + 'static;
+        fn connect(&self, response_timeout: Duration) -> impl Future<Output = RedisResult<Self::Connection>> + Send;
+        fn route(
+            &self,
+            con: &mut Self::Connection,
+            cmd: Cmd,
+            _key: Vec<u8>,
+        ) -> impl Future<Output = RedisResult<Value>> + Send {
+            async move { redis::aio::ConnectionLike::req_packed_command(con, &cmd).await }
+        }
+        fn is_cluster(&self) -> bool {
+            false
+        }
+    }
+
+    impl AsyncConnectionSource for redis::Client {
+        type Connection = redis::aio::MultiplexedConnection;
+        fn connect(&self, response_timeout: Duration) -> impl Future<Output = RedisResult<Self::Connection>> + Send {
+            let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(response_timeout));
+            async move { self.get_multiplexed_async_connection_with_config(&config).await }
+        }
+    }
+
+    #[cfg(feature = "cluster-async")]
+    impl AsyncConnectionSource for redis::cluster::ClusterClient {
+        type Connection = redis::cluster_async::ClusterConnection;
+        fn connect(&self, response_timeout: Duration) -> impl Future<Output = RedisResult<Self::Connection>> + Send {
+            let config = redis::cluster::ClusterConfig::new().set_response_timeout(response_timeout);
+            async move { self.get_async_connection_with_config(config).await }
+        }
+        async fn route(&self, con: &mut Self::Connection, cmd: Cmd, key: Vec<u8>) -> RedisResult<Value> {
+            con.route_command(cmd, route_to(&key)).await
+        }
+        fn is_cluster(&self) -> bool {
+            true
+        }
+    }
+}
