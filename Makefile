@@ -199,21 +199,28 @@ PYTHON  := $(PY_VENV)/bin/python
 
 .PHONY: pyenv clients demo redis8 valkey
 
-pyenv:
-	@if ! $(PYTHON) -c 'import redis, redis_idem' >/dev/null 2>&1; then \
-		command -v python3 >/dev/null 2>&1 || { echo "pyenv: python3 not found: install python3 and python3-venv" >&2; exit 1; }; \
-		echo "pyenv: python3 -m venv $(PY_VENV); pip install -r examples/consumer/requirements.txt"; \
-		rm -rf $(PY_VENV); \
-		if ! python3 -m venv $(PY_VENV) >/dev/null 2>&1; then \
-			rm -rf $(PY_VENV); \
-			command -v apt-get >/dev/null 2>&1 || { echo "pyenv: python3 -m venv failed: install python3-venv" >&2; exit 1; }; \
-			echo "pyenv: installing python3-venv"; \
+# $(call python-venv,<dir>,<modules it must import>,<pip install arguments>,<who>):
+# a venv at <dir> (python3-venv installed with apt-get where it is
+# missing), made again with pip when one of the modules does not import.
+define python-venv
+	@if ! $(1)/bin/python -c "$(foreach module,$(2),import $(module);)" >/dev/null 2>&1; then \
+		command -v python3 >/dev/null 2>&1 || { echo "$(4): python3 not found: install python3 and python3-venv" >&2; exit 1; }; \
+		echo "$(4): python3 -m venv $(1); pip install $(3)"; \
+		rm -rf $(1); \
+		if ! python3 -m venv $(1) >/dev/null 2>&1; then \
+			rm -rf $(1); \
+			command -v apt-get >/dev/null 2>&1 || { echo "$(4): python3 -m venv failed: install python3-venv" >&2; exit 1; }; \
+			echo "$(4): installing python3-venv"; \
 			$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
 			$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv && \
-			python3 -m venv $(PY_VENV) || { rm -rf $(PY_VENV); exit 1; }; \
+			python3 -m venv $(1) || { rm -rf $(1); exit 1; }; \
 		fi; \
-		$(PY_VENV)/bin/pip install -q -r examples/consumer/requirements.txt || { rm -rf $(PY_VENV); exit 1; }; \
+		$(1)/bin/pip install -q $(3) || { rm -rf $(1); exit 1; }; \
 	fi
+endef
+
+pyenv:
+	$(call python-venv,$(PY_VENV),redis redis_idem,-r examples/consumer/requirements.txt,pyenv)
 
 # The Node.js client example's dependencies: ioredis from the npm registry,
 # and the redis-idem library from clients/node (linked; npm runs its

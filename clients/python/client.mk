@@ -23,19 +23,7 @@ PY_CLIENT_PYTEST  = REDIS_IDEM_MODULE="$(PY_CLIENT_MODULE)" $(PY_CLIENT_PYTHON) 
 .PHONY: test-client-python client-python-venv
 
 client-python-venv:
-	@if ! $(PY_CLIENT_PYTHON) -c 'import pytest, pytest_asyncio, starlette, uvicorn, httpx' >/dev/null 2>&1; then \
-		command -v python3 >/dev/null 2>&1 || { echo "client-python: python3 not found: install python3 and python3-venv" >&2; exit 1; }; \
-		rm -rf $(PY_CLIENT_VENV); \
-		if ! python3 -m venv $(PY_CLIENT_VENV) >/dev/null 2>&1; then \
-			rm -rf $(PY_CLIENT_VENV); \
-			command -v apt-get >/dev/null 2>&1 || { echo "client-python: python3 -m venv failed: install python3-venv" >&2; exit 1; }; \
-			echo "client-python: installing python3-venv"; \
-			$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
-			$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv && \
-			python3 -m venv $(PY_CLIENT_VENV) || { rm -rf $(PY_CLIENT_VENV); exit 1; }; \
-		fi; \
-		$(PY_CLIENT_VENV)/bin/pip install -q $(PY_CLIENT_DEPS) || { rm -rf $(PY_CLIENT_VENV); exit 1; }; \
-	fi
+	$(call python-venv,$(PY_CLIENT_VENV),pytest pytest_asyncio starlette uvicorn httpx,$(PY_CLIENT_DEPS),client-python)
 	$(PY_CLIENT_VENV)/bin/pip install -q --force-reinstall --no-deps ./clients/python
 	$(PY_CLIENT_VENV)/bin/pip install -q ./clients/python
 
