@@ -203,7 +203,7 @@ pub fn info(ctx: Ctx, args: &Args) -> CmdResult {
     ctx.reply_simple(c"expansion");
     ctx.reply_int(params.expansion as i64);
     ctx.reply_simple(c"items");
-    ctx.reply_int(live.iter().map(|shard| shard.items).sum::<u64>() as i64);
+    ctx.reply_int(live.iter().map(|shard| shard.items()).sum::<u64>() as i64);
     ctx.reply_simple(c"bytes");
     ctx.reply_int(live.iter().map(|shard| shard.bytes()).sum::<u64>() as i64);
     ctx.reply_simple(c"shards");
@@ -213,7 +213,7 @@ pub fn info(ctx: Ctx, args: &Args) -> CmdResult {
         ctx.reply_simple(c"start");
         ctx.reply_int(shard.start);
         ctx.reply_simple(c"items");
-        ctx.reply_int(shard.items as i64);
+        ctx.reply_int(shard.items() as i64);
         ctx.reply_simple(c"filters");
         ctx.reply_int(shard.filters.len() as i64);
         ctx.reply_simple(c"bytes");

@@ -10,7 +10,7 @@ use redis_module::native_types::RedisType;
 
 use crate::host::Key;
 use crate::host::background::VisitedKey;
-use crate::host::data_type::{self, DataType, boxed_slice_size, methods, vec_size};
+use crate::host::data_type::{self, DataType, boxed_size, boxed_slice_size, methods, small_vec_size};
 
 /// Encoding version of the RDB payload; a newer one is refused on load.
 /// 4: filters of format 4 (fitted sizing, folded arrays), the first
@@ -49,13 +49,16 @@ impl DataType for FilterType {
         bytes
     }
 
+    /// The shards' and stacks' tables once they leave the inline slot,
+    /// then each array's allocations.
     fn mem_usage(filter: &ShardedBloom) -> usize {
-        let mut total = vec_size(&filter.shards);
+        let mut total = small_vec_size(&filter.shards);
         for shard in &filter.shards {
-            total += vec_size(&shard.filters);
+            total += small_vec_size(&shard.filters);
             for sub in &shard.filters {
                 let (table, chunks) = sub.bits.allocations();
-                total += boxed_slice_size(table) + chunks.map(boxed_slice_size).sum::<usize>();
+                total += table.map_or(0, |table| boxed_size(table) + boxed_slice_size(table));
+                total += chunks.iter().map(boxed_slice_size).sum::<usize>();
             }
         }
         total
@@ -66,8 +69,14 @@ impl DataType for FilterType {
     /// freed in the background on `UNLINK`, `FLUSHALL ASYNC` or lazy
     /// expiry.
     fn free_effort(filter: &ShardedBloom) -> usize {
-        let chunks: usize = filter.shards.iter().flat_map(|shard| &shard.filters).map(|sub| sub.bits.chunks()).sum();
-        1 + filter.shards.len() + filter.sub_filter_count() + chunks + (filter.bytes() >> 16) as usize
+        let arrays: usize = (filter.shards.iter().flat_map(|shard| &shard.filters))
+            .map(|sub| match sub.bits.allocations() {
+                (Some(_), chunks) => 2 + chunks.len(),
+                (None, chunks) => chunks.len(),
+            })
+            .sum();
+        let stacks = filter.shards.iter().filter(|shard| shard.filters.spilled()).count();
+        1 + usize::from(filter.shards.spilled()) + stacks + arrays + (filter.bytes() >> 16) as usize
     }
 
     fn copy(filter: &ShardedBloom) -> Box<ShardedBloom> {

@@ -210,7 +210,7 @@ pub trait DataType: 'static {
     /// The AOF rewrite's blob (Redis appends the key's `PEXPIREAT`).
     fn rewrite(value: <Self::Value as Stored>::Ref<'_>) -> Vec<u8>;
     /// Bytes the value holds in allocations of its own, beyond the one
-    /// Redis's pointer points at (see [`boxed_slice_size`], [`vec_size`]).
+    /// Redis's pointer points at (see [`boxed_slice_size`], [`small_vec_size`]).
     fn mem_usage(value: <Self::Value as Stored>::Ref<'_>) -> usize;
     /// Redis's lazy-free effort units (above 64, freed in the background).
     fn free_effort(value: <Self::Value as Stored>::Ref<'_>) -> usize;
@@ -420,10 +420,22 @@ pub fn boxed_slice_size<T>(value: &Box<[T]>) -> usize {
     unsafe { heap_size(value.as_ptr(), value.len()) }
 }
 
-/// Bytes Redis's allocator holds for a `Vec`'s buffer.
-#[allow(clippy::ptr_arg, reason = "the Vec's capacity, not the slice, is what is allocated")]
-pub fn vec_size<T>(value: &Vec<T>) -> usize {
-    // SAFETY: a `Vec`'s own buffer of `capacity` elements.
+/// Bytes Redis's allocator holds for a box's value (none for a zero-sized
+/// one, which holds no allocation).
+#[allow(clippy::borrowed_box, reason = "the box, not the value, is what is allocated")]
+pub fn boxed_size<T>(value: &Box<T>) -> usize {
+    // SAFETY: a box's own allocation of one `T`.
+    unsafe { heap_size(&**value as *const T, 1) }
+}
+
+/// Bytes Redis's allocator holds for a `SmallVec`'s buffer: none while
+/// its contents are inline.
+pub fn small_vec_size<A: smallvec::Array>(value: &smallvec::SmallVec<A>) -> usize {
+    if !value.spilled() {
+        return 0;
+    }
+    // SAFETY: a spilled `SmallVec`'s own heap buffer of `capacity`
+    // elements.
     unsafe { heap_size(value.as_ptr(), value.capacity()) }
 }
 

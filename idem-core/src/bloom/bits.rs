@@ -18,12 +18,23 @@ use super::ItemHash;
 /// An array's chunks, and the table of them: each an allocation.
 pub type Chunks = Box<[Box<[u64]>]>;
 
+/// One Bloom filter's bits. The hash count is its sub-filter's, passed to
+/// each probe: an array is 16 bytes in its sub-filter, so that a small
+/// filter's structures fit one allocation (see [`ShardedBloom`](super::ShardedBloom)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Bits {
-    /// The array, in equal chunks of `chunk_words` words.
-    chunks: Chunks,
-    chunk_words: usize,
-    hashes: u32,
+    storage: Storage,
+}
+
+/// Where an array's words are kept, as [`layout`] chooses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Storage {
+    /// One allocation: every array that no chunking divides, small ones
+    /// among them.
+    Whole(Box<[u64]>),
+    /// Equal chunks. The table is boxed once more: a thin pointer, which
+    /// keeps this enum the size of one slice.
+    Chunked(Box<Chunks>),
 }
 
 /// Most probes of an item: the most hash functions a sub-filter uses.
@@ -47,10 +58,13 @@ pub fn allocation_class(size: u64) -> u64 {
 }
 
 /// Bytes the allocator holds for an array of `bytes` (a multiple of 8)
-/// stored as [`layout`] stores it: its chunks and their table.
+/// stored as [`layout`] stores it: one allocation, or its chunks, their
+/// table and the box of the table.
 pub fn allocated_bytes(bytes: u64) -> u64 {
-    let (chunks, chunk_bytes) = layout(bytes);
-    chunks * allocation_class(chunk_bytes) + allocation_class(16 * chunks)
+    match layout(bytes) {
+        (1, _) => allocation_class(bytes),
+        (chunks, chunk_bytes) => chunks * allocation_class(chunk_bytes) + allocation_class(16 * chunks) + 16,
+    }
 }
 
 /// How an array of `bytes` (a multiple of 8) is stored: `(chunks, chunk
@@ -101,16 +115,29 @@ fn mix(mut z: u64) -> u64 {
 
 impl Bits {
     /// A clear array of `bytes` bytes (a multiple of 8, at least 8).
-    pub fn new(bytes: u64, hashes: u32) -> Bits {
+    pub fn new(bytes: u64) -> Bits {
         let (chunks, chunk_bytes) = layout(bytes);
-        let chunk_words = (chunk_bytes / 8) as usize;
-        let chunks = (0..chunks).map(|_| vec![0u64; chunk_words].into_boxed_slice()).collect();
-        Bits { chunks, chunk_words, hashes }
+        Bits::clear(chunks, chunk_bytes)
+    }
+
+    /// A clear array of `chunks` chunks of `chunk_bytes`.
+    fn clear(chunks: u64, chunk_bytes: u64) -> Bits {
+        let chunk = || vec![0u64; (chunk_bytes / 8) as usize].into_boxed_slice();
+        Bits::from_chunks((0..chunks).map(|_| chunk()).collect())
+    }
+
+    /// An array of these chunks (at least one, all of a length).
+    fn from_chunks(mut chunks: Vec<Box<[u64]>>) -> Bits {
+        let storage = match chunks.len() {
+            1 => Storage::Whole(chunks.pop().expect("one chunk")),
+            _ => Storage::Chunked(Box::new(chunks.into_boxed_slice())),
+        };
+        Bits { storage }
     }
 
     /// An array from its little-endian bytes, as [`write_bytes`](Self::write_bytes)
-    /// wrote them. The caller has checked the length and hash count.
-    pub fn from_bytes(bytes: &[u8], hashes: u32) -> Bits {
+    /// wrote them. The caller has checked the length.
+    pub fn from_bytes(bytes: &[u8]) -> Bits {
         let (_, chunk_bytes) = layout(bytes.len() as u64);
         let chunks = bytes
             .chunks_exact(chunk_bytes as usize)
@@ -118,7 +145,7 @@ impl Bits {
                 chunk.chunks_exact(8).map(|word| u64::from_le_bytes(word.try_into().expect("8 bytes"))).collect()
             })
             .collect();
-        Bits { chunks, chunk_words: (chunk_bytes / 8) as usize, hashes }
+        Bits::from_chunks(chunks)
     }
 
     pub fn write_bytes(&self, out: &mut Vec<u8>) {
@@ -127,38 +154,56 @@ impl Bits {
         }
     }
 
+    /// The chunks, in order: one for an array kept whole.
+    fn stored(&self) -> &[Box<[u64]>] {
+        match &self.storage {
+            Storage::Whole(words) => std::slice::from_ref(words),
+            Storage::Chunked(chunks) => chunks,
+        }
+    }
+
+    fn stored_mut(&mut self) -> &mut [Box<[u64]>] {
+        match &mut self.storage {
+            Storage::Whole(words) => std::slice::from_mut(words),
+            Storage::Chunked(chunks) => chunks,
+        }
+    }
+
+    /// Words a chunk holds: all of them when the array is kept whole.
+    fn chunk_words(&self) -> usize {
+        self.stored()[0].len()
+    }
+
     /// The words of the whole array, in order.
     fn words(&self) -> impl Iterator<Item = &u64> {
-        self.chunks.iter().flat_map(|chunk| chunk.iter())
+        self.stored().iter().flat_map(|chunk| chunk.iter())
     }
 
     pub fn bytes(&self) -> u64 {
-        (self.chunks.len() * self.chunk_words) as u64 * 8
+        self.words_len() as u64 * 8
     }
 
-    pub fn hashes(&self) -> u32 {
-        self.hashes
-    }
-
-    /// The allocations: the chunks' table, then each chunk. For memory
-    /// accounting, which needs them.
+    /// The allocations: the chunks' table and its box when the array is
+    /// chunked, then each chunk. For memory accounting, which needs them.
     #[allow(clippy::borrowed_box, reason = "the boxes, not the slices, are what is allocated")]
-    pub fn allocations(&self) -> (&Chunks, impl Iterator<Item = &Box<[u64]>>) {
-        (&self.chunks, self.chunks.iter())
+    pub fn allocations(&self) -> (Option<&Box<Chunks>>, &[Box<[u64]>]) {
+        let table = match &self.storage {
+            Storage::Whole(_) => None,
+            Storage::Chunked(chunks) => Some(chunks),
+        };
+        (table, self.stored())
     }
 
     /// A clear array of `bytes` in `chunks` equal chunks, whatever
     /// [`layout`] would choose: for tests that the chunks change nothing.
     #[cfg(test)]
-    pub(super) fn with_chunks(bytes: u64, chunks: u64, hashes: u32) -> Bits {
-        let chunk_words = (bytes / 8 / chunks) as usize;
-        let chunks = (0..chunks).map(|_| vec![0u64; chunk_words].into_boxed_slice()).collect();
-        Bits { chunks, chunk_words, hashes }
+    pub(super) fn with_chunks(bytes: u64, chunks: u64) -> Bits {
+        Bits::clear(chunks, bytes / chunks)
     }
 
     /// Allocations of the array itself.
     pub fn chunks(&self) -> usize {
-        self.chunks.len()
+        self.stored().len()
     }
 
     /// Bits set.
@@ -167,23 +212,29 @@ impl Bits {
     }
 
     /// Calls `probe` with the chunk, word and mask of each of the item's
-    /// probes, in order, until it answers `false`; `true` if it never did.
-    #[inline(always)]
-    fn probes(&self, item: ItemHash, probe: impl FnMut(usize, usize, u64) -> bool) -> bool {
-        probe_positions(self.chunks.len(), self.chunk_words, self.hashes, item, probe)
-    }
-
-    pub fn check(&self, item: ItemHash) -> bool {
-        self.probes(item, |chunk, word, mask| self.chunks[chunk][word] & mask != 0)
+    /// `hashes` probes, in order, until it answers `false`; `true` if it
+    /// never did.
+    /// Whether every one of the item's `hashes` probes is set.
+    pub fn check(&self, item: ItemHash, hashes: u32) -> bool {
+        match &self.storage {
+            Storage::Whole(words) => {
+                probe_positions(1, words.len(), hashes, item, |_, word, mask| words[word] & mask != 0)
+            }
+            Storage::Chunked(chunks) => {
+                probe_positions(chunks.len(), chunks[0].len(), hashes, item, |chunk, word, mask| {
+                    chunks[chunk][word] & mask != 0
+                })
+            }
+        }
     }
 
     /// Sets only the item's first `probes` probes: for tests that build
     /// the costliest bits a query can meet.
     #[cfg(test)]
-    pub(super) fn set_first(&mut self, item: ItemHash, probes: u32) {
+    pub(super) fn set_first(&mut self, item: ItemHash, hashes: u32, probes: u32) {
         let mut left = probes;
-        let (count, chunk_words, hashes) = (self.chunks.len(), self.chunk_words, self.hashes);
-        let chunks = &mut self.chunks;
+        let (count, chunk_words) = (self.chunks(), self.chunk_words());
+        let chunks = self.stored_mut();
         probe_positions(count, chunk_words, hashes, item, |chunk, word, mask| {
             if left == 0 {
                 return false;
@@ -195,13 +246,8 @@ impl Bits {
     }
 
     #[cfg(test)]
-    pub(super) fn set(&mut self, item: ItemHash) {
-        let (count, chunk_words, hashes) = (self.chunks.len(), self.chunk_words, self.hashes);
-        let chunks = &mut self.chunks;
-        probe_positions(count, chunk_words, hashes, item, |chunk, word, mask| {
-            chunks[chunk][word] |= mask;
-            true
-        });
+    pub(super) fn set(&mut self, item: ItemHash, hashes: u32) {
+        self.set_first(item, hashes, hashes);
     }
 
     /// Sets the item's bits; `true` if any was clear (the item was not
@@ -211,26 +257,14 @@ impl Bits {
     /// misses overlap, where a check then a set waited for the check's
     /// misses one after the other (and a read-modify-write per probe makes
     /// each store wait on its own miss).
-    pub fn insert(&mut self, item: ItemHash) -> bool {
-        let mut probes = [(0usize, 0usize, 0u64); MAX_PROBES];
-        let mut count = 0;
-        self.probes(item, |chunk, word, mask| {
-            probes[count] = (chunk, word, mask);
-            count += 1;
-            count < MAX_PROBES
-        });
-        let probes = &probes[..count];
-        // Every word read, none skipped: a read that waited on the one
-        // before would wait on its miss.
-        let all_set =
-            probes.iter().fold(true, |all, &(chunk, word, mask)| all & (self.chunks[chunk][word] & mask != 0));
-        if all_set {
-            return false;
+    pub fn insert(&mut self, item: ItemHash, hashes: u32) -> bool {
+        match &mut self.storage {
+            Storage::Whole(words) => insert_into(std::slice::from_mut(words), 1, item, hashes),
+            Storage::Chunked(chunks) => {
+                let count = chunks.len();
+                insert_into(chunks, count, item, hashes)
+            }
         }
-        for &(chunk, word, mask) in probes {
-            self.chunks[chunk][word] |= mask;
-        }
-        true
     }
 
     /// Whether [`fold`](Self::fold) can halve this array: an even number
@@ -240,7 +274,7 @@ impl Bits {
     }
 
     fn words_len(&self) -> usize {
-        self.chunks.len() * self.chunk_words
+        self.chunks() * self.chunk_words()
     }
 
     /// Divides the array's length by `factor`, which divides its word
@@ -253,14 +287,15 @@ impl Bits {
     pub fn fold_by(&mut self, factor: u64) {
         let words = self.words_len() as u64;
         debug_assert!(factor >= 1 && words.is_multiple_of(factor));
-        let mut folded = Bits::new(words / factor * 8, self.hashes);
-        let chunk_bits = folded.chunk_words as u64 * 64;
+        let mut folded = Bits::new(words / factor * 8);
+        let chunk_bits = folded.chunk_words() as u64 * 64;
+        let target = folded.stored_mut();
         for (index, &word) in self.words().enumerate() {
             let mut left = word;
             while left != 0 {
                 let position = (index as u64 * 64 + left.trailing_zeros() as u64) / factor;
                 let (chunk, bit) = ((position / chunk_bits) as usize, position % chunk_bits);
-                folded.chunks[chunk][(bit / 64) as usize] |= 1 << (bit % 64);
+                target[chunk][(bit / 64) as usize] |= 1 << (bit % 64);
                 left &= left - 1;
             }
         }
@@ -279,40 +314,68 @@ impl Bits {
     /// folds at the cost of reading it once. Others are folded into a new
     /// array.
     pub fn fold(&mut self) {
-        if self.chunks.len() % 2 == 1 {
+        let Storage::Chunked(table) = &mut self.storage else {
+            *self = self.folded_copy();
+            return;
+        };
+        if table.len() % 2 == 1 {
             *self = self.folded_copy();
             return;
         }
-        let half = self.chunk_words / 2;
+        let half = table[0].len() / 2;
         // Source chunk `i` folds into half of destination chunk `i / 2`,
         // which is chunk `i` itself only for `i = 0`, where word `j` is
         // written after words `2j` and `2j + 1` are read.
-        let mut first = std::mem::take(&mut self.chunks[0]);
+        let first = &mut table[0];
         for j in 0..half {
             first[j] = fold_words(first[2 * j], first[2 * j + 1]);
         }
-        self.chunks[0] = first;
-        for source in 1..self.chunks.len() {
-            let (front, back) = self.chunks.split_at_mut(source);
+        for source in 1..table.len() {
+            let (front, back) = table.split_at_mut(source);
             let target = &mut front[source / 2][(source % 2) * half..][..half];
             for (word, pair) in target.iter_mut().zip(back[0].chunks_exact(2)) {
                 *word = fold_words(pair[0], pair[1]);
             }
         }
-        let mut chunks = std::mem::take(&mut self.chunks).into_vec();
+        let mut chunks = std::mem::take(&mut **table).into_vec();
         chunks.truncate(chunks.len() / 2);
-        self.chunks = chunks.into_boxed_slice();
+        *self = Bits::from_chunks(chunks);
     }
 
     /// [`fold`](Self::fold) into a new array, as [`layout`] stores it.
     fn folded_copy(&self) -> Bits {
-        let mut folded = Bits::new(self.bytes() / 2, self.hashes);
+        let mut folded = Bits::new(self.bytes() / 2);
         let mut words = self.words().copied();
-        for word in folded.chunks.iter_mut().flat_map(|chunk| chunk.iter_mut()) {
+        for word in folded.stored_mut().iter_mut().flat_map(|chunk| chunk.iter_mut()) {
             *word = fold_words(words.next().unwrap_or(0), words.next().unwrap_or(0));
         }
         folded
     }
+}
+
+/// [`Bits::insert`] into `chunks`, `count` of them: given as a constant
+/// 1 for an array kept whole, whose positions then take one
+/// multiply-shift each.
+#[inline(always)]
+fn insert_into(chunks: &mut [Box<[u64]>], count: usize, item: ItemHash, hashes: u32) -> bool {
+    let mut probes = [(0usize, 0usize, 0u64); MAX_PROBES];
+    let mut probed = 0;
+    probe_positions(count, chunks[0].len(), hashes, item, |chunk, word, mask| {
+        probes[probed] = (chunk, word, mask);
+        probed += 1;
+        probed < MAX_PROBES
+    });
+    let probes = &probes[..probed];
+    // Every word read, none skipped: a read that waited on the one
+    // before would wait on its miss.
+    let all_set = probes.iter().fold(true, |all, &(chunk, word, mask)| all & (chunks[chunk][word] & mask != 0));
+    if all_set {
+        return false;
+    }
+    for &(chunk, word, mask) in probes {
+        chunks[chunk][word] |= mask;
+    }
+    true
 }
 
 /// Two neighbouring words folded into one: the low half from `low`, the

@@ -24,7 +24,7 @@ use super::bits::Bits;
 use super::sizing::{false_positive_rate, hash_count, rate_with_hashes, stacked_capacity, sub_filter_bytes};
 use super::{
     MAX_BYTES, MAX_HASHES, MAX_SUB_FILTERS, MAX_TOTAL_SUB_FILTERS, MAX_WINDOW, PROTO_MAX_BULK_LEN, Params, Plan, Shard,
-    ShardedBloom, Share, SubFilter, allocation_class,
+    ShardedBloom, Shards, Share, SubFilter, SubFilters, allocation_class,
 };
 use crate::Millis;
 use crate::decode::{DecodeError, Reader};
@@ -33,7 +33,7 @@ use crate::decode::{DecodeError, Reader};
 pub const FORMAT: u8 = 4;
 
 /// Bytes of the format, parameters and seed ([`encode_params`]).
-pub const PARAMS_LEN: usize = 1 + 8 + 8 + 4 + 8 + 4 + 32;
+pub const PARAMS_LEN: usize = 1 + 8 + 8 + 4 + 8 + 4 + SEED_LEN;
 /// Bytes of the parameters, seed and shard count.
 const HEADER_LEN: u64 = PARAMS_LEN as u64 + 4;
 const SHARD_HEADER_LEN: u64 = 8 + 8 + 4;
@@ -51,7 +51,7 @@ const MAX_FOLDS: u32 = 26;
 /// refuse a payload with an odd factor as a bad fold count, never
 /// misread it.
 fn encode_folds(sub: &SubFilter) -> u32 {
-    sub.folds | (sub.odd_fold / 2) << 5
+    u32::from(sub.folds) | (sub.odd_fold / 2) << 5
 }
 
 /// The halvings and the odd factor of a fold field.
@@ -93,18 +93,27 @@ pub fn dumped_len(encoded: u64) -> u64 {
     encoded + DUMP_ENVELOPE
 }
 
-pub fn encode_params(params: &Params, seed: &[u8; 32], out: &mut Vec<u8>) {
+/// Bytes the format keeps for the seed: its 8 and 24 reserved, written as
+/// zeros and ignored on reading (builds before 0.1.0 wrote random bytes
+/// there, which no hash ever used).
+const SEED_LEN: usize = 32;
+/// Where the seed's reserved bytes lie in a payload: what decodes encodes
+/// back to the same bytes but these, zeroed.
+pub const SEED_RESERVED: std::ops::Range<usize> = PARAMS_LEN - (SEED_LEN - 8)..PARAMS_LEN;
+
+pub fn encode_params(params: &Params, seed: u64, out: &mut Vec<u8>) {
     out.push(FORMAT);
     out.extend_from_slice(&params.error_rate.to_le_bytes());
     out.extend_from_slice(&params.capacity.to_le_bytes());
     out.extend_from_slice(&params.window.to_le_bytes());
     out.extend_from_slice(&params.period.to_le_bytes());
     out.extend_from_slice(&params.expansion.to_le_bytes());
-    out.extend_from_slice(seed);
+    out.extend_from_slice(&seed.to_le_bytes());
+    out.extend_from_slice(&[0; SEED_LEN - 8]);
 }
 
 /// The parameters and seed [`encode_params`] wrote.
-pub fn decode_params(input: &mut Reader) -> Result<(Params, [u8; 32]), DecodeError> {
+pub fn decode_params(input: &mut Reader) -> Result<(Params, u64), DecodeError> {
     match input.u8()? {
         FORMAT => {}
         1..=3 => return Err(DecodeError("filter format 1 to 3, written only by development builds before 0.1.0")),
@@ -118,22 +127,24 @@ pub fn decode_params(input: &mut Reader) -> Result<(Params, [u8; 32]), DecodeErr
         expansion: input.u32()?,
     };
     params.check().map_err(|_| DecodeError("filter parameters out of range"))?;
-    Ok((params, input.array()?))
+    let seed = input.u64()?;
+    input.take(SEED_LEN - 8)?;
+    Ok((params, seed))
 }
 
 pub fn encode(filter: &ShardedBloom, out: &mut Vec<u8>) {
     out.reserve(encoded_len(filter) as usize);
-    encode_params(&filter.params, &filter.seed, out);
+    encode_params(&filter.params, filter.seed, out);
     out.extend_from_slice(&(filter.shards.len() as u32).to_le_bytes());
     for shard in &filter.shards {
         out.extend_from_slice(&shard.start.to_le_bytes());
-        out.extend_from_slice(&shard.items.to_le_bytes());
+        out.extend_from_slice(&shard.items().to_le_bytes());
         out.extend_from_slice(&(shard.filters.len() as u32).to_le_bytes());
         for sub in &shard.filters {
             out.extend_from_slice(&sub.capacity.to_le_bytes());
             out.extend_from_slice(&sub.items.to_le_bytes());
             out.extend_from_slice(&sub.error.to_le_bytes());
-            out.extend_from_slice(&sub.bits.hashes().to_le_bytes());
+            out.extend_from_slice(&sub.hashes().to_le_bytes());
             out.extend_from_slice(&(sub.bits.bytes() as u32).to_le_bytes());
             out.extend_from_slice(&encode_folds(sub).to_le_bytes());
             sub.bits.write_bytes(out);
@@ -156,7 +167,7 @@ pub fn decode(bytes: &[u8]) -> Result<ShardedBloom, DecodeError> {
     let shard_error = params.shard_error();
     let mut total_bytes = 0u64;
     let mut total_filters = 0usize;
-    let mut shards: Vec<Shard> = Vec::with_capacity(shard_count as usize);
+    let mut shards = Shards::with_capacity(shard_count as usize);
     for _ in 0..shard_count {
         let start = i64::from_le_bytes(input.array()?);
         let items = input.u64()?;
@@ -175,7 +186,7 @@ pub fn decode(bytes: &[u8]) -> Result<ShardedBloom, DecodeError> {
         if total_filters > MAX_TOTAL_SUB_FILTERS {
             return Err(DecodeError("too many sub-filters"));
         }
-        let mut filters: Vec<SubFilter> = Vec::with_capacity(filter_count);
+        let mut filters = SubFilters::with_capacity(filter_count);
         // The errors of the stack so far, summed in order as the sizing
         // sums them.
         let mut spent = 0.0f64;
@@ -209,7 +220,7 @@ pub fn decode(bytes: &[u8]) -> Result<ShardedBloom, DecodeError> {
         if sum != Some(items) {
             return Err(DecodeError("shard item count disagrees with its sub-filters"));
         }
-        shards.push(Shard { start, items, filters });
+        shards.push(Shard { start, filters });
     }
     input.finish()?;
     // Only a closed shard folds: the newest takes items into the arrays
@@ -246,7 +257,7 @@ fn decode_sub_filter(input: &mut Reader) -> Result<SubFilter, DecodeError> {
     if len == 0 || !len.is_multiple_of(8) || len > MAX_BYTES {
         return Err(DecodeError("bad bit-array length"));
     }
-    let bits = Bits::from_bytes(input.take(len as usize)?, hashes);
+    let bits = Bits::from_bytes(input.take(len as usize)?);
     // Each item sets at most `hashes` bits.
     if bits.count_ones() > (hashes as u64).saturating_mul(items) {
         return Err(DecodeError("more bits set than the items set"));
@@ -255,7 +266,7 @@ fn decode_sub_filter(input: &mut Reader) -> Result<SubFilter, DecodeError> {
     if (folds > 0 || odd_fold > 1) && rate_with_hashes(len * 8, items, hashes) > error * (1.0 + RATE_TOLERANCE) {
         return Err(DecodeError("an array folded past its error"));
     }
-    Ok(SubFilter { capacity, items, error, folds, odd_fold, bits })
+    Ok(SubFilter { capacity, items, error, hashes: hashes as u8, folds: folds as u8, odd_fold, bits })
 }
 
 /// Whether a sub-filter is what the sizing makes for its capacity with
@@ -267,7 +278,7 @@ fn decode_sub_filter(input: &mut Reader) -> Result<SubFilter, DecodeError> {
 fn check_sizing(sub: &SubFilter, budget: f64) -> Result<(), DecodeError> {
     // The bytes it was sized as: its own before any fold.
     let len = sub.sized_bytes();
-    if hash_count(len * 8, sub.capacity) != sub.bits.hashes() {
+    if hash_count(len * 8, sub.capacity) != sub.hashes() {
         return Err(DecodeError("hash count disagrees with the sub-filter's size"));
     }
     let rate = false_positive_rate(len * 8, sub.capacity);

@@ -8,7 +8,7 @@ impl SubFilter {
     /// The rate of its array halved, holding the items it holds.
     #[cfg(test)]
     pub(super) fn folded_rate(&self) -> f64 {
-        rate_with_hashes(self.bits.bytes() * 4, self.items, self.bits.hashes())
+        rate_with_hashes(self.bits.bytes() * 4, self.items, self.hashes())
     }
 
     /// The bytes it was sized with: its array's, times what it was
@@ -19,7 +19,7 @@ impl SubFilter {
 
     /// Whether its array holds its items within its error at `words`.
     fn fits_in(&self, words: u64) -> bool {
-        rate_with_hashes(words * 64, self.items, self.bits.hashes()) <= self.error
+        rate_with_hashes(words * 64, self.items, self.hashes()) <= self.error
     }
 
     /// Folds its array to the fewest words its items need within the
@@ -57,7 +57,8 @@ impl SubFilter {
         if odd > 1 {
             self.bits.fold_by(odd);
         }
-        self.folds += halvings;
+        // At most MAX_FOLDS (26) in all: an array of 8 bytes cannot halve.
+        self.folds += halvings as u8;
         self.odd_fold *= odd as u32;
     }
 }

@@ -32,6 +32,7 @@ pub use bits::{allocated_bytes, allocation_class, fitted_bytes};
 pub use params::*;
 pub use plan::{Added, Plan};
 pub use sizing::{EXPANSION_HEIGHT, GROWTH_MARGIN, HEADROOM, MAX_HASHES, MAX_TREND_FALL, MAX_TREND_RISE, Share};
+pub use smallvec::{SmallVec, smallvec};
 pub use write::{Answers, Effect, FixedLimits, HardLimits, KeyChange, Limits, NewFilter, WhenGone, Written};
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
@@ -48,16 +49,24 @@ pub const HOUR: Seconds = 3_600;
 pub struct ItemHash(u128);
 
 /// One Bloom filter of a shard's stack.
+///
+/// A filter's structures are laid out so that a filter of one shard of one
+/// sub-filter (every new filter, and every small one for its first period)
+/// is one allocation beside its bits: a shard keeps its first sub-filter,
+/// and a filter its first shard, inline ([`SmallVec`]). That costs the
+/// narrow counts here: a filter per tenant pays its structures per tenant.
 #[derive(Clone)]
 pub struct SubFilter {
     pub capacity: u64,
     pub items: u64,
     /// Its false-positive rate when full, as sized.
     pub error: f64,
+    /// Probes per item, at most [`MAX_HASHES`].
+    pub hashes: u8,
     /// How many times its array was halved since it was sized (see
     /// [`Bits::fold`]): `bits` holds its sized bytes over `2^folds`, and
     /// over `odd_fold` more.
-    pub folds: u32,
+    pub folds: u8,
     /// The odd factor its array was then divided by, where halving
     /// stopped at an odd number of words (see [`Bits::fold_by`]); 1 when
     /// it was not.
@@ -65,27 +74,39 @@ pub struct SubFilter {
     pub bits: Bits,
 }
 
+/// A shard's stack of sub-filters, the first one inline.
+pub type SubFilters = SmallVec<[SubFilter; 1]>;
+/// A filter's shards, the first one inline.
+pub type Shards = SmallVec<[Shard; 1]>;
+
 #[derive(Clone)]
 pub struct Shard {
     /// Unix seconds, a multiple of the period.
     pub start: Seconds,
-    /// Insertions into this shard.
-    pub items: u64,
-    pub filters: Vec<SubFilter>,
+    /// Never empty; all full but the top one.
+    pub filters: SubFilters,
 }
 
 #[derive(Clone)]
 pub struct ShardedBloom {
     pub params: Params,
     /// Hash seed, chosen once on the primary; persisted and replicated.
-    pub seed: [u8; 32],
+    pub seed: u64,
     /// Oldest first.
-    pub shards: Vec<Shard>,
+    pub shards: Shards,
 }
 
 impl SubFilter {
     pub fn bytes(&self) -> u64 {
         self.bits.bytes()
+    }
+
+    pub fn hashes(&self) -> u32 {
+        u32::from(self.hashes)
+    }
+
+    fn check(&self, item: ItemHash) -> bool {
+        self.bits.check(item, self.hashes())
     }
 }
 
@@ -99,7 +120,12 @@ impl Shard {
     }
 
     fn contains(&self, item: ItemHash) -> bool {
-        self.filters.iter().any(|filter| filter.bits.check(item))
+        self.filters.iter().any(|filter| filter.check(item))
+    }
+
+    /// Insertions into this shard: its sub-filters' items.
+    pub fn items(&self) -> u64 {
+        self.filters.iter().map(|filter| filter.items).sum()
     }
 
     pub fn bytes(&self) -> u64 {
@@ -109,8 +135,7 @@ impl Shard {
 
 impl ShardedBloom {
     pub fn hash(&self, item: &[u8]) -> ItemHash {
-        let seed = u64::from_le_bytes(self.seed[..8].try_into().expect("8 bytes"));
-        ItemHash(xxh3_128_with_seed(item, seed))
+        ItemHash(xxh3_128_with_seed(item, self.seed))
     }
 
     /// Start of the shard that `now` falls in.
@@ -133,8 +158,12 @@ impl ShardedBloom {
     /// Drops shards that left the window; `true` if any did.
     pub fn drop_expired(&mut self, now: Millis) -> bool {
         let live_from = self.shards.iter().position(|shard| self.is_live(shard, now)).unwrap_or(self.shards.len());
+        // Most writes drop nothing: no drain to set up and tear down.
+        if live_from == 0 {
+            return false;
+        }
         self.shards.drain(..live_from);
-        live_from > 0
+        true
     }
 
     /// Unix ms at which the newest shard leaves the window: the key's expiry.
@@ -149,7 +178,7 @@ impl ShardedBloom {
     }
 
     pub fn items(&self) -> u64 {
-        self.shards.iter().map(|shard| shard.items).sum()
+        self.shards.iter().map(Shard::items).sum()
     }
 
     pub fn bytes(&self) -> u64 {

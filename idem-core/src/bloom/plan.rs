@@ -5,7 +5,8 @@
 use super::bits::Bits;
 use super::sizing::{Share, false_positive_rate, hash_count, stacked_capacity, sub_filter_bytes};
 use super::{
-    BloomError, ItemHash, MAX_BYTES, MAX_SUB_FILTERS, MAX_TOTAL_SUB_FILTERS, Params, Shard, ShardedBloom, SubFilter,
+    BloomError, ItemHash, MAX_BYTES, MAX_SUB_FILTERS, MAX_TOTAL_SUB_FILTERS, Params, Shard, ShardedBloom, Shards,
+    SubFilter, smallvec,
 };
 use crate::Millis;
 
@@ -115,9 +116,9 @@ impl ShardedBloom {
     /// A filter with its first shard allocated at `capacity`, as `RESERVE`
     /// and an `ADD` on a missing key make it. `max_bytes` limits its bit arrays (and is itself capped at
     /// [`MAX_BYTES`]).
-    pub fn new(params: Params, seed: [u8; 32], now: Millis, max_bytes: u64) -> Result<ShardedBloom, BloomError> {
+    pub fn new(params: Params, seed: u64, now: Millis, max_bytes: u64) -> Result<ShardedBloom, BloomError> {
         params.check()?;
-        let mut filter = ShardedBloom { params, seed, shards: Vec::new() };
+        let mut filter = ShardedBloom { params, seed, shards: Shards::new() };
         let first = filter.plan(1, now, max_bytes)?.planned.pop().ok_or(BloomError::StackFull)?;
         filter.open_shard(now, first);
         Ok(filter)
@@ -209,11 +210,12 @@ impl ShardedBloom {
         if let Some(closed) = self.shards.last_mut() {
             closed.filters.iter_mut().for_each(SubFilter::fold_to_items);
         }
-        // Tables exactly as long as their contents: a filter per tenant
-        // pays every spare slot per tenant (a table of 8 shards cost a
-        // 1,000-item filter 320 bytes besides its 1,792 of bits).
+        // The first shard is inline; past it, tables exactly as long as
+        // their contents: a filter per tenant pays every spare slot per
+        // tenant (a table of 8 shards cost a 1,000-item filter 320 bytes
+        // besides its 1,792 of bits).
         self.shards.reserve_exact(1);
-        self.shards.push(Shard { start, items: 0, filters: vec![first] });
+        self.shards.push(Shard { start, filters: smallvec![first] });
     }
 
     /// Records the item in the current shard unless it is already there,
@@ -248,11 +250,11 @@ impl ShardedBloom {
         let span = self.params.span();
         let current = self.shards.last().expect("a shard exists");
         let (top, lower) = current.filters.split_last().expect("a shard has a sub-filter");
-        if lower.iter().any(|filter| filter.bits.check(item)) {
+        if lower.iter().any(|filter| filter.check(item)) {
             return Ok(Added::AlreadyThere);
         }
         if top.items >= top.capacity {
-            if top.bits.check(item) {
+            if top.check(item) {
                 return Ok(Added::AlreadyThere);
             }
             let next = next(self)?;
@@ -263,11 +265,10 @@ impl ShardedBloom {
         }
         let (current, older) = self.shards.split_last_mut().expect("a shard exists");
         let top = current.filters.last_mut().expect("a shard has a sub-filter");
-        if !top.bits.insert(item) {
+        if !top.bits.insert(item, top.hashes()) {
             return Ok(Added::AlreadyThere);
         }
         top.items += 1;
-        current.items += 1;
         let seen = older.iter().rev().any(|shard| shard.live_at(span, now) && shard.contains(item));
         Ok(if seen { Added::Seen } else { Added::New })
     }
@@ -276,9 +277,10 @@ impl ShardedBloom {
 impl SubFilter {
     /// A clear sub-filter of `bytes`, as [`sub_filter_bytes`] sized it.
     pub(super) fn new(capacity: u64, bytes: u64) -> SubFilter {
-        let bits = Bits::new(bytes, hash_count(bytes * 8, capacity));
+        // At most MAX_HASHES, which fits.
+        let hashes = hash_count(bytes * 8, capacity) as u8;
         let error = false_positive_rate(bytes * 8, capacity);
-        SubFilter { capacity, items: 0, error, folds: 0, odd_fold: 1, bits }
+        SubFilter { capacity, items: 0, error, hashes, folds: 0, odd_fold: 1, bits: Bits::new(bytes) }
     }
 }
 

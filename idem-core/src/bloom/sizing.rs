@@ -2,7 +2,7 @@
 //! capacity a new shard or a stacked sub-filter gets.
 
 use super::bits::fitted_bytes;
-use super::{MAX_BYTES, ShardedBloom};
+use super::{MAX_BYTES, Shard, ShardedBloom};
 use crate::Millis;
 
 /// Most hash functions a sub-filter uses: past about 20 (a rate of one in
@@ -170,7 +170,7 @@ impl ShardedBloom {
     pub(super) fn new_shard_sizing(&self, now: Millis) -> (u64, Share) {
         let mut live = self.shards.iter().rev().filter(|shard| self.is_live(shard, now));
         let (newest, previous) = match (live.next(), live.next()) {
-            (Some(newest), previous) if newest.items > 0 => (newest.items, previous.map_or(0, |shard| shard.items)),
+            (Some(newest), previous) if newest.items() > 0 => (newest.items(), previous.map_or(0, Shard::items)),
             _ => return (self.params.capacity, Share::Reserved),
         };
         let (forecast, headroom) = match previous {
@@ -190,7 +190,7 @@ impl ShardedBloom {
         // items need. Traffic that falls steadily never stacks, and is
         // followed.
         let beaten = self.shards.iter().filter(|shard| shard.filters.len() > 1 && self.is_live(shard, now));
-        let forecast = forecast.max(beaten.map(|shard| shard.items).max().unwrap_or(0) as f64);
+        let forecast = forecast.max(beaten.map(Shard::items).max().unwrap_or(0) as f64);
         let (least, most) = (forecast.ceil() as u64, (forecast * headroom).ceil() as u64);
         (self.headroom_within_size(least, most), Share::Most)
     }

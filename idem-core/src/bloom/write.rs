@@ -79,7 +79,7 @@ impl Limits for FixedLimits {
 #[derive(Clone, Copy, Debug)]
 pub struct NewFilter {
     pub params: Params,
-    pub seed: [u8; 32],
+    pub seed: u64,
 }
 
 /// What a write does with a filter that is gone: a missing key, or a
@@ -252,7 +252,7 @@ impl ShardedBloom {
             let new = created.take().expect("created when not existing");
             let mut header = Vec::with_capacity(8 + codec::PARAMS_LEN);
             header.extend_from_slice(&now.to_le_bytes());
-            codec::encode_params(&new.params, &new.seed, &mut header);
+            codec::encode_params(&new.params, new.seed, &mut header);
             (KeyChange::Store(Box::new(new)), Some(Effect(EffectHeader::Created(header))))
         });
         Ok((answers, change, effect))

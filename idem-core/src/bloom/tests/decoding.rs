@@ -62,7 +62,9 @@ proptest! {
         // Whatever decodes is canonical and usable, and stays decodable
         // after the writes the commands make (as the fuzz target checks).
         if let Ok(mut decoded) = codec::decode(&bytes) {
-            prop_assert_eq!(encoded(&decoded), bytes.clone());
+            let mut canonical = bytes.clone();
+            canonical[codec::SEED_RESERVED].fill(0);
+            prop_assert_eq!(encoded(&decoded), canonical);
             prop_assert!(decoded.sub_filter_count() <= MAX_TOTAL_SUB_FILTERS);
             let newest = decoded.shards.last().map_or(0, |shard| shard.start * 1000);
             for (step, n) in [(0, 1), (decoded.params.period * 1000, 2), (decoded.params.period * 3000 + 1, 40)] {
@@ -89,7 +91,7 @@ fn the_decoder_refuses_every_shape_the_commands_cannot_build() {
     let good = three_shards();
     assert_eq!(refusal(&good), "accepted");
     type Mutation = (&'static str, fn(&mut ShardedBloom));
-    let cases: [Mutation; 15] = [
+    let cases: [Mutation; 14] = [
         ("more shards than the window holds", |f| {
             let mut extra = f.shards[2].clone();
             extra.start += 10;
@@ -107,32 +109,23 @@ fn the_decoder_refuses_every_shape_the_commands_cannot_build() {
         ("sub-filter capacities do not follow the expansion", |f| f.shards[0].filters[1].capacity += 1),
         ("a sub-filter under the top one is not full", |f| {
             f.shards[0].filters[0].items -= 1;
-            f.shards[0].items -= 1;
         }),
-        ("shard item count disagrees with its sub-filters", |f| f.shards[0].items += 1),
         ("hash count disagrees with the sub-filter's size", |f| {
-            let bits = &mut f.shards[0].filters[0].bits;
-            let mut bytes = Vec::new();
-            bits.write_bytes(&mut bytes);
-            *bits = Bits::from_bytes(&bytes, bits.hashes() + 1);
+            f.shards[0].filters[0].hashes += 1;
         }),
         ("error disagrees with the sub-filter's size", |f| f.shards[1].filters[0].error *= 1.001),
         ("bad sub-filter counts", |f| f.shards[1].filters[0].error = 0.0),
         ("sub-filter larger than its sizing", |f| {
             let sub = &mut f.shards[2].filters[0];
-            let items = sub.items;
             *sub = SubFilter::new(sub.capacity, sub.bytes() * 4);
-            f.shards[2].items -= items;
         }),
         ("sub-filter errors exceed the shard's budget", |f| {
             let sub = &mut f.shards[2].filters[0];
-            let items = sub.items;
             *sub = SubFilter::new(sub.capacity, 8);
-            f.shards[2].items -= items;
         }),
         ("more bits set than the items set", |f| {
             let bits = &mut f.shards[1].filters[0].bits;
-            *bits = Bits::from_bytes(&vec![0xff; bits.bytes() as usize], bits.hashes());
+            *bits = Bits::from_bytes(&vec![0xff; bits.bytes() as usize]);
         }),
         ("filter parameters out of range", |f| f.params.window = MAX_WINDOW + 1),
     ];
@@ -149,6 +142,28 @@ fn the_decoder_refuses_every_shape_the_commands_cannot_build() {
     let mut unknown = encoded(&good);
     unknown[0] = 5;
     assert_eq!(codec::decode(&unknown).err().map(|e| e.0), Some("unknown filter format version"));
+    // A shard's item count, which a filter in memory sums from its
+    // sub-filters, disagreeing with them: the first shard's, after the
+    // parameters, the shard count and its start.
+    let mut miscounted = encoded(&good);
+    let at = codec::PARAMS_LEN + 4 + 8;
+    let items = u64::from_le_bytes(miscounted[at..at + 8].try_into().unwrap());
+    assert_eq!(items, good.shards[0].items());
+    miscounted[at..at + 8].copy_from_slice(&(items + 1).to_le_bytes());
+    assert_eq!(codec::decode(&miscounted).err().map(|e| e.0), Some("shard item count disagrees with its sub-filters"));
+}
+
+#[test]
+fn the_seed_s_reserved_bytes_are_written_as_zeros_and_ignored() {
+    // Builds before 0.1.0 wrote 32 random bytes; only the first 8 seed
+    // the hash.
+    let good = three_shards();
+    let mut bytes = encoded(&good);
+    assert!(bytes[codec::SEED_RESERVED].iter().all(|&b| b == 0));
+    bytes[codec::SEED_RESERVED].fill(0xa5);
+    let read = codec::decode(&bytes).unwrap();
+    assert_eq!(read.seed, good.seed);
+    assert_eq!(encoded(&read), encoded(&good));
 }
 
 #[test]
@@ -185,7 +200,7 @@ fn the_issues_payload_of_8784_shards_of_32_is_refused_at_once() {
         sub.items = 1;
         sub
     };
-    let shards = (0..8_784).map(|start| Shard { start, items: 32, filters: (0..32).map(|_| sub()).collect() });
+    let shards = (0..8_784).map(|start| Shard { start, filters: (0..32).map(|_| sub()).collect() });
     let payload = encoded(&ShardedBloom { params, seed: SEED, shards: shards.collect() });
     let start = std::time::Instant::now();
     assert_eq!(codec::decode(&payload).err().map(|e| e.0), Some("filter parameters out of range"));
@@ -240,9 +255,7 @@ fn fuzzed_payloads_are_refused_without_overflow() {
     // Found by fuzzing: a sub-filter claiming 2^64-ish items overflowed
     // the bound on its set bits (hashes x items).
     let mut filter = three_shards();
-    let shard = &mut filter.shards[0];
-    shard.filters[2].items = u64::MAX - 1;
-    shard.items = shard.filters.iter().fold(0u64, |sum, sub| sum.wrapping_add(sub.items));
+    filter.shards[0].filters[2].items = u64::MAX - 1;
     assert!(codec::decode(&encoded(&filter)).is_err());
 }
 
@@ -296,7 +309,7 @@ fn format_4_payloads_written_before_odd_folds_and_doubling_stacks_still_load() {
     let shape: Vec<Vec<(u64, u32, u32, u64)>> = old
         .shards
         .iter()
-        .map(|s| s.filters.iter().map(|f| (f.capacity, f.folds, f.odd_fold, f.bytes())).collect())
+        .map(|s| s.filters.iter().map(|f| (f.capacity, u32::from(f.folds), f.odd_fold, f.bytes())).collect())
         .collect();
     assert_eq!(
         shape,
@@ -306,7 +319,12 @@ fn format_4_payloads_written_before_odd_folds_and_doubling_stacks_still_load() {
             vec![(16, 0, 1, 32)],
         ]
     );
-    assert_eq!(encoded(&old), payload, "it saves as it was");
+    // It saves as it was, but for the seed's reserved bytes: that build
+    // wrote random ones, this one zeros.
+    let mut saved = encoded(&old);
+    assert!(saved[codec::SEED_RESERVED].iter().all(|&b| b == 0));
+    saved[codec::SEED_RESERVED].copy_from_slice(&payload[codec::SEED_RESERVED]);
+    assert_eq!(saved, payload, "it saves as it was");
     // Today's code makes the same adds into a stack that doubles past
     // EXPANSION_HEIGHT, and folds the closed shard by an odd factor too:
     // its payload, as a fingerprint of the new shapes.
@@ -322,7 +340,7 @@ fn format_4_payloads_written_before_odd_folds_and_doubling_stacks_still_load() {
     let payload = encoded(&new);
     assert_eq!(payload[0], codec::FORMAT);
     assert_eq!(encoded(&codec::decode(&payload).unwrap()), payload);
-    assert_eq!(xxhash_rust::xxh3::xxh3_64(&payload), 0xe6fc_241a_d0d8_cc3e);
+    assert_eq!(xxhash_rust::xxh3::xxh3_64(&payload), 0xaead_cab8_1205_3ce7);
     // The old filter grows on by today's rule: its stack was full at 6
     // of 40 in a closed shard; its open shard stacks past EXPANSION_HEIGHT
     // by doubling, and the payload still decodes.

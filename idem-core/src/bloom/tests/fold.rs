@@ -24,7 +24,6 @@ fn fill_counts(filter: &mut ShardedBloom, n: u64, now: Millis) {
         let take = room.min(left);
         let shard = filter.shards.last_mut().unwrap();
         shard.filters.last_mut().unwrap().items += take;
-        shard.items += take;
         left -= take;
     }
 }
@@ -36,7 +35,7 @@ fn sizing_study(filter: &ShardedBloom) -> (f64, f64) {
     let bytes: u64 = subs().map(|sub| allocated_bytes(sub.bytes())).sum();
     let miss: f64 = subs()
         .map(|sub| {
-            let (m, k) = (sub.bytes() as f64 * 8.0, sub.bits.hashes() as f64);
+            let (m, k) = (sub.bytes() as f64 * 8.0, sub.hashes() as f64);
             1.0 - (1.0 - (-k * sub.items as f64 / m).exp()).powf(k)
         })
         .product();
@@ -93,9 +92,9 @@ fn chunks_are_storage_only_the_bits_are_those_of_one_array() {
     let bytes = 7 * 2_560;
     assert_eq!(bits::layout(bytes), (5, 3_584));
     let arrays = [1, 5, 7, 35].map(|chunks| {
-        let mut array = Bits::with_chunks(bytes, chunks, 9);
+        let mut array = Bits::with_chunks(bytes, chunks);
         for n in 0..2_000 {
-            array.set(ItemHash(xxhash_rust::xxh3::xxh3_128(&item("c", n))));
+            array.set(ItemHash(xxhash_rust::xxh3::xxh3_128(&item("c", n))), 9);
         }
         let mut written = Vec::new();
         array.write_bytes(&mut written);
@@ -103,9 +102,9 @@ fn chunks_are_storage_only_the_bits_are_those_of_one_array() {
     });
     assert!(arrays.iter().all(|array| *array == arrays[0]));
     // Read back, the bytes take the layout's chunks and answer alike.
-    let read = Bits::from_bytes(&arrays[0].0, 9);
+    let read = Bits::from_bytes(&arrays[0].0);
     assert_eq!(read.chunks(), 5);
-    assert!((0..2_000).all(|n| read.check(ItemHash(xxhash_rust::xxh3::xxh3_128(&item("c", n))))));
+    assert!((0..2_000).all(|n| read.check(ItemHash(xxhash_rust::xxh3::xxh3_128(&item("c", n))), 9)));
 }
 
 #[test]
@@ -115,12 +114,12 @@ fn a_folded_array_is_the_array_of_half_the_bits_and_keeps_every_item() {
         [(16 * 8, 1), (4_096, 1), (7 * 2_560, 7), (12 * 1_024, 3), (2 * 4_096, 2), (8 * 2_560, 8), (12 * 1_024, 4)];
     for (bytes, chunks) in layouts {
         let hash = |n| ItemHash(xxhash_rust::xxh3::xxh3_128(&item("f", n)));
-        let mut array = Bits::with_chunks(bytes, chunks, 7);
-        let mut half = Bits::new(bytes / 2, 7);
+        let mut array = Bits::with_chunks(bytes, chunks);
+        let mut half = Bits::new(bytes / 2);
         let items = bytes / 4;
         for n in 0..items {
-            array.set(hash(n));
-            half.set(hash(n));
+            array.set(hash(n), 7);
+            half.set(hash(n), 7);
         }
         assert!(array.can_fold());
         array.fold();
@@ -135,10 +134,10 @@ fn a_folded_array_is_the_array_of_half_the_bits_and_keeps_every_item() {
             array.chunks(),
             if chunks % 2 == 0 { chunks as usize / 2 } else { bits::layout(bytes / 2).0 as usize }
         );
-        assert!((0..items).all(|n| array.check(hash(n))));
+        assert!((0..items).all(|n| array.check(hash(n), 7)));
     }
-    assert!(!Bits::new(8 * 15, 7).can_fold());
-    assert!(!Bits::new(8, 7).can_fold());
+    assert!(!Bits::new(8 * 15).can_fold());
+    assert!(!Bits::new(8).can_fold());
 }
 
 #[test]
@@ -152,7 +151,7 @@ fn a_closed_shard_folds_to_what_its_items_need_within_its_error() {
         assert_eq!(sub.folds, folds, "{items} items");
         assert_eq!(sub.bytes() << folds, closed.bytes());
         assert!(sub.folded_rate() > sub.error, "one more fold would exceed the error");
-        assert!(rate_with_hashes(sub.bytes() * 8, sub.items, sub.bits.hashes()) <= sub.error);
+        assert!(rate_with_hashes(sub.bytes() * 8, sub.items, sub.hashes()) <= sub.error);
         // Every item still there; the rate measured within the error.
         for n in 0..items {
             assert!(filter.contains(filter.hash(&item("a", n)), T0 + 1_000));
@@ -192,14 +191,14 @@ fn the_decoder_refuses_folds_the_commands_cannot_make() {
 #[test]
 fn insert_answers_what_check_answered_before_and_sets_what_set_sets() {
     let hash = |n| ItemHash(xxhash_rust::xxh3::xxh3_128(&item("i", n)));
-    let mut inserted = Bits::new(1_024, 7);
+    let mut inserted = Bits::new(1_024);
     let mut set = inserted.clone();
     // Enough items that many arrive already present (false positives),
     // and some repeats.
     for n in (0..2_000).chain(0..100) {
-        let was_there = set.check(hash(n));
-        set.set(hash(n));
-        assert_eq!(inserted.insert(hash(n)), !was_there, "item {n}");
+        let was_there = set.check(hash(n), 7);
+        set.set(hash(n), 7);
+        assert_eq!(inserted.insert(hash(n), 7), !was_there, "item {n}");
         assert_eq!(inserted, set);
     }
 }
@@ -229,7 +228,7 @@ fn headroom_stops_short_of_an_allocation_step_it_would_not_use() {
 fn print_fold_time() {
     for bytes in [17_694_720u64, 140_902_400] {
         // Every word touched first, as in a shard that took items.
-        let mut bits = Bits::from_bytes(&vec![0x11; bytes as usize], 7);
+        let mut bits = Bits::from_bytes(&vec![0x11; bytes as usize]);
         let started = std::time::Instant::now();
         bits.fold();
         println!("fold of {bytes} bytes: {:?} ({} bytes, {} chunks)", started.elapsed(), bits.bytes(), bits.chunks());
@@ -305,7 +304,7 @@ fn swinging_traffic_never_fills_the_filter() {
             filter.add_planned(&mut plan, filter.hash(&item(&format!("s{shard}"), n)), now);
         }
         // Every add taken (a few collide with the shard's own items).
-        let items = filter.shards.last().unwrap().items;
+        let items = filter.shards.last().unwrap().items();
         assert!(items >= volume - volume / 100, "shard {shard}: {items} of {volume}");
     }
     let now = T0 + (shards - 1) as Millis * 1_000;
@@ -332,7 +331,7 @@ fn a_closed_shard_of_ten_items_in_ten_million_folds_to_what_they_need() {
     assert!(sub.odd_fold > 1, "folds {} odd {}", sub.folds, sub.odd_fold);
     assert!(sub.bytes() <= 64, "{} bytes for 10 items", sub.bytes());
     assert_eq!(sub.sized_bytes(), new_filter(params(0.01, 10_000_000, 2, 1), SEED, T0).unwrap().bytes());
-    assert!(rate_with_hashes(sub.bytes() * 8, sub.items, sub.bits.hashes()) <= sub.error);
+    assert!(rate_with_hashes(sub.bytes() * 8, sub.items, sub.hashes()) <= sub.error);
     assert!(all_seen(&filter, "a", 0..10, T0 + 1_000));
     let decoded = codec::decode(&encoded(&filter)).unwrap();
     assert_eq!(encoded(&decoded), encoded(&filter));
@@ -343,7 +342,7 @@ fn a_closed_shard_of_ten_items_in_ten_million_folds_to_what_they_need() {
     for (capacity, items) in [(10_000_000, 1), (1_000_000, 10), (100_000, 37), (5_000, 3), (1_000, 1)] {
         let filter = closed_after(capacity, items);
         let sub = &filter.shards[0].filters[0];
-        let rate = |words: u64| rate_with_hashes(words * 64, sub.items, sub.bits.hashes());
+        let rate = |words: u64| rate_with_hashes(words * 64, sub.items, sub.hashes());
         assert!(rate(sub.bytes() / 8) <= sub.error);
         let sized_words = sub.sized_bytes() / 8;
         let smaller = (1..sub.bytes() / 8).filter(|d| sized_words.is_multiple_of(*d));
@@ -358,18 +357,18 @@ fn a_closed_shard_of_ten_items_in_ten_million_folds_to_what_they_need() {
 fn an_odd_fold_is_the_array_of_that_many_times_fewer_bits() {
     let hash = |n| ItemHash(xxhash_rust::xxh3::xxh3_128(&item("o", n)));
     for (words, factor) in [(935u64, 187u64), (935, 5), (15, 3), (35, 7), (9, 9)] {
-        let mut array = Bits::new(words * 8, 5);
-        let mut small = Bits::new(words / factor * 8, 5);
+        let mut array = Bits::new(words * 8);
+        let mut small = Bits::new(words / factor * 8);
         for n in 0..words {
-            array.set(hash(n));
-            small.set(hash(n));
+            array.set(hash(n), 5);
+            small.set(hash(n), 5);
         }
         array.fold_by(factor);
         let (mut a, mut b) = (Vec::new(), Vec::new());
         array.write_bytes(&mut a);
         small.write_bytes(&mut b);
         assert_eq!(a, b, "{words} words by {factor}");
-        assert!((0..words).all(|n| array.check(hash(n))));
+        assert!((0..words).all(|n| array.check(hash(n), 5)));
     }
 }
 

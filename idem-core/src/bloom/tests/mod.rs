@@ -12,15 +12,7 @@ use crate::error::CmdError;
 
 const T0: Millis = 1_800_000_000_000 - 1_800_000_000_000 % (DAY * 1000);
 /// Any fixed seed: the tests must be repeatable.
-const SEED: [u8; 32] = {
-    let mut seed = [0u8; 32];
-    let mut i = 0;
-    while i < 32 {
-        seed[i] = (i as u8).wrapping_mul(37).wrapping_add(11);
-        i += 1;
-    }
-    seed
-};
+const SEED: u64 = 0x0ee9_c49f_7a55_300b;
 
 /// Single insertions, as the tests make them: each as a write of that
 /// item alone would, drops first.
@@ -41,12 +33,12 @@ impl ShardedBloom {
     /// What [`new`](Self::new) would allocate, or why it would fail.
     fn plan_new(params: &Params, now: Millis, max_bytes: u64) -> Result<Plan, BloomError> {
         params.check()?;
-        let empty = ShardedBloom { params: *params, seed: [0; 32], shards: Vec::new() };
+        let empty = ShardedBloom { params: *params, seed: 0, shards: Shards::new() };
         empty.plan(1, now, max_bytes)
     }
 }
 
-fn new_filter(params: Params, seed: [u8; 32], now: Millis) -> Result<ShardedBloom, BloomError> {
+fn new_filter(params: Params, seed: u64, now: Millis) -> Result<ShardedBloom, BloomError> {
     ShardedBloom::new(params, seed, now, MAX_BYTES)
 }
 
@@ -143,8 +135,7 @@ fn stacked(error_rate: f64, window: u32, shards: i64, height: usize, capacity: u
             })
             .collect()
     };
-    let shards =
-        (0..shards).map(|start| Shard { start, items: capacity * height as u64, filters: filters(start) }).collect();
+    let shards = (0..shards).map(|start| Shard { start, filters: filters(start) }).collect();
     ShardedBloom { params, seed: SEED, shards }
 }
 
@@ -169,3 +160,21 @@ mod fold;
 mod plan;
 mod sizing;
 mod write;
+
+#[test]
+fn a_small_filter_is_one_allocation_beside_its_bits() {
+    // A key holds a boxed filter: with its first shard and that shard's
+    // first sub-filter inline, and an array kept whole, a filter for its
+    // first period costs the box and its bits. Under 128 bytes: a filter
+    // per tenant pays this per tenant (issue 18).
+    assert!(allocation_class(size_of::<ShardedBloom>() as u64) < 128, "{} bytes", size_of::<ShardedBloom>());
+    let filter = new_filter(params(0.01, 1_000, 7, DAY), SEED, T0).unwrap();
+    assert!(!filter.shards.spilled() && !filter.shards[0].filters.spilled());
+    let (table, chunks) = filter.shards[0].filters[0].bits.allocations();
+    assert!(table.is_none() && chunks.len() == 1);
+    // Past the first shard, the shards move to a table of their own.
+    let mut filter = filter;
+    filter.add(filter.hash(b"next"), T0 + DAY * 1000).unwrap();
+    assert_eq!(filter.shards.len(), 2);
+    assert!(filter.shards.spilled());
+}

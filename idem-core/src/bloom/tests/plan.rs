@@ -166,7 +166,7 @@ proptest! {
             }
         }
         let now = now + at;
-        let live = |f: &ShardedBloom| f.shards.iter().filter(|s| f.is_live(s, now)).map(|s| (s.bytes(), s.filters.len(), s.items)).fold((0, 0, 0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2));
+        let live = |f: &ShardedBloom| f.shards.iter().filter(|s| f.is_live(s, now)).map(|s| (s.bytes(), s.filters.len(), s.items())).fold((0, 0, 0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2));
         let plan = filter.plan(n, now, limit);
         let (bytes_before, _, items_before) = live(&filter);
         let mut after = filter.clone();
