@@ -211,10 +211,8 @@ impl Bits {
         self.words().map(|word| word.count_ones() as u64).sum()
     }
 
-    /// Calls `probe` with the chunk, word and mask of each of the item's
-    /// `hashes` probes, in order, until it answers `false`; `true` if it
-    /// never did.
-    /// Whether every one of the item's `hashes` probes is set.
+    /// Whether every one of the item's `hashes` probes is set. An array
+    /// kept whole probes as one chunk, known to be one.
     pub fn check(&self, item: ItemHash, hashes: u32) -> bool {
         match &self.storage {
             Storage::Whole(words) => {

@@ -32,7 +32,7 @@ pub use bits::{allocated_bytes, allocation_class, fitted_bytes};
 pub use params::*;
 pub use plan::{Added, Plan};
 pub use sizing::{EXPANSION_HEIGHT, GROWTH_MARGIN, HEADROOM, MAX_HASHES, MAX_TREND_FALL, MAX_TREND_RISE, Share};
-pub use smallvec::{SmallVec, smallvec};
+pub use smallvec::SmallVec;
 pub use write::{Answers, Effect, FixedLimits, HardLimits, KeyChange, Limits, NewFilter, WhenGone, Written};
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
@@ -123,9 +123,10 @@ impl Shard {
         self.filters.iter().any(|filter| filter.check(item))
     }
 
-    /// Insertions into this shard: its sub-filters' items.
+    /// Insertions into this shard: its sub-filters' items (saturating,
+    /// for a filter built to test a payload that claims absurd counts).
     pub fn items(&self) -> u64 {
-        self.filters.iter().map(|filter| filter.items).sum()
+        self.filters.iter().fold(0, |sum, filter| sum.saturating_add(filter.items))
     }
 
     pub fn bytes(&self) -> u64 {

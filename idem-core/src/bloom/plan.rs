@@ -2,11 +2,13 @@
 //! (a new shard's first included), checked against the limits before
 //! anything changes, then the insertions that stack them.
 
+use smallvec::smallvec;
+
 use super::bits::Bits;
 use super::sizing::{Share, false_positive_rate, hash_count, stacked_capacity, sub_filter_bytes};
 use super::{
     BloomError, ItemHash, MAX_BYTES, MAX_SUB_FILTERS, MAX_TOTAL_SUB_FILTERS, Params, Shard, ShardedBloom, Shards,
-    SubFilter, smallvec,
+    SubFilter,
 };
 use crate::Millis;
 
