@@ -13,15 +13,15 @@ from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Type
 import redis
 
 from ._commands import AsyncIdemCommands, KeyT
-from ._errors import LeaseLostError, ResultNotStoredError, ResultTooLargeError, StaleError
-from ._loop import Hooks, Settings, Stats, busy_timeout, fire, refuse, socket_timeout_of, wait_chunk_ms
-from ._replies import ClaimReply, DoneReply, Edition, Status
+from ._errors import LeaseLostError, ResultTooLargeError, StaleError
+from ._loop import Hooks, JobCore, Settings, Stats, busy_timeout, fire, socket_timeout_of, wait_chunk_ms
+from ._replies import DoneReply, Edition, Status
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 LOST = (redis.ConnectionError, redis.TimeoutError)
 
 
-class AsyncJob:
+class AsyncJob(JobCore):
     """Job for asyncio: `async with idem.job(key) as job:`; the same
     attributes and rules as the sync Job."""
 
@@ -80,30 +80,8 @@ class AsyncJob:
                 await asyncio.sleep(s.backoff(step, reply.ms_left or 0, remaining))
                 step += 1
 
-    def _take(self, reply: ClaimReply, heartbeat: bool = True) -> bool:
-        idem = self._idem
-        self.status, self.attempt = reply.status, reply.attempt
-        if reply.claimed:
-            self.token = reply.token
-            idem.stats.add("runs")
-            if reply.status is Status.RETRY:
-                idem.stats.add("retries")
-            if reply.status is Status.SEEN:
-                idem.stats.add("seen")
-            if heartbeat:
-                self._heartbeat = asyncio.ensure_future(_beat([self], self.settings.heartbeat_every(self.lease)))
-            fire(idem.hooks.on_run, self)
-            return True
-        if reply.status is Status.DONE:
-            self.replayed = True
-            stored = reply.result
-            self.result_stored = stored is not None
-            self.result = None if stored is None else self.settings.serializer.loads(stored)
-            idem.stats.add("replays")
-            fire(idem.hooks.on_replay, self)
-            return True
-        refuse(self.key, reply, idem.stats)
-        return False
+    def _start_heartbeat(self) -> None:
+        self._heartbeat = asyncio.ensure_future(_beat([self], self.settings.heartbeat_every(self.lease)))
 
     async def _stop_heartbeat(self) -> None:
         if self._heartbeat is not None:
@@ -157,23 +135,7 @@ class AsyncJob:
                     raise
                 await asyncio.sleep(min(0.05 * 2**tries, 1.0))
         assert reply is not None
-        self.done_reply = reply
-        if reply.already_done and tries == 0:
-            # Done by another worker (whose claim came after our lease
-            # lapsed) before our DONE: ours ran twice and must not count.
-            # (0 after a retry is our own first DONE, whose reply was lost.)
-            idem.stats.add("already_done")
-            self._lose()
-            raise LeaseLostError(self.key, "another worker claimed the key since our claim and completed it",
-                                 self.attempt)
-        idem.stats.add("completed" if reply.completed else "already_done")
-        self.result_stored = not oversize and reply.result_stored
-        if not self.result_stored and reply.completed:
-            idem.stats.add("results_dropped")
-            fire(idem.hooks.on_result_dropped, self, len(data))
-        fire(idem.hooks.on_done, self, reply)
-        if oversize and s.on_oversize == "raise":
-            raise ResultNotStoredError(self.key, len(data), self.result)
+        self._settle(reply, tries, oversize, len(data))
 
 
 async def _beat(jobs: List[AsyncJob], every: float) -> None:

@@ -1,5 +1,5 @@
 """What the sync and asyncio consumer loops share: their settings, counters,
-hooks, and the decisions on each CLAIM reply."""
+hooks, and the decisions on each CLAIM and DONE reply (JobCore)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from ._errors import BusyError, ExhaustedError, MismatchError
+from ._errors import BusyError, ExhaustedError, LeaseLostError, MismatchError, ResultNotStoredError
 from ._replies import ClaimReply, DoneReply, Status
 from .serializers import JsonSerializer, Serializer
 
@@ -128,3 +128,75 @@ def socket_timeout_of(client: Any) -> Optional[float]:
             return kwargs.get("socket_timeout")
     timeout = getattr(client, "socket_timeout", None)  # asyncio RedisCluster, ...
     return timeout if isinstance(timeout, (int, float)) else None
+
+
+class JobCore:
+    """What a sync Job and an AsyncJob do alike, with no I/O: acting on a
+    CLAIM reply and on DONE's. Each subclass starts its own heartbeat (a
+    thread, a task) and keeps its own lost flag behind `lost` and `_lose`."""
+
+    _idem: Any
+    key: Any
+    settings: Settings
+    lease: int
+    status: Optional[Status]
+    token: Optional[str]
+    attempt: int
+    replayed: bool
+    result: Any
+    result_stored: bool
+    done_reply: Optional[DoneReply]
+
+    def _start_heartbeat(self) -> None:
+        raise NotImplementedError
+
+    def _lose(self) -> None:
+        raise NotImplementedError
+
+    def _take(self, reply: ClaimReply, heartbeat: bool = True) -> bool:
+        """Act on a reply other than BUSY; False for BUSY."""
+        idem = self._idem
+        self.status, self.attempt = reply.status, reply.attempt
+        if reply.claimed:
+            self.token = reply.token
+            idem.stats.add("runs")
+            if reply.status is Status.RETRY:
+                idem.stats.add("retries")
+            if reply.status is Status.SEEN:
+                idem.stats.add("seen")
+            if heartbeat:
+                self._start_heartbeat()
+            fire(idem.hooks.on_run, self)
+            return True
+        if reply.status is Status.DONE:
+            self.replayed = True
+            stored = reply.result
+            self.result_stored = stored is not None
+            self.result = None if stored is None else self.settings.serializer.loads(stored)
+            idem.stats.add("replays")
+            fire(idem.hooks.on_replay, self)
+            return True
+        refuse(self.key, reply, idem.stats)
+        return False
+
+    def _settle(self, reply: DoneReply, tries: int, oversize: bool, size: int) -> None:
+        """Act on DONE's reply, sent `tries` + 1 times, of a result of `size`
+        bytes (left out when `oversize`)."""
+        idem = self._idem
+        self.done_reply = reply
+        if reply.already_done and tries == 0:
+            # Done by another worker (whose claim came after our lease
+            # lapsed) before our DONE: ours ran twice and must not count.
+            # (0 after a retry is our own first DONE, whose reply was lost.)
+            idem.stats.add("already_done")
+            self._lose()
+            raise LeaseLostError(self.key, "another worker claimed the key since our claim and completed it",
+                                 self.attempt)
+        idem.stats.add("completed" if reply.completed else "already_done")
+        self.result_stored = not oversize and reply.result_stored
+        if not self.result_stored and reply.completed:
+            idem.stats.add("results_dropped")
+            fire(idem.hooks.on_result_dropped, self, size)
+        fire(idem.hooks.on_done, self, reply)
+        if oversize and self.settings.on_oversize == "raise":
+            raise ResultNotStoredError(self.key, size, self.result)
