@@ -1,6 +1,7 @@
 // Each command's arguments (for both editions) and its reply decoded into the
 // types of types.ts. Pure functions: the Idem class and the node-redis module
-// share them.
+// share them. Every duration is given in ms; the ones the server takes in
+// seconds (a lease, RETAIN, a filter's shard) must be whole seconds.
 import { ModuleRequiredError, replyError } from './errors.js';
 import { type Arg, bytes, entries, int, text } from './transport.js';
 import type {
@@ -21,6 +22,14 @@ function moduleOnly(what: string): never {
   );
 }
 
+/** `ms` as the whole seconds the server takes; refused before anything is sent otherwise. */
+export function seconds(ms: number, what: string): number {
+  if (!Number.isInteger(ms) || ms < 1000 || ms % 1000 !== 0) {
+    throw new RangeError(`${what} is in ms and must be whole seconds of at least 1000 (got ${ms})`);
+  }
+  return ms / 1000;
+}
+
 /** `FCALL fn 1 key ...` for the Functions edition, the module command otherwise. */
 function command(edition: Edition, moduleName: string, fn: string, key: Arg, rest: Arg[], readOnly = false): Arg[] {
   if (edition === 'functions') return [readOnly ? 'FCALL_RO' : 'FCALL', fn, 1, key, ...rest];
@@ -28,12 +37,15 @@ function command(edition: Edition, moduleName: string, fn: string, key: Arg, res
 }
 
 export function claimArgs(edition: Edition, key: Arg, lease: number, options: ClaimOptions = {}): Arg[] {
-  const rest: Arg[] = [lease];
+  const rest: Arg[] = [seconds(lease, 'lease')];
   if (options.payload !== undefined) rest.push('PAYLOAD', options.payload);
   if (options.maxTries !== undefined) rest.push('MAXTRIES', options.maxTries);
   if (options.bloom !== undefined) {
     if (edition === 'functions') moduleOnly('BLOOM');
     rest.push('BLOOM', options.bloom);
+  }
+  if (options.wait !== undefined && (!Number.isInteger(options.wait) || options.wait < 0)) {
+    throw new RangeError(`wait is in ms and must be a whole number >= 0 (got ${options.wait})`);
   }
   if (options.wait) {
     if (edition === 'functions') moduleOnly('WAIT (a function cannot block; retry a BUSY claim after a backoff)');
@@ -54,7 +66,7 @@ export function parseClaim(reply: unknown): ClaimReply {
     case 'DONE':
       return { status, result: bytes(reply[1]), attempt };
     case 'BUSY':
-      return { status, leaseMs: int(reply[1]), attempt };
+      return { status, leaseLeft: int(reply[1]), attempt };
     case 'MISMATCH':
     case 'EXHAUSTED':
       return { status, attempt };
@@ -66,7 +78,7 @@ export function parseClaim(reply: unknown): ClaimReply {
 export function doneArgs(edition: Edition, key: Arg, token: string, options: DoneOptions = {}): Arg[] {
   const rest: Arg[] = [token];
   if (options.result !== undefined) rest.push('RESULT', options.result);
-  if (options.retain !== undefined) rest.push('RETAIN', options.retain);
+  if (options.retain !== undefined) rest.push('RETAIN', seconds(options.retain, 'retain'));
   if (options.bloom !== undefined) {
     if (edition === 'functions') moduleOnly('BLOOM');
     rest.push('BLOOM', options.bloom);
@@ -89,10 +101,10 @@ export function parseDone(reply: unknown): DoneReply {
 export const releaseArgs = (edition: Edition, key: Arg, token: string): Arg[] =>
   command(edition, 'IDEM.RELEASE', 'idem_release', key, [token]);
 export const extendArgs = (edition: Edition, key: Arg, token: string, lease: number): Arg[] =>
-  command(edition, 'IDEM.EXTEND', 'idem_extend', key, [token, lease]);
+  command(edition, 'IDEM.EXTEND', 'idem_extend', key, [token, seconds(lease, 'lease')]);
 export const getArgs = (edition: Edition, key: Arg): Arg[] => command(edition, 'IDEM.GET', 'idem_get', key, [], true);
 export const onceArgs = (edition: Edition, key: Arg, retain: number): Arg[] =>
-  command(edition, 'IDEM.ONCE', 'idem_once', key, [retain]);
+  command(edition, 'IDEM.ONCE', 'idem_once', key, [seconds(retain, 'retain')]);
 
 /** 1/0 replies (RELEASE, ONCE, BF.ADD, BF.EXISTS) as booleans. */
 export const parseBoolean = (reply: unknown): boolean => int(reply) === 1;
@@ -130,7 +142,7 @@ function filter(edition: Edition, args: Arg[]): Arg[] {
 export function reserveArgs(edition: Edition, key: Arg, errorRate: number, capacity: number, o: ReserveOptions = {}): Arg[] {
   const args: Arg[] = ['IDEM.BF.RESERVE', key, errorRate, capacity];
   if (o.window !== undefined) args.push('WINDOW', o.window);
-  if (o.shard !== undefined) args.push('SHARD', o.shard);
+  if (o.shard !== undefined) args.push('SHARD', typeof o.shard === 'number' ? seconds(o.shard, 'shard') : o.shard);
   if (o.expansion !== undefined) args.push('EXPANSION', o.expansion);
   return filter(edition, args);
 }
@@ -149,7 +161,7 @@ export function parseFilterInfo(reply: unknown): FilterInfo | null {
     errorRate: num('error_rate'),
     capacity: num('capacity'),
     window: num('window'),
-    shard: num('shard'),
+    shard: num('shard') * 1000,
     expansion: num('expansion'),
     items: num('items'),
     bytes: num('bytes'),
@@ -160,9 +172,9 @@ export function parseFilterInfo(reply: unknown): FilterInfo | null {
   };
 }
 
-// The batch commands (module only; the Idem class falls back to single calls).
+// The batch commands (module only; the *Many helpers send single calls on the Functions edition).
 export function mclaimArgs(keys: Arg[], lease: number, o: { payloads?: Arg[]; maxTries?: number; bloom?: string } = {}): Arg[] {
-  const args: Arg[] = ['IDEM.MCLAIM', lease, keys.length, ...keys];
+  const args: Arg[] = ['IDEM.MCLAIM', seconds(lease, 'lease'), keys.length, ...keys];
   if (o.payloads !== undefined) args.push('PAYLOADS', ...o.payloads);
   if (o.maxTries !== undefined) args.push('MAXTRIES', o.maxTries);
   if (o.bloom !== undefined) args.push('BLOOM', o.bloom);
@@ -171,11 +183,11 @@ export function mclaimArgs(keys: Arg[], lease: number, o: { payloads?: Arg[]; ma
 export function mdoneArgs(items: { key: Arg; token: string; result?: Arg }[], o: { retain?: number; bloom?: string } = {}): Arg[] {
   const args: Arg[] = ['IDEM.MDONE', items.length];
   for (const item of items) args.push(item.key, item.token);
-  // RESULTS takes one per key or none (the Idem class sends the keys with and without a result apart).
+  // RESULTS takes one per key or none (doneMany sends the keys with and without a result apart).
   const withResult = items.filter((item) => item.result !== undefined).length;
   if (withResult !== 0 && withResult !== items.length) throw new TypeError('IDEM.MDONE: give a result for every key or for none');
   if (withResult) args.push('RESULTS', ...items.map((item) => item.result as Arg));
-  if (o.retain !== undefined) args.push('RETAIN', o.retain);
+  if (o.retain !== undefined) args.push('RETAIN', seconds(o.retain, 'retain'));
   if (o.bloom !== undefined) args.push('BLOOM', o.bloom);
   return args;
 }

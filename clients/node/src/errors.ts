@@ -1,6 +1,5 @@
-// Typed errors: every error the server or the loop can give a caller, each
-// its own class, so that `catch (e) { if (e instanceof StaleError) ... }`
-// reads as the contract in docs/commands.md does.
+// Typed errors, one class per name of docs/clients.md's table, so that
+// `catch (e) { if (e instanceof BusyError) ... }` reads as the contract does.
 
 /** Base class of every error this library throws. */
 export class IdemError extends Error {
@@ -10,94 +9,122 @@ export class IdemError extends Error {
   }
 }
 
-/** An error reply of the server, as it sent it (`message` is its text). */
+/** An error reply of the server without a class of its own (`message` is its text). */
 export class IdemReplyError extends IdemError {}
 
-/** `STALE ...`: another claim took the key since this token's claim (DONE), or the token does not hold it (EXTEND). */
+/** `STALE ...` from EXTEND or DONE: this token does not hold the claim. */
 export class StaleError extends IdemReplyError {}
 
 /** `WRONGTYPE ...`: the key holds another type (or the other edition's record). */
 export class WrongTypeError extends IdemReplyError {}
 
-/** `ERR RESULT is larger than idem.max-result ...`. */
+/** `ERR RESULT is larger than idem.max-result ...` (or would make the record larger than proto-max-bulk-len). */
 export class ResultTooLargeError extends IdemReplyError {}
 
-/** `CROSSSLOT ...`: keys of one call in several cluster slots. */
-export class CrossSlotError extends IdemReplyError {}
-
-/**
- * What the Functions edition cannot do (WAIT, BLOOM, the Bloom filter
- * commands, the batch commands): thrown before anything is sent, or when
- * the server answers `... needs the redis-idem module ...`.
- */
+/** What the Functions edition cannot do (WAIT, BLOOM, the filters, the raw batch commands): thrown before anything is sent. */
 export class ModuleRequiredError extends IdemError {}
 
 /** Neither the module nor the Functions library answers on this server. */
-export class NoEditionError extends IdemError {}
+export class NotInstalledError extends IdemError {}
 
-/** `process()`: the claim answered MISMATCH: the key was used with another payload. */
+/** Still busy when the wait for the copy in flight ended: do not acknowledge, retry later. */
+export class BusyError extends IdemError {
+  constructor(
+    readonly key: string,
+    readonly attempt: number,
+    /** ms left on the holder's lease */
+    readonly leaseLeft: number,
+  ) {
+    super(`${key}: another worker holds it (${leaseLeft} ms left on its lease)`);
+  }
+}
+
+/** The key was claimed with another payload. */
 export class MismatchError extends IdemError {
   constructor(
     readonly key: string,
     readonly attempt: number,
   ) {
-    super(`${key}: the key was claimed with another payload (MISMATCH)`);
+    super(`${key}: the key was claimed with another payload`);
   }
 }
 
-/** `process()`: the claim answered EXHAUSTED: MAXTRIES attempts were used; dead-letter it. */
+/** `maxTries` tries were used: dead-letter it. */
 export class ExhaustedError extends IdemError {
   constructor(
     readonly key: string,
     readonly attempt: number,
   ) {
-    super(`${key}: ${attempt} attempts used, MAXTRIES reached (EXHAUSTED): dead-letter it`);
+    super(`${key}: ${attempt} tries used (maxTries): dead-letter it`);
   }
 }
 
-/** `process()`: still BUSY when the wait for the copy in flight ended; retry later, do not acknowledge. */
-export class BusyError extends IdemError {
-  constructor(
-    readonly key: string,
-    readonly attempt: number,
-    /** ms left on the holder's lease when we gave up */
-    readonly leaseMs: number,
-  ) {
-    super(`${key}: another worker holds it (BUSY, ${leaseMs} ms left on its lease)`);
-  }
-}
-
-/**
- * `process()`: this worker's lease was lost: someone else claimed the key
- * (its lease had lapsed), so its EXTEND or its DONE was refused with STALE.
- * Its result was not stored; the other worker's will be.
- */
-export class LeaseLostError extends StaleError {
+/** This worker's lease lapsed and another worker claimed the key: this worker's result is not the one kept. */
+export class LeaseLostError extends IdemError {
   constructor(
     readonly key: string,
     readonly attempt: number,
     options?: { cause?: unknown },
   ) {
-    super(`${key}: attempt ${attempt} lost its lease: another worker claimed the key (STALE)`, options);
+    super(`${key}: attempt ${attempt} lost its lease: another worker claimed the key`, options);
   }
 }
 
-/** `wrap()`: a replay of a record completed without a stored result (too large, or dropped under maxmemory). */
+/** The record was completed without the result (the codec failed, or `oversize: 'error'`): the work will not run again. */
 export class ResultNotStoredError extends IdemError {
-  constructor(readonly key: string) {
-    super(`${key}: completed, but its result was not stored (over idem.max-result, or dropped under maxmemory)`);
+  constructor(
+    readonly key: string,
+    /** the work's value, which was not stored */
+    readonly result: unknown,
+    cause: unknown,
+  ) {
+    super(`${key}: completed, but its result was not stored (${cause instanceof Error ? cause.message : String(cause)})`, { cause });
   }
 }
 
-/** Turns an error reply of any client into the typed error for its text. */
+/** A hook threw: `onRun` (the claim was released, the work did not run) or `onDone` (the record is completed; `result` is the work's value). */
+export class HookError extends IdemError {
+  constructor(
+    readonly hook: 'onRun' | 'onDone',
+    cause: unknown,
+    /** the work's value (onDone only) */
+    readonly result?: unknown,
+  ) {
+    super(`${hook} hook failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+  }
+}
+
+/** DONE could not be confirmed after `doneRetries` tries: do not acknowledge the message (its redelivery replays or retries). */
+export class DoneUnconfirmedError extends IdemError {
+  constructor(
+    readonly key: string,
+    /** the work's value */
+    readonly result: unknown,
+    cause: unknown,
+  ) {
+    super(`${key}: DONE could not be confirmed (${cause instanceof Error ? cause.message : String(cause)})`, { cause });
+  }
+}
+
+// The error replies of ioredis (ReplyError), node-redis v5 (SimpleError,
+// BlobError) and v4 (ErrorReply): their text starts with an upper-case code.
+const REPLY = /^[A-Z][A-Z_-]* /;
+
+/** True for an error reply of the server; false for a connection error (closed, reset, timed out). */
+export function isReplyError(err: unknown): boolean {
+  if (err instanceof IdemError) return true;
+  return err instanceof Error && REPLY.test(err.message) && !/^(Connection|Socket|Stream)/.test(err.message);
+}
+
+/** An error reply of any client as the typed error for its text; other errors as they are. */
 export function replyError(err: unknown): Error {
   if (err instanceof IdemError) return err;
-  const message = err instanceof Error ? err.message : String(err);
-  if (!(err instanceof Error) || !/^[A-Z]+[A-Z_-]* /.test(message)) return err instanceof Error ? err : new Error(message);
+  if (!(err instanceof Error)) return new Error(String(err));
+  if (!isReplyError(err)) return err;
+  const message = err.message;
   if (message.includes('needs the redis-idem module')) return new ModuleRequiredError(message, { cause: err });
   if (message.startsWith('STALE')) return new StaleError(message, { cause: err });
   if (message.startsWith('WRONGTYPE')) return new WrongTypeError(message, { cause: err });
-  if (message.startsWith('CROSSSLOT')) return new CrossSlotError(message, { cause: err });
-  if (message.startsWith('ERR RESULT is larger than')) return new ResultTooLargeError(message, { cause: err });
+  if (message.startsWith('ERR RESULT ')) return new ResultTooLargeError(message, { cause: err });
   return new IdemReplyError(message, { cause: err });
 }

@@ -1,33 +1,30 @@
-// Express (or any connect-style framework) middleware for the IETF
-// Idempotency-Key header (draft-ietf-httpapi-idempotency-key-header), as
-// the README's recipe "Waiting for the copy in flight" does it:
-// - the first request with a key runs the handler; its response (status,
-//   headers, body) is stored in the record when it finishes;
-// - a repeat gets the stored response back (with `Idempotent-Replayed: true`);
-// - a repeat that arrives while the first is at work waits up to `waitMs`
-//   for it (WAIT on the module, polling on the Functions edition), then
-//   answers 409 with Retry-After;
-// - a key reused with another method, path or body answers 422;
-// - a handler answering 5xx (or throwing into Express's error handler, or a
-//   connection closed before the response ended) releases the claim, so a
-//   retry runs it again; after `maxTries` attempts the key answers 500.
+// Express (or any connect-style framework) middleware for the Idempotency-Key
+// header (draft-ietf-httpapi-idempotency-key-header), docs/clients.md's
+// "HTTP middleware":
+// - the first request with a key runs the handler; its response is stored
+//   when the handler ends it, whether or not the client is still there;
+// - a repeat gets the stored response, with `Idempotent-Replayed: true`;
+// - a repeat while the first is at work waits (`wait`), then 409;
+// - the key with another method, target or body: 422;
+// - a handler that answers 5xx or fails stores nothing: the claim is released.
+import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Codec } from './codec.js';
+import type { Job } from './core.js';
 import { BusyError, ExhaustedError, IdemError, MismatchError } from './errors.js';
 import type { Idem } from './idem.js';
-import type { Serializer } from './serializer.js';
-import type { Bytes } from './types.js';
 
-export type IdempotencyRequest = IncomingMessage & { originalUrl?: string; body?: unknown };
-export type IdempotencyResponse = ServerResponse & { locals?: Record<string, unknown> };
+type Request = IncomingMessage & { originalUrl?: string; body?: unknown; rawBody?: Buffer };
+type Response = ServerResponse & { locals?: Record<string, unknown> };
 
 export interface IdempotencyOptions {
-  /** seconds: the lease of a request's claim, extended while the handler runs (30) */
+  /** ms, whole seconds: the claim's lease, extended while the handler runs (30000) */
   lease?: number;
-  /** ms a repeat waits for the copy in flight before answering 409 (5000) */
-  waitMs?: number;
-  /** attempts before the key answers 500 for good (3) */
+  /** ms a repeat waits for the copy in flight before answering 409 (10000) */
+  wait?: number;
+  /** tries before the key answers 500 for good (3) */
   maxTries?: number;
-  /** seconds a response is kept (the instance's default: idem.retain) */
+  /** ms a response is kept, whole seconds (the server's idem.retain) */
   retain?: number;
   /** the header (Idempotency-Key) */
   header?: string;
@@ -36,142 +33,167 @@ export interface IdempotencyOptions {
   /** the methods it applies to (POST, PATCH) */
   methods?: string[];
   /** the key's namespace per caller (an account id), so two clients' keys never meet */
-  scope?: (req: IdempotencyRequest) => string;
-  /** what must match for a repeat (method, path and body by default) */
-  fingerprint?: (req: IdempotencyRequest) => Bytes;
-  /** Retry-After of the 409, seconds (1: the retry waits again, so it soon gets the result) */
+  scope?: (req: Request) => string;
+  /** Retry-After of the 409, seconds (1) */
   retryAfter?: number;
-}
-
-export interface StoredResponse {
-  status: number;
-  headers: Record<string, string | string[]>;
-  body: Buffer;
 }
 
 /** What the handler sees in `res.locals.idempotency`: `attempt` is the fencing number for its writes. */
 export interface IdempotencyInfo {
   key: string;
   attempt: number;
-  status: 'NEW' | 'SEEN' | 'RETRY';
+  status: Job['status'];
 }
 
-/** `[status, headers]` as JSON, a newline, then the body's bytes. */
-export const responseSerializer: Serializer<StoredResponse> = {
-  serialize: ({ status, headers, body }) => Buffer.concat([Buffer.from(JSON.stringify([status, headers]) + '\n'), body]),
-  deserialize(stored) {
-    const newline = stored.indexOf(10);
-    const [status, headers] = JSON.parse(stored.subarray(0, newline).toString('utf8'));
-    return { status, headers, body: stored.subarray(newline + 1) };
+interface StoredResponse {
+  status: number;
+  headers: [string, string][];
+  body: Buffer;
+}
+
+/** The lowercase hex SHA-256 of `METHOD SP target LF body`: what must match for a repeat (sent as PAYLOAD). */
+export function fingerprint(method: string, target: string, body: Buffer | string): string {
+  return createHash('sha256').update(`${method.toUpperCase()} ${target}\n`).update(body).digest('hex');
+}
+
+// docs/clients.md's stored response, readable by every library's middleware.
+const responseCodec: Codec<StoredResponse> = {
+  encode: ({ status, headers, body }) => JSON.stringify({ v: 1, status, headers, body: body.toString('base64') }),
+  decode(stored) {
+    const r = JSON.parse(stored.toString('utf8')) as { v: number; status: number; headers: [string, string][]; body: string };
+    if (r.v !== 1) throw new TypeError(`a stored response of version ${r.v}`);
+    return { status: r.status, headers: r.headers, body: Buffer.from(r.body, 'base64') };
   },
 };
 
-// Hop-by-hop and per-response headers are not replayed.
-const NOT_STORED = new Set(['connection', 'keep-alive', 'transfer-encoding', 'date']);
+// Hop-by-hop and per-response headers are not stored.
+const NOT_STORED = new Set(['connection', 'keep-alive', 'transfer-encoding', 'date', 'content-length']);
 
 class NotStored extends IdemError {}
 
-function defaultFingerprint(req: IdempotencyRequest): Bytes {
-  const head = `${req.method} ${req.originalUrl ?? req.url}\n`;
-  const body = req.body;
-  if (body === undefined) return head;
-  if (Buffer.isBuffer(body)) return Buffer.concat([Buffer.from(head), body]);
-  return head + (typeof body === 'string' ? body : JSON.stringify(body));
+/**
+ * The raw body bytes: `req.rawBody` (a body parser's `verify: keepRawBody`),
+ * a Buffer `req.body` (`express.raw()`), or read here from a request nobody
+ * has read yet (then kept as `req.rawBody`).
+ */
+async function rawBody(req: Request): Promise<Buffer> {
+  if (Buffer.isBuffer(req.rawBody)) return req.rawBody;
+  if (Buffer.isBuffer(req.body)) return req.body;
+  if (req.readableEnded) {
+    const declared = req.headers['content-length'];
+    if (req.headers['transfer-encoding'] === undefined && (declared === undefined || declared === '0')) return Buffer.alloc(0);
+    throw new TypeError(
+      'idempotency(): the request body was parsed before the middleware without keeping its raw bytes: ' +
+        'use express.json({ verify: keepRawBody }) (or express.raw()), or put idempotency() before the body parser',
+    );
+  }
+  const chunks: Buffer[] = [];
+  for await (const chunk of req) chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string));
+  req.rawBody = Buffer.concat(chunks);
+  return req.rawBody;
 }
 
-function send(res: IdempotencyResponse, status: number, headers: Record<string, string | string[]>, body: Bytes): void {
+/** For a body parser's `verify` option: keeps the raw body as `req.rawBody`, for the fingerprint. */
+export function keepRawBody(req: IncomingMessage, _res: ServerResponse, buf: Buffer): void {
+  (req as Request).rawBody = buf;
+}
+
+function send(res: Response, status: number, headers: [string, string][], body: Buffer | string): void {
   res.statusCode = status;
-  for (const [name, value] of Object.entries(headers)) res.setHeader(name, value);
+  const byName = new Map<string, string[]>();
+  for (const [name, value] of headers) byName.set(name, [...(byName.get(name) ?? []), value]);
+  for (const [name, values] of byName) res.setHeader(name, values.length === 1 ? values[0]! : values);
   res.end(body);
 }
 
+const TEXT: [string, string][] = [['content-type', 'text/plain; charset=utf-8']];
+
+/** Runs the rest of the chain and resolves with the response when the handler ends it. */
+function capture(res: Response, next: (err?: unknown) => void, lease: number): Promise<StoredResponse> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    const keep = (chunk: unknown, encoding: unknown) => {
+      if (chunk === undefined || chunk === null || typeof chunk === 'function') return;
+      chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8'));
+    };
+    const { write, end } = res;
+    let ended = false;
+    res.write = function (this: ServerResponse, chunk: unknown, ...rest: unknown[]) {
+      keep(chunk, rest[0]);
+      return (write as (...a: unknown[]) => boolean).call(this, chunk, ...rest);
+    } as typeof res.write;
+    res.end = function (this: ServerResponse, chunk?: unknown, ...rest: unknown[]) {
+      if (!ended) {
+        ended = true;
+        keep(chunk, rest[0]);
+        // The handler has finished: its response is stored now, whether or
+        // not the client is still connected to receive it.
+        if (res.statusCode >= 500) reject(new NotStored(`the handler answered ${res.statusCode}`));
+        else {
+          const headers: [string, string][] = [];
+          for (const [name, v] of Object.entries(res.getHeaders())) {
+            if (v === undefined || NOT_STORED.has(name)) continue;
+            for (const one of Array.isArray(v) ? v : [v]) headers.push([name, String(one)]);
+          }
+          resolve({ status: res.statusCode, headers, body: Buffer.concat(chunks) });
+        }
+      }
+      return (end as (...a: unknown[]) => ServerResponse).call(this, chunk, ...rest);
+    } as typeof res.end;
+    // The client went away: the handler goes on, and its response is stored
+    // when it ends it; one that never does within a lease is taken as failed.
+    res.once('close', () => {
+      if (ended) return;
+      const timer = setTimeout(() => !ended && reject(new NotStored('the client went away and the handler did not end its response')), lease);
+      timer.unref?.();
+    });
+    next();
+  });
+}
+
 /**
- * The middleware: `app.post('/orders', express.json(), idempotency(idem), handler)`.
- * Put it after the body parser, so that the fingerprint covers the body.
+ * The middleware: `app.post('/orders', express.json({ verify: keepRawBody }), idempotency(idem), handler)`,
+ * or before any body parser (it then reads the body itself, as `req.rawBody`).
  */
 export function idempotency(idem: Idem, options: IdempotencyOptions = {}) {
   const header = (options.header ?? 'Idempotency-Key').toLowerCase();
   const methods = new Set((options.methods ?? ['POST', 'PATCH']).map((m) => m.toUpperCase()));
   const maxTries = options.maxTries ?? 3;
+  const lease = options.lease ?? 30000;
   const retryAfter = String(options.retryAfter ?? 1);
-  const fingerprint = options.fingerprint ?? defaultFingerprint;
 
-  return (req: IdempotencyRequest, res: IdempotencyResponse, next: (err?: unknown) => void): void => {
-    if (!methods.has((req.method ?? '').toUpperCase())) return next();
-    const raw = req.headers[header];
-    const value = Array.isArray(raw) ? raw[0] : raw;
+  return (req: Request, res: Response, next: (err?: unknown) => void): void => {
+    const method = (req.method ?? '').toUpperCase();
+    if (!methods.has(method)) return next();
+    const given = req.headers[header];
+    const value = Array.isArray(given) ? given[0] : given;
     if (!value) {
-      if (options.required) return send(res, 400, { 'content-type': 'text/plain' }, `${options.header ?? 'Idempotency-Key'} header required`);
+      if (options.required) return send(res, 400, TEXT, `${options.header ?? 'Idempotency-Key'} header required`);
       return next();
     }
     const key = `http:${options.scope ? options.scope(req) + ':' : ''}${value}`;
-
-    const runHandler = (ctx: { attempt: number; status: 'NEW' | 'SEEN' | 'RETRY' }) =>
-      new Promise<StoredResponse>((resolve, reject) => {
-        const chunks: Buffer[] = [];
-        const capture = (chunk: unknown, encoding: unknown) => {
-          if (chunk === undefined || chunk === null || typeof chunk === 'function') return;
-          chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8'));
-        };
-        const write = res.write;
-        const end = res.end;
-        res.write = function (this: ServerResponse, chunk: unknown, ...rest: unknown[]) {
-          capture(chunk, rest[0]);
-          return (write as (...a: unknown[]) => boolean).call(this, chunk, ...rest);
-        } as typeof res.write;
-        res.end = function (this: ServerResponse, chunk?: unknown, ...rest: unknown[]) {
-          capture(chunk, rest[0]);
-          return (end as (...a: unknown[]) => ServerResponse).call(this, chunk, ...rest);
-        } as typeof res.end;
-        res.on('finish', () => {
-          if (res.statusCode >= 500) return reject(new NotStored(`the handler answered ${res.statusCode}`));
-          const headers: Record<string, string | string[]> = {};
-          for (const [name, v] of Object.entries(res.getHeaders())) {
-            if (v !== undefined && !NOT_STORED.has(name)) headers[name] = typeof v === 'number' ? String(v) : v;
-          }
-          resolve({ status: res.statusCode, headers, body: Buffer.concat(chunks) });
-        });
-        res.on('close', () => {
-          if (!res.writableFinished) reject(new NotStored('the connection closed before the response ended'));
-        });
-        if (res.locals) res.locals.idempotency = { key: value, attempt: ctx.attempt, status: ctx.status } satisfies IdempotencyInfo;
-        next();
-      });
-
-    idem
-      .process(key, runHandler, {
-        lease: options.lease,
-        waitMs: options.waitMs,
-        maxTries,
-        retain: options.retain,
-        payload: fingerprint(req),
-        serializer: responseSerializer,
-      })
-      .then((outcome) => {
+    const run = async () => {
+      const payload = fingerprint(method, req.originalUrl ?? req.url ?? '/', await rawBody(req));
+      const handler = (job: Job) => {
+        if (res.locals) res.locals.idempotency = { key: value, attempt: job.attempt, status: job.status } satisfies IdempotencyInfo;
+        return capture(res, next, lease);
+      };
+      return idem.process(key, handler, { lease, wait: options.wait ?? 10000, maxTries, retain: options.retain, payload, codec: responseCodec });
+    };
+    run().then(
+      (outcome) => {
         if (!outcome.replayed) return; // the handler's own response went out
-        if (outcome.value === undefined) {
-          return send(res, 500, { 'content-type': 'text/plain' }, 'completed, but its response was not kept');
-        }
+        if (outcome.value === undefined) return send(res, 500, TEXT, 'completed, but its response was not kept');
         const { status, headers, body } = outcome.value;
-        send(res, status, { ...headers, 'idempotent-replayed': 'true' }, body);
-      })
-      .catch((err) => {
-        if (res.headersSent) return; // the handler answered; a lost lease or a released claim changes nothing for it
-        if (err instanceof BusyError) {
-          return send(res, 409, { 'retry-after': retryAfter, 'content-type': 'text/plain' }, 'a request with this key is in progress');
-        }
-        if (err instanceof MismatchError) {
-          return send(res, 422, { 'content-type': 'text/plain' }, 'Idempotency-Key reused with another request');
-        }
-        if (err instanceof ExhaustedError) {
-          return send(
-            res,
-            500,
-            { 'content-type': 'text/plain' },
-            `this request failed ${maxTries} times: send it again with a new Idempotency-Key`,
-          );
-        }
+        send(res, status, [...headers, ['idempotent-replayed', 'true']], body);
+      },
+      (err) => {
+        if (res.headersSent || res.writableEnded) return; // the handler answered (a 5xx, or a lost lease changes nothing for it)
+        if (err instanceof BusyError) return send(res, 409, [['retry-after', retryAfter], ...TEXT], 'a request with this key is in progress');
+        if (err instanceof MismatchError) return send(res, 422, TEXT, 'Idempotency-Key reused with another request');
+        if (err instanceof ExhaustedError) return send(res, 500, TEXT, `this request failed ${maxTries} times: send it again with a new Idempotency-Key`);
         next(err);
-      });
+      },
+    );
   };
 }

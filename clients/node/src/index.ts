@@ -1,15 +1,46 @@
-export * from './types.js';
-export * from './errors.js';
-export { Idem, createIdem, Heartbeat, DEFAULT_MAX_RESULT } from './idem.js';
-export type { IdemOptions, Hooks, Stats, ProcessContext, ProcessOptions, Outcome, OversizePolicy, Client } from './idem.js';
-export { MAX_BATCH_KEYS } from './batch.js';
-export type { BatchEntry, BatchOptions, BatchOutcome } from './batch.js';
-export { json, raw } from './serializer.js';
-export type { Serializer } from './serializer.js';
-export { ioredisTransport } from './ioredis.js';
-export type { IoredisLike, IoredisOptions, IoredisCommandClass } from './ioredis.js';
-export { nodeRedisTransport, idemModule } from './node-redis.js';
-export type { NodeRedisLike, CommandParser } from './node-redis.js';
-export { idempotency, responseSerializer } from './express.js';
-export type { IdempotencyOptions, IdempotencyInfo, IdempotencyRequest, IdempotencyResponse, StoredResponse } from './express.js';
+// The package's public surface: what README.md documents, and no more.
+export { Idem } from './idem.js';
+export type { IdemOptions } from './idem.js';
+export { Job } from './core.js';
+export type { Hooks, Stats, ProcessOptions, DropReason } from './core.js';
+export type { Outcome, Work } from './loop.js';
+export type { ManyItem, ProcessManyOptions } from './many.js';
+export type { ClaimManyOptions, DoneItem, ReleaseItem, DoneManyOptions } from './batch.js';
+export { json, raw } from './codec.js';
+export type { Codec } from './codec.js';
+export {
+  IdemError,
+  IdemReplyError,
+  BusyError,
+  MismatchError,
+  ExhaustedError,
+  LeaseLostError,
+  ResultNotStoredError,
+  HookError,
+  DoneUnconfirmedError,
+  StaleError,
+  WrongTypeError,
+  ResultTooLargeError,
+  ModuleRequiredError,
+  NotInstalledError,
+  replyError,
+} from './errors.js';
+export { ClaimStatus } from './types.js';
+export type {
+  Bytes,
+  GrantedStatus,
+  ClaimReply,
+  DoneReply,
+  RecordInfo,
+  RecordState,
+  FilterInfo,
+  ClaimOptions,
+  DoneOptions,
+  ReserveOptions,
+  Edition,
+  BatchItem,
+} from './types.js';
+export { idemModule } from './node-redis.js';
+export { idempotency, fingerprint, keepRawBody } from './express.js';
+export type { IdempotencyOptions, IdempotencyInfo } from './express.js';
 export type { Transport, Arg } from './transport.js';

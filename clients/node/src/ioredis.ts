@@ -11,6 +11,7 @@ export interface IoredisLike {
   callBuffer(command: string, ...args: Arg[]): Promise<unknown>;
   sendCommand?(command: unknown): unknown;
   isCluster?: boolean;
+  options?: { commandTimeout?: number };
   duplicate?(): IoredisLike;
   quit?(): Promise<unknown>;
   disconnect?(): void;
@@ -60,8 +61,10 @@ export function ioredisTransport(client: IoredisLike, options: IoredisOptions = 
           async (c) => (c.quit ? c.quit() : c.disconnect?.()),
         )
       : undefined;
+  const timeout = client.options?.commandTimeout;
   return {
     cluster,
+    maxBlock: timeout ? Math.max(1, timeout >= 2000 ? timeout - 1000 : Math.floor(timeout / 2)) : undefined,
     name: cluster ? 'ioredis Cluster' : 'ioredis',
     send: (key, args) => sendOn(client, key, args),
     sendBlocking: pool ? (key, args) => pool.use((c) => sendOn(c, key, args)) : undefined,

@@ -10,6 +10,8 @@ export interface Transport {
   send(key: string | undefined, args: Arg[]): Promise<unknown>;
   /** True for a cluster client: batches are split by slot. */
   readonly cluster: boolean;
+  /** The longest a command may block (the client's command timeout, less a margin): a longer WAIT goes in pieces. */
+  readonly maxBlock?: number;
   /** The client's name, for messages. */
   readonly name: string;
   /** Sends a command that may block (CLAIM ... WAIT) on a connection of its own; `send` where absent. */

@@ -18,11 +18,11 @@ export type ClaimStatus = (typeof ClaimStatus)[keyof typeof ClaimStatus];
 /** The statuses that grant the claim: run the work, then DONE or RELEASE. */
 export type GrantedStatus = 'NEW' | 'SEEN' | 'RETRY';
 
-/** IDEM.CLAIM's reply, by status. */
+/** IDEM.CLAIM's reply, by status (`leaseLeft`: ms left on the holder's lease). */
 export type ClaimReply =
   | { status: GrantedStatus; token: string; attempt: number }
   | { status: 'DONE'; result: Buffer | null; attempt: number }
-  | { status: 'BUSY'; leaseMs: number; attempt: number }
+  | { status: 'BUSY'; leaseLeft: number; attempt: number }
   | { status: 'MISMATCH' | 'EXHAUSTED'; attempt: number };
 
 /** IDEM.DONE's reply decoded: 0 already done; 1, 3, 5, 7 completed by this call, with what was dropped. */
@@ -41,7 +41,7 @@ export interface DoneReply {
 
 export type RecordState = 'processing' | 'expired' | 'released' | 'done';
 
-/** IDEM.GET's record. Times are ms; `claimedAt`/`doneAt` Unix ms (0: never). */
+/** IDEM.GET's record. Times are ms (`leaseMs`: the lease left); `claimedAt`/`doneAt` Unix ms (0: never). */
 export interface RecordInfo {
   state: RecordState;
   attempt: number;
@@ -58,7 +58,7 @@ export interface FilterInfo {
   errorRate: number;
   capacity: number;
   window: number;
-  /** shard period, seconds */
+  /** shard period, ms */
   shard: number;
   expansion: number;
   items: number;
@@ -79,14 +79,16 @@ export interface ClaimOptions {
 
 export interface DoneOptions {
   result?: Bytes;
-  /** RETAIN seconds */
+  /** RETAIN, ms (whole seconds) */
   retain?: number;
   /** BLOOM filterkey (module only) */
   bloom?: string;
 }
 
 export interface ReserveOptions {
+  /** how many shards are kept */
   window?: number;
+  /** the shard period: DAY, HOUR, or ms (whole seconds) */
   shard?: 'DAY' | 'HOUR' | number;
   expansion?: number;
 }
