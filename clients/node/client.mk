@@ -1,16 +1,22 @@
 # clients/node: the redis-idem npm package (TypeScript, ESM + CJS), included
 # by the Makefile's test-clients. `make test-client-node` installs Node.js
 # and npm if missing, `npm ci` in clients/node (its `prepare` builds dist/
-# with tsc), then runs the package's tests (node --test: both clients on a
-# server with the module, a Functions-edition server, a 3-node cluster, the
-# Express middleware over HTTP) on Redis 7.0, Redis 8.2 and Valkey 9.1; the
-# 30-second heartbeat test on Redis 7.0 only (it proves the library's timer,
-# which no server changes, and costs 30 s); and checks that the `npm pack`
-# tarball installs into a scratch project and imports as ESM and as CJS.
-# REDIS_IDEM_MODULE=<so> tests another build of the module.
+# with tsc), then runs the package's tests (node --test) on each server:
+# - Redis 7.0: the conformance cases (clients/conformance/cases.json) on the
+#   module, the Functions edition and a 3-node cluster (side by side, each
+#   on its own servers), the other tests, and the 30-second heartbeat test
+#   (it proves the library's timer, which no server changes: once);
+# - Redis 8.2: the conformance cases on the module, the other tests;
+# - Valkey 9.1: the conformance cases on the module and the Functions
+#   edition, the other tests;
+# then checks that the `npm pack` tarball installs into a scratch project
+# and imports as ESM and as CJS.
+# REDIS_IDEM_MODULE=<so> tests that build of the module instead of building
+# target/release/libredis_idem.so first.
 NODE_CLIENT_DIR := clients/node
-NODE_CLIENT_MODULE = $(if $(REDIS_IDEM_MODULE),$(REDIS_IDEM_MODULE),$(CURDIR)/$(MODULE))
+NODE_CLIENT_MODULE = $(if $(REDIS_IDEM_MODULE),$(abspath $(REDIS_IDEM_MODULE)),$(CURDIR)/$(MODULE))
 NODE_CLIENT_TESTS := $(NODE_CLIENT_DIR)/test/*.test.mjs
+NODE_CLIENT_RUN = REDIS_IDEM_MODULE="$(NODE_CLIENT_MODULE)" node --test --test-concurrency=2
 
 .PHONY: test-client-node node-client-deps
 
@@ -25,14 +31,12 @@ node-client-deps:
 		npm ci --no-audit --no-fund --loglevel=error; \
 	else npm run --silent build; fi
 
-test-client-node: build redis8 valkey node-client-deps
-	@echo "== clients/node on Redis 7.0 ($(REDIS7_SERVER)), with the 30-second heartbeat test"
-	REDIS_SERVER="$(REDIS7_SERVER)" REDIS_IDEM_MODULE="$(NODE_CLIENT_MODULE)" \
-		node --test --test-concurrency=2 $(NODE_CLIENT_TESTS) $(NODE_CLIENT_DIR)/test/long/*.test.mjs
-	@echo "== clients/node on Redis 8.2"
-	REDIS_SERVER="$(REDIS8_SERVER)" REDIS_IDEM_MODULE="$(NODE_CLIENT_MODULE)" \
-		node --test --test-concurrency=1 $(NODE_CLIENT_TESTS)
-	@echo "== clients/node on Valkey 9.1"
-	REDIS_SERVER="$(VALKEY_SERVER)" REDIS_IDEM_MODULE="$(NODE_CLIENT_MODULE)" \
-		node --test --test-concurrency=1 $(NODE_CLIENT_TESTS)
+test-client-node: $(if $(REDIS_IDEM_MODULE),,build) redis8 valkey node-client-deps
+	@echo "== clients/node on Redis 7.0 ($(REDIS7_SERVER)): module, Functions edition, cluster; the 30-second heartbeat test"
+	REDIS_SERVER="$(REDIS7_SERVER)" IDEM_CONFIGS=module,functions,cluster $(NODE_CLIENT_RUN) \
+		$(NODE_CLIENT_TESTS) $(NODE_CLIENT_DIR)/test/long/*.test.mjs
+	@echo "== clients/node on Redis 8.2: module"
+	REDIS_SERVER="$(REDIS8_SERVER)" IDEM_CONFIGS=module $(NODE_CLIENT_RUN) $(NODE_CLIENT_TESTS)
+	@echo "== clients/node on Valkey 9.1: module, Functions edition"
+	REDIS_SERVER="$(VALKEY_SERVER)" IDEM_CONFIGS=module,functions $(NODE_CLIENT_RUN) $(NODE_CLIENT_TESTS)
 	cd $(NODE_CLIENT_DIR) && node scripts/check-pack.mjs

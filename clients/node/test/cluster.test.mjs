@@ -67,7 +67,7 @@ test('a duplicate waits (WAIT) on the key’s node for the copy in flight', asyn
     return 'first';
   });
   await started.promise;
-  const second = await idem.process('w1', () => 'second', { waitMs: 5000 });
+  const second = await idem.process('w1', () => 'second', { wait: 5000 });
   assert.equal(second.value, 'first');
   assert.equal(second.waited, true);
   assert.equal((await first).value, 'first');
@@ -75,19 +75,19 @@ test('a duplicate waits (WAIT) on the key’s node for the copy in flight', asyn
 
 test('MCLAIM / MDONE split by slot (and in order), over all three nodes', async () => {
   const keys = Array.from({ length: 300 }, (_, i) => `batch:${i}`);
-  const claims = await idem.mclaim(keys, 30);
+  const claims = await idem.mclaim(keys, 30000);
   assert.equal(claims.length, 300);
   assert.ok(claims.every((c) => c.status === 'NEW'), claims.find((c) => c.status !== 'NEW'));
   const done = await idem.mdone(keys.map((key, i) => ({ key, token: claims[i].token, result: `"${key}"` })));
   assert.ok(done.every((d) => d.code === 1));
-  const again = await idem.mclaim(keys, 30);
+  const again = await idem.mclaim(keys, 30000);
   again.forEach((reply, i) => {
     assert.equal(reply.status, 'DONE');
     assert.equal(reply.result.toString(), `"${keys[i]}"`);
   });
   // keys sharing a hash tag go in one call; the outcome is the same
   const tagged = Array.from({ length: 50 }, (_, i) => `{tenant7}:${i}`);
-  const outcomes = await idem.processBatch(tagged, (ctx) => ctx.key.length);
+  const outcomes = await idem.processMany(tagged, (job) => job.key.length);
   assert.ok(outcomes.every((o) => o.status === 'processed'));
   assert.equal((await idem.get('{tenant7}:49')).state, 'done');
 });
@@ -98,15 +98,14 @@ test('node-redis createCluster: process() and batches routed by slot the same wa
   await nr.connect();
   const nIdem = new Idem(nr, { prefix: 'nr:' });
   try {
-    assert.equal(nIdem.transport.cluster, true);
     for (let i = 0; i < 20; i++) {
       assert.equal((await nIdem.process(`k${i}`, () => i)).value, i);
       assert.equal((await nIdem.process(`k${i}`, () => -1)).replayed, true);
     }
     const keys = Array.from({ length: 200 }, (_, i) => `b${i}`);
-    const outcomes = await nIdem.processBatch(keys, (ctx) => ctx.key);
+    const outcomes = await nIdem.processMany(keys, (job) => job.key);
     assert.ok(outcomes.every((o, i) => o.status === 'processed' && o.value === keys[i]));
-    const again = await nIdem.mclaim(keys, 30);
+    const again = await nIdem.mclaim(keys, 30000);
     assert.ok(again.every((r, i) => r.status === 'DONE' && r.result.toString() === JSON.stringify(keys[i])));
     const started = signal();
     const first = nIdem.process('w', async () => {
@@ -115,7 +114,7 @@ test('node-redis createCluster: process() and batches routed by slot the same wa
       return 'first';
     });
     await started.promise;
-    const second = await nIdem.process('w', () => 'second', { waitMs: 5000 });
+    const second = await nIdem.process('w', () => 'second', { wait: 5000 });
     assert.equal(second.value, 'first');
     assert.equal(second.waited, true);
     await first;

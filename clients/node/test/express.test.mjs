@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { after, before, test } from 'node:test';
 import express from 'express';
-import { idempotency } from '../dist/esm/index.js';
+import { idempotency, keepRawBody } from '../dist/esm/index.js';
 import { connect, signal, startServer } from './helpers.mjs';
 
 let server;
@@ -23,16 +23,21 @@ before(async () => {
   server = await startServer();
   idem = await connect('ioredis', server, { prefix: 'express:' });
   const app = express();
-  app.use(express.json());
-  app.post('/orders', idempotency(idem, { waitMs: 3000 }), (req, res) => {
+  app.use(express.json({ verify: keepRawBody }));
+  app.post('/orders', idempotency(idem, { wait: 3000 }), (req, res) => {
     runs++;
     res.status(201).set('x-order', `o-${runs}`).json({ order: runs, attempt: res.locals.idempotency?.attempt ?? 0, item: req.body.item });
   });
-  app.post('/slow', idempotency(idem, { waitMs: 200 }), async (req, res) => {
+  app.post('/slow', idempotency(idem, { wait: 200 }), async (req, res) => {
     runs++;
     handlerStarted.forEach((s) => s.resolve());
     if (gate) await gate.promise;
     res.status(200).send(`slow ${runs}`);
+  });
+  // before any body parser: the middleware reads the raw body itself
+  app.post('/raw', idempotency(idem), (req, res) => {
+    runs++;
+    res.status(201).send(`raw ${req.rawBody.toString()}`);
   });
   app.post('/flaky', idempotency(idem), (req, res) => {
     runs++;
@@ -126,4 +131,22 @@ test('after maxTries failed attempts the key answers 500 for good', async () => 
   assert.equal(spent.status, 500);
   assert.match(await spent.text(), /failed 3 times/);
   failNext = 0;
+});
+
+test('the stored response is the shared JSON format; the middleware reads a raw body itself before any parser', async () => {
+  runs = 0;
+  const first = await fetch(base + '/raw', { method: 'POST', headers: { 'idempotency-key': 'k6' }, body: 'a b' });
+  assert.equal(first.status, 201);
+  assert.equal(await first.text(), 'raw a b');
+  const record = await idem.get('http:k6');
+  const stored = JSON.parse(record.result.toString());
+  assert.equal(stored.v, 1);
+  assert.equal(stored.status, 201);
+  assert.equal(Buffer.from(stored.body, 'base64').toString(), 'raw a b');
+  assert.ok(stored.headers.every(([name]) => !['date', 'content-length', 'connection', 'keep-alive', 'transfer-encoding'].includes(name)));
+  const repeat = await fetch(base + '/raw', { method: 'POST', headers: { 'idempotency-key': 'k6' }, body: 'a b' });
+  assert.equal(await repeat.text(), 'raw a b');
+  assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+  assert.equal((await fetch(base + '/raw', { method: 'POST', headers: { 'idempotency-key': 'k6' }, body: 'a  b' })).status, 422);
+  assert.equal(runs, 1);
 });

@@ -14,7 +14,7 @@ const { Idem, BusyError } = require('redis-idem');
 
 async function handle(idem, businessId, work) {
   try {
-    const outcome = await idem.process(String(businessId), (ctx) => work(businessId, ctx.attempt), { lease: 30, waitMs: 5000 });
+    const outcome = await idem.process(String(businessId), (job) => work(businessId, job.attempt), { lease: 30000, wait: 5000 });
     return [outcome.replayed ? 'duplicate' : 'processed', outcome.value];
   } catch (err) {
     if (err instanceof BusyError) return ['busy', null]; // still at work after the wait: do not acknowledge
