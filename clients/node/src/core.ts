@@ -11,6 +11,7 @@ import {
   ExhaustedError,
   HookError,
   IdemReplyError,
+  LeaseLostError,
   MismatchError,
   ResultNotStoredError,
   ResultTooLargeError,
@@ -121,6 +122,16 @@ export function loseLease(job: Job, reason: Error): boolean {
   if (controller.signal.aborted) return false;
   controller.abort(reason);
   return true;
+}
+
+/** The job's lease found lost (by a heartbeat or by DONE): marked, counted and told once; the error for the caller. */
+export function leaseLost(job: Job, cause: unknown, stats: Stats, hooks: Hooks): LeaseLostError {
+  const error = new LeaseLostError(job.key, job.attempt, { cause });
+  if (loseLease(job, error)) {
+    stats.leasesLost++;
+    notify(hooks, 'onLeaseLost', job);
+  }
+  return error;
 }
 
 /** The instance's settings (docs/clients.md's defaults); every duration in ms. */

@@ -4,8 +4,8 @@
 // error is retried at the next beat. The timer runs on the event loop: a
 // work that blocks the loop longer than the lease starves it.
 import type { Connection } from './connection.js';
-import { type Hooks, type Job, type Stats, loseLease, notify } from './core.js';
-import { LeaseLostError, StaleError } from './errors.js';
+import { type Hooks, type Job, type Stats, leaseLost } from './core.js';
+import { StaleError } from './errors.js';
 
 export class Heartbeat {
   readonly #held = new Map<Job, string>();
@@ -44,10 +44,7 @@ export class Heartbeat {
           await this.conn.extend(key, job.token, this.lease);
           this.stats.extends++;
         } catch (err) {
-          if (err instanceof StaleError && this.#held.has(job) && loseLease(job, new LeaseLostError(job.key, job.attempt, { cause: err }))) {
-            this.stats.leasesLost++;
-            notify(this.hooks, 'onLeaseLost', job);
-          }
+          if (err instanceof StaleError && this.#held.has(job)) leaseLost(job, err, this.stats, this.hooks);
         }
       }),
     );

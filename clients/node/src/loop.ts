@@ -4,6 +4,7 @@ import type { Connection } from './connection.js';
 import {
   type ClaimStep,
   ClaimLoop,
+  type DoneVerdict,
   type DropReason,
   type Hooks,
   type IdemOptions,
@@ -16,7 +17,7 @@ import {
   doneBackoff,
   encodeResult,
   judgeDone,
-  loseLease,
+  leaseLost,
   notify,
   ownCompletion,
   settings,
@@ -109,6 +110,17 @@ export async function giveBack(rt: Runtime, job: Job, stored: string, error: unk
   notify(rt.hooks, 'onRelease', job, error);
 }
 
+/** What a DONE's answer means; a 0 is looked up with IDEM.GET (this job's own completion, or another's). */
+export async function doneVerdict(rt: Runtime, stored: string, job: Job, reply: DoneReply | undefined, failure: unknown): Promise<DoneVerdict> {
+  const verdict = judgeDone(reply, failure);
+  if (verdict !== 'check') return verdict;
+  try {
+    return ownCompletion(await rt.conn.get(stored), job.attempt) ? 'completed' : 'lost';
+  } catch (err) {
+    return isReplyError(err) ? 'fail' : 'retry';
+  }
+}
+
 /** The work returned: from here on the record is completed, whatever fails. */
 async function complete(
   rt: Runtime,
@@ -128,15 +140,7 @@ async function complete(
     } catch (err) {
       failure = err;
     }
-    let verdict = judgeDone(reply, failure);
-    if (verdict === 'check') {
-      try {
-        verdict = ownCompletion(await rt.conn.get(stored), job.attempt) ? 'completed' : 'lost';
-      } catch (err) {
-        failure = err;
-        verdict = isReplyError(err) ? 'fail' : 'retry';
-      }
-    }
+    const verdict = await doneVerdict(rt, stored, job, reply, failure);
     switch (verdict) {
       case 'completed':
         if (reply?.resultDropped && !dropped) dropped = 'memory' satisfies DropReason;
@@ -150,14 +154,8 @@ async function complete(
         if (resends >= s.doneRetries) return { resultStored: false, error: new DoneUnconfirmedError(job.key, value, failure) };
         await sleep(doneBackoff(resends++));
         continue;
-      case 'lost': {
-        const error = new LeaseLostError(job.key, job.attempt, { cause: failure });
-        if (loseLease(job, error)) {
-          rt.stats.leasesLost++;
-          notify(rt.hooks, 'onLeaseLost', job);
-        }
-        return { resultStored: false, error };
-      }
+      case 'lost':
+        return { resultStored: false, error: leaseLost(job, failure, rt.stats, rt.hooks) };
       case 'fail':
         return { resultStored: false, error: new DoneUnconfirmedError(job.key, value, failure) };
     }

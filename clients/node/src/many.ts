@@ -13,15 +13,13 @@ import {
   completed,
   doneBackoff,
   encodeResult,
-  judgeDone,
-  loseLease,
+  leaseLost,
   notify,
-  ownCompletion,
   settings,
 } from './core.js';
-import { BusyError, DoneUnconfirmedError, HookError, LeaseLostError, isReplyError } from './errors.js';
+import { BusyError, DoneUnconfirmedError, HookError, LeaseLostError } from './errors.js';
 import { Heartbeat } from './heartbeat.js';
-import { type Runtime, type Work, sleep } from './loop.js';
+import { type Runtime, type Work, doneVerdict, sleep } from './loop.js';
 import type { Bytes, DoneReply } from './types.js';
 
 /** One key's outcome in processMany(), in the keys' order. */
@@ -148,14 +146,7 @@ async function settle<T>(rt: Runtime, s: Settings, ran: Ran<T>[], stored: string
       pending.map(async (r, j) => {
         const reply = replies[j]!;
         const failure = reply instanceof Error ? reply : undefined;
-        let verdict = judgeDone(failure ? undefined : (reply as DoneReply), failure);
-        if (verdict === 'check') {
-          try {
-            verdict = ownCompletion(await rt.conn.get(stored[r.i]!), r.job.attempt) ? 'completed' : 'lost';
-          } catch (err) {
-            verdict = isReplyError(err) ? 'fail' : 'retry';
-          }
-        }
+        const verdict = await doneVerdict(rt, stored[r.i]!, r.job, failure ? undefined : (reply as DoneReply), failure);
         const job = r.job;
         switch (verdict) {
           case 'completed': {
@@ -174,15 +165,9 @@ async function settle<T>(rt: Runtime, s: Settings, ran: Ran<T>[], stored: string
               again.push(r);
             }
             return;
-          case 'lost': {
-            const error = new LeaseLostError(job.key, job.attempt, { cause: failure });
-            if (loseLease(job, error)) {
-              rt.stats.leasesLost++;
-              notify(rt.hooks, 'onLeaseLost', job);
-            }
-            out[r.i] = lostItem(job, error);
+          case 'lost':
+            out[r.i] = lostItem(job, leaseLost(job, failure, rt.stats, rt.hooks));
             return;
-          }
           case 'fail':
             out[r.i] = unconfirmed(r, failure);
         }
