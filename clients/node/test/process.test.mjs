@@ -2,11 +2,13 @@
 // branches: test/conformance.test.mjs), through both clients on the module:
 // the hooks' arguments and order, the Job, prefixes and codecs, the
 // server's own idem.max-result, durations refused before anything is sent,
-// and processMany's payloads and errors.
+// processMany's payloads and errors, and a DONE that is never confirmed.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { HookError, Job, MismatchError, raw } from '../dist/esm/index.js';
+import { createClient } from 'redis';
+import { DoneUnconfirmedError, HookError, Idem, Job, MismatchError, raw } from '../dist/esm/index.js';
 import { connect, startServer } from './helpers.mjs';
+import { startProxy } from './proxy.mjs';
 
 let server;
 before(async () => (server = await startServer()));
@@ -110,3 +112,25 @@ for (const kind of ['ioredis', 'node-redis']) {
     });
   });
 }
+
+test('node-redis: every DONE reply lost: DONE sent again doneRetries times, then DoneUnconfirmedError carrying the result', async () => {
+  const proxy = await startProxy(server.port);
+  const client = createClient({ url: `redis://127.0.0.1:${proxy.port}` });
+  client.on('error', () => undefined);
+  await client.connect();
+  const idem = new Idem(client, { prefix: 'unconfirmed:', doneRetries: 2 });
+  try {
+    await idem.edition();
+    proxy.arm({ always: true });
+    await assert.rejects(idem.process('k', () => ({ v: 1 })), (e) => e instanceof DoneUnconfirmedError && e.result.v === 1);
+    // the first DONE reached the server: the record is done, and a redelivery replays it
+    const record = await idem.get('k');
+    assert.equal(record.state, 'done');
+    assert.equal(record.result.toString(), '{"v":1}');
+    assert.equal(idem.stats.completed, 0);
+  } finally {
+    await idem.close();
+    await client.close();
+    await proxy.stop();
+  }
+});

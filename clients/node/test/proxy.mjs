@@ -9,6 +9,7 @@ const DONE = /idem\.done|idem_done/i;
 
 export async function startProxy(port) {
   let armed = false;
+  let always = false;
   const sockets = new Set();
   const server = net.createServer((client) => {
     const upstream = net.connect(port, '127.0.0.1');
@@ -17,7 +18,7 @@ export async function startProxy(port) {
     client.on('data', (chunk) => {
       upstream.write(chunk);
       if (armed && DONE.test(chunk.toString('latin1'))) {
-        armed = false;
+        armed = always;
         cut = true;
         client.destroy(); // before any reply is forwarded
         setTimeout(() => upstream.end(), 200); // the server runs the command all the same
@@ -34,8 +35,11 @@ export async function startProxy(port) {
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
     port: server.address().port,
-    /** the next DONE's reply is lost */
-    arm: () => (armed = true),
+    /** the next DONE's reply is lost (`{ always: true }`: every DONE's) */
+    arm: (o = {}) => {
+      armed = true;
+      always = !!o.always;
+    },
     stop: () =>
       new Promise((resolve) => {
         for (const s of sockets) s.destroy();
