@@ -110,14 +110,25 @@ export async function giveBack(rt: Runtime, job: Job, stored: string, error: unk
   notify(rt.hooks, 'onRelease', job, error);
 }
 
-/** What a DONE's answer means; a 0 is looked up with IDEM.GET (this job's own completion, or another's). */
-export async function doneVerdict(rt: Runtime, stored: string, job: Job, reply: DoneReply | undefined, failure: unknown): Promise<DoneVerdict> {
+/**
+ * What a DONE's answer means; a 0 is looked up with IDEM.GET (this job's own
+ * completion, or another's). `resultDropped`: the record kept no result
+ * (DONE's 3 or 7, or the record seen without one).
+ */
+export async function doneVerdict(
+  rt: Runtime,
+  stored: string,
+  job: Job,
+  reply: DoneReply | undefined,
+  failure: unknown,
+): Promise<{ verdict: DoneVerdict; resultDropped: boolean }> {
   const verdict = judgeDone(reply, failure);
-  if (verdict !== 'check') return verdict;
+  if (verdict !== 'check') return { verdict, resultDropped: !!reply?.resultDropped };
   try {
-    return ownCompletion(await rt.conn.get(stored), job.attempt) ? 'completed' : 'lost';
+    const record = await rt.conn.get(stored);
+    return { verdict: ownCompletion(record, job.attempt) ? 'completed' : 'lost', resultDropped: record?.result === null };
   } catch (err) {
-    return isReplyError(err) ? 'fail' : 'retry';
+    return { verdict: isReplyError(err) ? 'fail' : 'retry', resultDropped: false };
   }
 }
 
@@ -140,10 +151,10 @@ async function complete(
     } catch (err) {
       failure = err;
     }
-    const verdict = await doneVerdict(rt, stored, job, reply, failure);
+    const { verdict, resultDropped } = await doneVerdict(rt, stored, job, reply, failure);
     switch (verdict) {
       case 'completed':
-        if (reply?.resultDropped && !dropped) dropped = 'memory' satisfies DropReason;
+        if (resultDropped && !dropped) dropped = 'memory' satisfies DropReason;
         return completed(job, value, dropped, cause, { stats: rt.stats, hooks: rt.hooks, oversize: s.oversize });
       case 'too-large': // the server's limit is lower than we knew: complete without the result
         result = undefined;

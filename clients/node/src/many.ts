@@ -146,11 +146,11 @@ async function settle<T>(rt: Runtime, s: Settings, ran: Ran<T>[], stored: string
       pending.map(async (r, j) => {
         const reply = replies[j]!;
         const failure = reply instanceof Error ? reply : undefined;
-        const verdict = await doneVerdict(rt, stored[r.i]!, r.job, failure ? undefined : (reply as DoneReply), failure);
+        const { verdict, resultDropped } = await doneVerdict(rt, stored[r.i]!, r.job, failure ? undefined : (reply as DoneReply), failure);
         const job = r.job;
         switch (verdict) {
           case 'completed': {
-            const dropped = r.dropped ?? (!failure && (reply as DoneReply).resultDropped ? 'memory' : undefined);
+            const dropped = r.dropped ?? (resultDropped ? 'memory' : undefined);
             const { resultStored, error } = await completed(job, r.value, dropped, r.cause, { stats: rt.stats, hooks: rt.hooks, oversize: s.oversize });
             out[r.i] = { key: job.key, status: 'processed', value: r.value, attempt: job.attempt, resultStored, ...(error ? { error } : {}) };
             return;
