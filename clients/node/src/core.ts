@@ -220,7 +220,7 @@ export const MAX_WAIT_PIECE = 3600000;
 
 /** What the loop does next, after a claim's answer. */
 export type ClaimStep =
-  | { next: 'claim'; pause: number; wait?: number }
+  | { next: 'claim'; pause: number }
   | { next: 'run'; job: Job }
   | { next: 'replay'; attempt: number; result: Buffer | null }
   | { next: 'throw'; error: Error };
@@ -240,7 +240,6 @@ export class ClaimLoop {
   #resent = 0;
 
   constructor(
-    readonly key: string,
     readonly edition: Edition,
     wait: number,
     private readonly stats: Stats,

@@ -58,7 +58,7 @@ export async function process<T>(rt: Runtime, key: string, work: Work<T>, option
   const s = settings(rt.options, options);
   const stored = rt.prefix + key;
   const bloom = s.bloom === undefined ? undefined : rt.prefix + s.bloom;
-  const loop = new ClaimLoop(key, await rt.conn.edition(), s.wait, rt.stats, rt.hooks, rt.conn.transport.maxBlock ?? MAX_WAIT_PIECE);
+  const loop = new ClaimLoop(await rt.conn.edition(), s.wait, rt.stats, rt.hooks, rt.conn.transport.maxBlock ?? MAX_WAIT_PIECE);
   let step: ClaimStep = { next: 'claim', pause: 0 };
   while (step.next === 'claim') {
     if (step.pause) await sleep(step.pause);
