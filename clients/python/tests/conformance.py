@@ -188,30 +188,53 @@ class Call:
         self.error: Optional[BaseException] = None
         self.thread: Optional[threading.Thread] = None
 
+    def _value(self, spec: dict) -> Any:
+        if "raise" in spec:
+            raise WorkFailed(spec["raise"])
+        if spec.get("return_unserializable"):
+            return object()
+        if "return_bytes" in spec:
+            return "x" * spec["return_bytes"]
+        return spec.get("return")
+
+    def _began(self, job: ri.Job) -> None:
+        self.ran, self.job = True, job
+        self.started.set()
+
     def work(self, spec: dict) -> Any:
+        """The case's work: a function, or a coroutine function for AsyncIdem."""
+        if self.runner.asynchronous:
+            async def run_async(job: ri.Job) -> Any:
+                import asyncio
+
+                self._began(job)
+                if "gate" in spec:
+                    gate = self.runner.gate(spec["gate"])
+                    while not gate.is_set():
+                        await asyncio.sleep(0.01)
+                    self.lost_seen = job.lost
+                if "sleep_ms" in spec:
+                    await asyncio.sleep(spec["sleep_ms"] / 1000)
+                return self._value(spec)
+
+            return run_async
+
         def run(job: ri.Job) -> Any:
-            self.ran, self.job = True, job
-            self.started.set()
+            self._began(job)
             if "gate" in spec:
                 self.runner.gate(spec["gate"]).wait(30)
                 self.lost_seen = job.lost
             if "sleep_ms" in spec:
                 time.sleep(spec["sleep_ms"] / 1000)
-            if "raise" in spec:
-                raise WorkFailed(spec["raise"])
-            if spec.get("return_unserializable"):
-                return object()
-            if "return_bytes" in spec:
-                return "x" * spec["return_bytes"]
-            return spec.get("return")
+            return self._value(spec)
 
         return run
 
     def __call__(self) -> None:
         s = self.step
         try:
-            self.outcome = self.runner.idem.process_outcome(s["key"], self.work(s["work"]), payload=s.get("payload"),
-                                                            **self.runner.settings(s.get("options", {})))
+            self.outcome = self.runner.call("process_outcome", s["key"], self.work(s["work"]),
+                                            payload=s.get("payload"), **self.runner.settings(s.get("options", {})))
         except Exception as e:
             self.error = e
 
@@ -254,13 +277,24 @@ class Call:
 class Runner:
     """One case: a fresh key prefix, the instance under test, the steps."""
 
-    def __init__(self, case: dict, client_factory: Any, raw: Any, primaries: List[Any], port: int, module: bool):
+    def __init__(self, case: dict, client_factory: Any, raw: Any, primaries: List[Any], port: int, module: bool,
+                 asynchronous: bool = False):
         self.case, self.raw, self.primaries, self.port, self.module = case, raw, primaries, port, module
+        self.asynchronous = asynchronous
         self.ns = f"c:{uuid.uuid4().hex[:8]}:"
         self.proxy = Proxy(port) if "proxy" in case["needs"] else None
-        self.client = client_factory(self.proxy.port if self.proxy else port)
-        self.idem = ri.Idem(self.client, prefix=self.ns, hooks=self.hooks(case["options"].get("hooks", {})),
-                            **self.settings(case["options"]))
+        kind = ri.AsyncIdem if asynchronous else ri.Idem
+        self.loop: Any = None
+        if asynchronous:  # AsyncIdem runs on an event loop of its own thread; the steps submit to it
+            import asyncio
+
+            self.loop = asyncio.new_event_loop()
+            threading.Thread(target=self.loop.run_forever, daemon=True).start()
+            self.client = self.submit(self._async_client(client_factory, self.proxy.port if self.proxy else port))
+        else:
+            self.client = client_factory(self.proxy.port if self.proxy else port)
+        self.idem = kind(self.client, prefix=self.ns, hooks=self.hooks(case["options"].get("hooks", {})),
+                         **self.settings(case["options"]))
         self.cmds = ri.IdemCommands(raw, prefix=self.ns)
         self.gates: Dict[str, threading.Event] = {}
         self.calls: Dict[str, Call] = {}
@@ -268,6 +302,20 @@ class Runner:
         self.http: Optional[Http] = None
         self.http_calls: Dict[str, Any] = {}
         self.calls_before = self.command_calls()
+
+    @staticmethod
+    async def _async_client(factory: Any, port: int) -> Any:
+        return factory(port)
+
+    def submit(self, coroutine: Any) -> Any:
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(60)
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A method of the instance under test, awaited on its loop for AsyncIdem."""
+        answer = getattr(self.idem, method)(*args, **kwargs)
+        return self.submit(answer) if self.asynchronous else answer
 
     @staticmethod
     def settings(options: dict) -> dict:
@@ -323,7 +371,11 @@ class Runner:
                 self.http.stop()
             if self.proxy is not None:
                 self.proxy.close()
-            self.client.close()
+            if self.asynchronous:
+                self.submit(self.client.aclose())
+                self.loop.call_soon_threadsafe(self.loop.stop)
+            else:
+                self.client.close()
 
     def check_stats(self, want: dict) -> None:
         got = self.idem.stats.as_dict()
@@ -367,7 +419,7 @@ class Runner:
     def op_process_many(self, step: dict) -> None:
         calls = {key: Call(self, {"key": key}) for key in step["keys"]}
         works = {key: calls[key].work(spec) for key, spec in step["work"].items()}
-        items = self.idem.process_many(step["keys"], lambda job: works[job.key](job), payloads=step.get("payloads"))
+        items = self.call("process_many", step["keys"], lambda job: works[job.key](job), payloads=step.get("payloads"))
         assert [i.key for i in items] == step["keys"]
         for item, want in zip(items, step["expect"]):
             got = {"key": item.key, "status": item.status, "value": item.value, "attempt": item.attempt,
