@@ -541,4 +541,4 @@ class _Replay:
 
 
 def _lease_left(reply: ClaimReply) -> float:
-    return (reply.ms_left or 0) / 1000.0
+    return reply.lease_left or 0.0
