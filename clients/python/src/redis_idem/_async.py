@@ -10,7 +10,7 @@ from typing import Any, Callable, List, Optional, Sequence
 from ._commands import AsyncIdemCommands
 from ._errors import KeyT
 from ._idem import IdemBase
-from ._loop import BatchItem, Command, Flow, Job, Outcome, Sleep, StartBeat, StopBeat, Work
+from ._loop import BatchItem, advance, Command, Flow, Job, Outcome, Sleep, StartBeat, StopBeat, Work
 from ._replies import Edition
 
 
@@ -20,10 +20,9 @@ async def _drive(flow: Flow, act: Callable[[Any], Any]) -> Any:
     answer: Any = None
     error: Optional[BaseException] = None
     while True:
-        try:
-            effect = flow.send(answer) if error is None else flow.throw(error)
-        except StopIteration as stop:
-            return stop.value
+        ended, effect = advance(flow, answer, error)
+        if ended:
+            return effect
         answer, error = None, None
         try:
             answer = await act(effect)

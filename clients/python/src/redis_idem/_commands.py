@@ -7,7 +7,7 @@ returns, the other returns a coroutine."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import redis
 
@@ -80,6 +80,16 @@ def _tolerate_dotted_names(client: Any) -> None:
 def _answer(call: Call, reply: Any) -> Any:
     """A pipelined reply: parsed, or the typed error."""
     return translate(reply) if isinstance(reply, redis.ResponseError) else call[1](reply)
+
+
+def _pipelines(client: Any, batch: Batch) -> Iterator[Tuple[Any, List[Call]]]:
+    """The batch's calls queued on pipelines of at most MAX_BATCH commands, for the caller to execute."""
+    for start in range(0, len(batch.calls), MAX_BATCH):
+        chunk = batch.calls[start : start + MAX_BATCH]
+        pipe = client.pipeline(transaction=False)
+        for args, _ in chunk:
+            pipe.execute_command(*args)
+        yield pipe, chunk
 
 
 #: A one-by-one call of a batch whose failure is that item's answer: an
@@ -215,11 +225,7 @@ class IdemCommands(_Commands):
     def _run_batch(self, batch: Batch, pipelined: bool) -> List[Any]:
         replies: List[Any] = []
         if pipelined:
-            for start in range(0, len(batch.calls), MAX_BATCH):
-                chunk = batch.calls[start : start + MAX_BATCH]
-                pipe = self.client.pipeline(transaction=False)
-                for args, _ in chunk:
-                    pipe.execute_command(*args)
+            for pipe, chunk in _pipelines(self.client, batch):
                 replies += [_answer(c, r) for c, r in zip(chunk, pipe.execute(raise_on_error=False))]
         else:
             for call in batch.calls:
@@ -257,11 +263,7 @@ class AsyncIdemCommands(_Commands):
     async def _run_batch(self, batch: Batch, pipelined: bool) -> List[Any]:
         replies: List[Any] = []
         if pipelined:
-            for start in range(0, len(batch.calls), MAX_BATCH):
-                chunk = batch.calls[start : start + MAX_BATCH]
-                pipe = self.client.pipeline(transaction=False)
-                for args, _ in chunk:
-                    pipe.execute_command(*args)
+            for pipe, chunk in _pipelines(self.client, batch):
                 replies += [_answer(c, r) for c, r in zip(chunk, await pipe.execute(raise_on_error=False))]
         else:
             for call in batch.calls:

@@ -198,6 +198,15 @@ def cmd(name: str, *args: Any, **kwargs: Any) -> Command:
 Flow = Generator[Any, Any, Any]
 
 
+def advance(flow: Flow, answer: Any, error: Optional[BaseException]) -> tuple:
+    """One step of a flow: send it the last effect's answer (or throw in its
+    error); (True, the flow's value) when it ended, else (False, its next effect)."""
+    try:
+        return False, flow.send(answer) if error is None else flow.throw(error)
+    except StopIteration as stop:
+        return True, stop.value
+
+
 def backoff(step: int, lease_left: float, remaining: float) -> float:
     """A poll's pause on the Functions edition: 10 ms doubling to 1 s,
     jittered, never past the holder's lease end (then we may take over)
