@@ -397,7 +397,7 @@ class Worker:
                 self.event("stale", id=bid, attempt=e.attempt)
         except Failed:
             pass  # the library released the claim: the message stays pending and comes back
-        except (LOST, redis_idem.DoneUnconfirmedError):
+        except LOST + (redis_idem.DoneUnconfirmedError,):
             # A reply is lost: the CLAIM's (we may or may not hold the claim:
             # the message is redelivered, and answers BUSY until the lease
             # lapses, then RETRY), or DONE's after all its tries.

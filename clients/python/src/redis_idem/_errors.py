@@ -141,5 +141,7 @@ def retryable_claim(error: BaseException) -> bool:
     """A CLAIM answered TRYAGAIN (writes paused, the record moving) or
     UNBLOCKED (a waiter unblocked by a failover, a resharding or CLIENT
     UNBLOCK) wrote nothing: it may be sent again."""
+    if isinstance(error, redis.exceptions.TryAgainError):  # redis-py's cluster parser strips the code
+        return True
     text = str(error)
     return isinstance(error, redis.ResponseError) and (text.startswith("TRYAGAIN") or text.startswith("UNBLOCKED"))
