@@ -49,6 +49,7 @@ class Proxy:
     def __init__(self, port: int):
         self.upstream = port
         self.armed: Optional[bytes] = None
+        self.times = 0
         self.lock = threading.Lock()
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -57,8 +58,9 @@ class Proxy:
         self.port = self.listener.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def arm(self, marker: bytes) -> None:
-        self.armed = marker
+    def arm(self, marker: bytes, times: int = 1) -> None:
+        """Cut the next `times` connections that send `marker`."""
+        self.armed, self.times = marker, times
 
     def _accept(self) -> None:
         while True:
@@ -81,7 +83,10 @@ class Proxy:
                 if from_client:
                     with self.lock:
                         if self.armed is not None and self.armed.lower() in data.lower():
-                            self.armed, pair["cut"], cut = None, True, True
+                            self.times -= 1
+                            pair["cut"] = cut = True
+                            if self.times == 0:
+                                self.armed = None
                 elif pair["cut"]:
                     break  # the reply of the cut command never reaches the client
                 dst.sendall(data)

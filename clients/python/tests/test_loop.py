@@ -89,6 +89,42 @@ def test_a_wait_on_the_module_blocks_on_the_server(idem, r, module):  # type: ig
     assert (idem.stats.waits, idem.stats.busy, idem.stats.replays) == (1, 0, 1)
 
 
+def test_a_done_never_confirmed_is_done_unconfirmed_carrying_the_result(server, r, ns, module):  # type: ignore[no-untyped-def]
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    from conformance import Proxy
+
+    proxy = Proxy(server.port)
+    # Without redis-py's own retries, so that the loop's done_retries are all the resends.
+    client = redis.Redis(host="127.0.0.1", port=proxy.port, retry=Retry(NoBackoff(), 0))
+    try:
+        idem = ri.Idem(client, prefix=ns, done_retries=2)
+        proxy.arm(b"IDEM.DONE" if module else b"idem_done", times=3)  # every DONE's reply lost
+        mine = {"charged": 5}
+        with pytest.raises(ri.DoneUnconfirmedError) as e:
+            idem.process("cut", lambda job: mine)
+        assert e.value.result is mine and isinstance(e.value.cause, redis.ConnectionError)
+        # The server ran the first DONE: the redelivery replays, nothing runs twice.
+        assert idem.process("cut", lambda job: "again") == {"charged": 5}
+        assert (idem.stats.first_runs, idem.stats.completed, idem.stats.replays) == (1, 0, 1)
+    finally:
+        client.close()
+        proxy.close()
+
+
+def test_an_interrupted_batch_settles_every_claim_before_the_interruption_goes_on(idem):  # type: ignore[no-untyped-def]
+    def work(job):  # type: ignore[no-untyped-def]
+        if job.key == "{i}2":
+            raise KeyboardInterrupt
+        return job.key
+
+    with pytest.raises(KeyboardInterrupt):
+        idem.process_many(["{i}1", "{i}2", "{i}3"], work)
+    states = [idem.commands.get(k).state for k in ("{i}1", "{i}2", "{i}3")]
+    assert states == [RecordState.DONE, RecordState.RELEASED, RecordState.RELEASED]  # none left processing
+
+
 @pytest.mark.long
 def test_heartbeat_keeps_a_30_second_job_under_a_2_second_lease(idem):  # type: ignore[no-untyped-def]
     # Costs 30 s, so client.mk runs it on one server only (Redis 7.0, the

@@ -441,21 +441,29 @@ class Loop:
         beat = (yield StartBeat([j for j, _ in held], s.beat_every)) if held and s.beat_every > 0 else None
         finished: List[tuple] = []
         failed: List[tuple] = list(refused)
-        try:
-            for job, item in held:
-                try:
-                    item.value = yield Work(job)
-                    finished.append((job, item))
-                except Exception as e:
-                    item.status, item.error = "failed", e
-                    failed.append((job, item))
-        finally:
-            if beat is not None:
-                yield StopBeat(beat)
+        interrupted: Optional[BaseException] = None  # KeyboardInterrupt, cancellation: the rest do not run
+        for job, item in held:
+            if interrupted is not None:
+                item.status, item.error = "failed", interrupted
+                failed.append((job, item))
+                continue
+            try:
+                item.value = yield Work(job)
+                finished.append((job, item))
+            except BaseException as e:
+                item.status, item.error = "failed", e
+                failed.append((job, item))
+                if not isinstance(e, Exception):
+                    interrupted = e
+        if beat is not None:
+            yield StopBeat(beat)
+        # Settled before an interruption goes on: the claims given back, the works that returned completed.
         if failed:
             yield from self._release([j for j, _ in failed], [it.error for _, it in failed])
         if finished:
             yield from self._complete_many(finished, s)
+        if interrupted is not None:
+            raise interrupted
         return items
 
     def _complete_many(self, finished: List[tuple], s: Settings) -> Flow:
