@@ -272,6 +272,9 @@ class Loop:
                     raise
                 tries += 1
                 yield Sleep(0.05)
+                if wait is not None:  # a WAIT no longer than what is left of the deadline
+                    wait = wait_piece(deadline - time.monotonic(), self.socket_timeout)
+                    wait = wait if wait >= 0.001 else None
 
     def _wait(self, key: KeyT, s: Settings, claim: dict, deadline: float, reply: ClaimReply) -> Flow:
         _quiet(self.hooks.on_busy, key, _lease_left(reply))
