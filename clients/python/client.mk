@@ -3,9 +3,13 @@
 #
 #   make test-client-python   its own venv (target/client-python-venv) with
 #       `pip install ./clients/python` (not editable: it proves the package
-#       installs) and the test dependencies from PyPI, then the suite with
-#       the module on Redis 7.0, Redis 8.2 and Valkey 9.1, and the Functions
-#       edition (functions/idem.lua, no module) on Redis 7.0 and Valkey 9.1.
+#       installs) and the test dependencies from PyPI, then the suite (the
+#       conformance cases of clients/conformance/cases.json with Idem and
+#       AsyncIdem, and the library's own tests) once per server config: the
+#       module on Redis 7.0, Redis 8.2 and Valkey 9.1 (each with a 3-node
+#       cluster for the cluster cases), and the Functions edition
+#       (functions/idem.lua, no module) on Redis 7.0 and Valkey 9.1. The
+#       configs are independent targets, so `make -j` runs them side by side.
 #       The 30-second heartbeat test runs once, on Redis 7.0 with the module.
 #
 # REDIS_IDEM_MODULE=<path.so> tests that build of the module instead of
@@ -19,22 +23,35 @@ PY_CLIENT_MODULE := $(if $(REDIS_IDEM_MODULE),$(abspath $(REDIS_IDEM_MODULE)),$(
 # and redis_idem is imported from the venv, not from clients/python/src.
 PY_CLIENT_PYTEST  = REDIS_IDEM_MODULE="$(PY_CLIENT_MODULE)" $(PY_CLIENT_PYTHON) -m pytest -q -p no:cacheprovider \
 	-c clients/python/pyproject.toml --rootdir clients/python clients/python/tests
+PY_CLIENT_CONFIGS := redis7-module redis8-module valkey-module redis7-functions valkey-functions
 
-.PHONY: test-client-python client-python-venv
+.PHONY: test-client-python client-python-venv $(addprefix test-client-python-,$(PY_CLIENT_CONFIGS))
 
 client-python-venv:
 	$(call python-venv,$(PY_CLIENT_VENV),pytest pytest_asyncio starlette uvicorn httpx,$(PY_CLIENT_DEPS),client-python)
 	$(PY_CLIENT_VENV)/bin/pip install -q --force-reinstall --no-deps ./clients/python
 	$(PY_CLIENT_VENV)/bin/pip install -q ./clients/python
 
-test-client-python: $(if $(REDIS_IDEM_MODULE),,build) redis8 valkey client-python-venv
+test-client-python: $(addprefix test-client-python-,$(PY_CLIENT_CONFIGS))
+
+PY_CLIENT_PREREQS = $(if $(REDIS_IDEM_MODULE),,build) redis8 valkey client-python-venv
+
+test-client-python-redis7-module: $(PY_CLIENT_PREREQS)
 	@echo "== clients/python: Redis 7.0, module (and the 30-second heartbeat test)"
 	$(PY_CLIENT_PYTEST) --run-long
+
+test-client-python-redis8-module: $(PY_CLIENT_PREREQS)
 	@echo "== clients/python: Redis 8.2, module"
 	REDIS_SERVER="$(REDIS8_SERVER)" $(PY_CLIENT_PYTEST)
+
+test-client-python-valkey-module: $(PY_CLIENT_PREREQS)
 	@echo "== clients/python: Valkey 9.1, module"
 	REDIS_SERVER="$(VALKEY_SERVER)" $(PY_CLIENT_PYTEST)
+
+test-client-python-redis7-functions: $(PY_CLIENT_PREREQS)
 	@echo "== clients/python: Redis 7.0, Functions edition"
 	$(PY_CLIENT_PYTEST) --edition functions
+
+test-client-python-valkey-functions: $(PY_CLIENT_PREREQS)
 	@echo "== clients/python: Valkey 9.1, Functions edition"
 	REDIS_SERVER="$(VALKEY_SERVER)" $(PY_CLIENT_PYTEST) --edition functions

@@ -3,8 +3,8 @@
 Usage: python python_consumer.py redis://127.0.0.1:6379 [messages]
 
 Each message is processed once however often it is delivered:
-`idem.job(key)` claims the key, the body does the work while the library
-keeps the lease alive, and leaving it completes the record with the result
+`idem.process_outcome(key, work)` claims the key, runs the work while the
+library keeps the lease alive, and completes the record with the result
 (or releases it if the work raised, so that a retry can run at once). A
 copy that arrives while another consumer is still working on the message
 waits for it (`WAIT` on the server) and gets its result. It prints how many
@@ -31,11 +31,11 @@ WAIT = 5.0  # seconds a copy waits for the one in flight
 def handle(idem, business_id, work):
     """Process one delivery of `business_id`. Returns what happened and the result."""
     try:
-        with idem.job(str(business_id)) as job:
-            if job.replayed:
-                return "duplicate", job.result  # already done (or done while we waited): acknowledge
-            job.result = work(business_id, job.attempt)  # attempt: a fencing number for downstream writes
-        return "processed", job.result
+        # job.attempt: a fencing number for downstream writes
+        outcome = idem.process_outcome(str(business_id), lambda job: work(business_id, job.attempt))
+        if outcome.replayed:
+            return "duplicate", outcome.value  # already done (or done while we waited): acknowledge
+        return "processed", outcome.value
     except redis_idem.BusyError:
         return "busy", None  # still at work after WAIT: do not acknowledge, it comes back later
     except (redis_idem.MismatchError, redis_idem.ExhaustedError):

@@ -256,9 +256,10 @@ class ChaosWorker(consumer.Worker):
         if kind in ("slow_unique", "slow_fenced"):
             if self.take(bid, "fault"):
                 self.inject(kind, bid, claim.attempt)
-                # A paused process renews nothing: stop the library's
-                # heartbeat thread, as the pause would.
-                claim._heartbeat.stop()
+                # A paused process renews nothing: the library's heartbeat
+                # renews no job marked lost, so mark it, as the pause would
+                # silence it.
+                claim.lost = True
                 self.stall(bid, kind, claim.attempt)
             elif kind == "slow_fenced":
                 # The attempt that took over: let the stalled one wake up and

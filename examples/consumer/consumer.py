@@ -287,7 +287,7 @@ class Worker:
         # left pending at once (the holder may die; XAUTOCLAIM brings it
         # back), not waited for. DONE is sent again after a lost reply (the
         # same token is safe): the effect is committed, Redis must hear of it.
-        self.idem = redis_idem.Idem(self.r, lease=s.lease, heartbeat=s.heartbeat, maxtries=s.maxtries,
+        self.idem = redis_idem.Idem(self.r, lease=s.lease, heartbeat=s.heartbeat, max_tries=s.maxtries,
                                     retain=s.retain, wait=0, done_retries=30)
         self.stopping = False
 
@@ -354,25 +354,28 @@ class Worker:
 
         key, bloom = idem_keys(payment.business_id)
         bid = payment.business_id
+        def work(job):
+            # NEW, SEEN or RETRY: we hold the claim.
+            self.event("claim", id=bid, entry=entry_id, status=job.status.value, attempt=job.attempt)
+            if job.status is not Status.NEW and self.store.applied(bid) is not None:
+                # An earlier attempt applied the effect, then died before
+                # IDEM.DONE (RETRY), or the record is gone and the Bloom
+                # filter remembered (SEEN). Nothing to do but say so.
+                self.event("found_in_db", id=bid, attempt=job.attempt, status=job.status.value)
+                return "applied earlier"
+            return self.process(entry_id, payment, job)
+
         try:
-            # IDEM.CLAIM key lease PAYLOAD <content> MAXTRIES n BLOOM filter
-            with self.idem.job(key, payload=payment.fingerprint(), bloom=bloom) as job:
-                self.event("claim", id=bid, entry=entry_id, status=job.status.value, attempt=job.attempt)
-                if job.replayed:
-                    # Completed before (this is a duplicate, or our XACK got
-                    # lost). job.result is the result stored by DONE.
-                    return self.ack(entry_id, payment, "done")
-                # NEW, SEEN or RETRY: we hold the claim.
-                if job.status is not Status.NEW and self.store.applied(bid) is not None:
-                    # An earlier attempt applied the effect, then died before
-                    # IDEM.DONE (RETRY), or the record is gone and the Bloom
-                    # filter remembered (SEEN). Nothing to do but say so.
-                    self.event("found_in_db", id=bid, attempt=job.attempt, status=job.status.value)
-                    job.result = "applied earlier"
-                else:
-                    job.result = self.process(entry_id, payment, job)
-            # Leaving the block sent IDEM.DONE (database first, then Redis).
-            self.event("done", id=bid, attempt=job.attempt, reply=job.done_reply.code)
+            # IDEM.CLAIM key lease PAYLOAD <content> MAXTRIES n BLOOM filter;
+            # then the work, and IDEM.DONE with its result (database first,
+            # then Redis), or IDEM.RELEASE if it raised.
+            outcome = self.idem.process_outcome(key, work, payload=payment.fingerprint(), bloom=bloom)
+            if outcome.replayed:
+                # Completed before (this is a duplicate, or our XACK got
+                # lost): outcome.value is the result stored by DONE.
+                self.event("claim", id=bid, entry=entry_id, status="DONE", attempt=outcome.attempt)
+                return self.ack(entry_id, payment, "done")
+            self.event("done", id=bid, attempt=outcome.attempt, result_stored=outcome.result_stored)
             self.ack(entry_id, payment, "processed")
         except redis_idem.BusyError as e:
             # Someone holds a live lease. Do NOT ack: if that worker dies,
@@ -394,7 +397,7 @@ class Worker:
                 self.event("stale", id=bid, attempt=e.attempt)
         except Failed:
             pass  # the library released the claim: the message stays pending and comes back
-        except LOST:
+        except LOST + (redis_idem.DoneUnconfirmedError,):
             # A reply is lost: the CLAIM's (we may or may not hold the claim:
             # the message is redelivered, and answers BUSY until the lease
             # lapses, then RETRY), or DONE's after all its tries.

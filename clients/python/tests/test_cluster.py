@@ -64,14 +64,14 @@ def test_batches_split_by_slot(rc, cluster, ns, module):  # type: ignore[no-unty
     dones = cmds.done_many([(k, c.token, b"v") for k, c in zip(keys, claims)])
     assert all(d.completed for d in dones)
     assert all(c.status is Status.DONE for c in cmds.claim_many(keys, 30))
-    out = ri.Idem(rc, prefix=ns + "pm:").process_many({k: k for k in keys[:40]}, lambda job, item: item)
-    assert out == {k: k for k in keys[:40]}
+    items = ri.Idem(rc, prefix=ns + "pm:").process_many(keys[:40], lambda job: job.key)
+    assert [(i.key, i.status, i.value) for i in items] == [(k, "processed", k) for k in keys[:40]]
 
 
 def test_module_options_in_the_cluster(rc, ns, module):  # type: ignore[no-untyped-def]
     cmds = ri.IdemCommands(rc, prefix=ns)
     if not module:
-        with pytest.raises(ri.UnsupportedError):
+        with pytest.raises(ri.ModuleRequiredError):
             cmds.claim("{t}:a", 30, bloom="{t}:seen")
         return
     c = cmds.claim("{t}:a", 30, bloom="{t}:seen")

@@ -48,7 +48,7 @@ def test_claim_statuses_new_busy_done_retry(cmds):  # type: ignore[no-untyped-de
     assert first.status is Status.NEW and first.claimed and first.attempt == 1
     assert len(first.token) == 32
     busy = cmds.claim("a", 30)
-    assert busy.status is Status.BUSY and not busy.claimed and 0 < busy.ms_left <= 30000 and busy.token is None
+    assert busy.status is Status.BUSY and not busy.claimed and 0 < busy.lease_left <= 30 and busy.token is None
     assert cmds.done("a", first.token, result=b"charged").completed
     done = cmds.claim("a", 30)
     assert done.status is Status.DONE and done.result == b"charged" and done.attempt == 1
@@ -61,10 +61,10 @@ def test_claim_statuses_new_busy_done_retry(cmds):  # type: ignore[no-untyped-de
 
 
 def test_claim_mismatch_and_exhausted(cmds):  # type: ignore[no-untyped-def]
-    c = cmds.claim("p", 30, payload=b"one", maxtries=1)
+    c = cmds.claim("p", 30, payload=b"one", max_tries=1)
     assert cmds.claim("p", 30, payload=b"two").status is Status.MISMATCH
     cmds.release("p", c.token)
-    ex = cmds.claim("p", 30, payload=b"one", maxtries=1)
+    ex = cmds.claim("p", 30, payload=b"one", max_tries=1)
     assert ex.status is Status.EXHAUSTED and ex.attempt == 1 and ex.value is None
 
 
@@ -167,22 +167,22 @@ def test_decode_responses_client(server, ns):  # type: ignore[no-untyped-def]
 
 def test_wait_returns_the_holders_result(cmds, module):  # type: ignore[no-untyped-def]
     if not module:
-        with pytest.raises(ri.UnsupportedError, match="WAIT needs the redis-idem module"):
-            cmds.claim("w", 30, wait_ms=100)
+        with pytest.raises(ri.ModuleRequiredError, match="WAIT needs the redis-idem module"):
+            cmds.claim("w", 30, wait=0.1)
         return
     c = cmds.claim("w", 30)
     threading.Timer(0.2, lambda: cmds.done("w", c.token, result=b"first")).start()
-    reply = cmds.claim("w", 30, wait_ms=5000)
+    reply = cmds.claim("w", 30, wait=5)
     assert reply.status is Status.DONE and reply.result == b"first"
     busy = cmds.claim("v", 30)
-    assert cmds.claim("v", 30, wait_ms=50).status is Status.BUSY and busy.claimed
+    assert cmds.claim("v", 30, wait=0.05).status is Status.BUSY and busy.claimed
 
 
 def test_bloom_seen_and_done_reply_bits(cmds, r, ns, module):  # type: ignore[no-untyped-def]
     if not module:
-        with pytest.raises(ri.UnsupportedError, match="BLOOM needs the redis-idem module"):
+        with pytest.raises(ri.ModuleRequiredError, match="BLOOM needs the redis-idem module"):
             cmds.claim("k", 30, bloom="f")
-        with pytest.raises(ri.UnsupportedError, match="BLOOM"):
+        with pytest.raises(ri.ModuleRequiredError, match="BLOOM"):
             cmds.done("k", "0" * 32, bloom="f")
         return
     c = cmds.claim("k", 30, bloom="f")
@@ -218,7 +218,7 @@ def test_filters(cmds, module):  # type: ignore[no-untyped-def]
     if not module:
         for call in (lambda: cmds.bf_add("f", "a"), lambda: cmds.bf_info("f"),
                      lambda: cmds.bf_reserve("f", 0.01, 100)):
-            with pytest.raises(ri.UnsupportedError, match="needs the redis-idem module"):
+            with pytest.raises(ri.ModuleRequiredError, match="needs the redis-idem module"):
                 call()
         return
     assert cmds.bf_info("f") is None

@@ -1,5 +1,7 @@
-"""The consumer loop, sync: process(), the job context manager, the
-decorator and process_many, against the session's edition."""
+"""The consumer loop beyond the conformance cases: what the caller gets back
+(its own object, or the codec's round trip), the hooks' arguments, the
+counters' shape, a WAIT that blocks on the server, a worker killed for
+real, the settings' units, and batches of more than 10000 keys."""
 
 from __future__ import annotations
 
@@ -22,153 +24,112 @@ def idem(r, ns):  # type: ignore[no-untyped-def]
     return ri.Idem(r, prefix=ns, lease=5, wait=5)
 
 
-def test_first_run_then_replays_without_running_again(idem):  # type: ignore[no-untyped-def]
-    runs, replays, calls = [], [], []
-    idem.hooks = ri.Hooks(on_run=lambda job: runs.append(job.attempt), on_replay=lambda job: replays.append(job.key))
-
-    def charge(job):  # type: ignore[no-untyped-def]
-        calls.append(job.attempt)
-        return {"charged": 1250, "attempt": job.attempt}
-
-    assert idem.process("order:1", charge) == {"charged": 1250, "attempt": 1}
-    assert idem.process("order:1", charge) == {"charged": 1250, "attempt": 1}  # deserialised replay
-    assert calls == [1] and runs == [1] and replays == ["order:1"]
-    s = idem.stats
-    assert (s["runs"], s["replays"], s["completed"]) == (1, 1, 1)
+def test_a_first_run_returns_its_own_object_a_replay_its_json_round_trip(idem):  # type: ignore[no-untyped-def]
+    mine = (1, {"at": "now"})
+    first = idem.process("own", lambda job: mine)
+    assert first is mine  # the very object, not a decoding of it
+    assert idem.process("own", lambda job: "not run") == [1, {"at": "now"}]  # the tuple comes back a list
 
 
-def test_context_manager_tells_replay_and_completes_with_result(idem):  # type: ignore[no-untyped-def]
-    with idem.job("cm") as job:
-        assert not job.replayed and job.status is Status.NEW and job.attempt == 1
-        job.result = [1, 2]
-    assert job.done_reply.completed and job.result_stored
-    with idem.job("cm") as again:
-        assert again.replayed and again.result == [1, 2] and again.status is Status.DONE
-
-
-def test_failure_releases_and_the_next_run_is_a_retry(idem):  # type: ignore[no-untyped-def]
-    def fail(job):  # type: ignore[no-untyped-def]
-        raise RuntimeError("provider down")
-
-    with pytest.raises(RuntimeError, match="provider down"):
-        idem.process("f", fail)
-    assert idem.commands.get("f").state is RecordState.RELEASED
+def test_hooks_get_what_docs_clients_md_says(idem, r):  # type: ignore[no-untyped-def]
     seen = []
-    assert idem.process("f", lambda job: seen.append((job.status, job.attempt)) or "ok") == "ok"
-    assert seen == [(Status.RETRY, 2)] and idem.stats["released"] == 1 and idem.stats["retries"] == 1
+    idem.hooks = ri.Hooks(
+        on_run=lambda job: seen.append(("run", job.key, job.status, job.attempt)),
+        on_replay=lambda key, attempt: seen.append(("replay", key, attempt)),
+        on_busy=lambda key, lease_left: seen.append(("busy", key, 0 < lease_left <= 30)),
+        on_done=lambda job, stored: seen.append(("done", job.key, stored)),
+        on_release=lambda job, error: seen.append(("release", job.key, str(error))),
+        on_result_dropped=lambda job, reason: seen.append(("dropped", job.key, reason)),
+    )
+    assert idem.process("a", lambda job: 1) == 1
+    idem.process("a", lambda job: 2)
+    with pytest.raises(ValueError):
+        idem.process("f", lambda job: (_ for _ in ()).throw(ValueError("no")))
+    with pytest.raises(ri.ResultNotStoredError) as e:
+        idem.process("u", lambda job: b"bytes are not JSON")
+    assert e.value.result == b"bytes are not JSON" and isinstance(e.value.cause, TypeError)
+    idem.commands.claim("held", 30)
+    with pytest.raises(ri.BusyError) as busy:
+        idem.process("held", lambda job: 0, wait=0.2)
+    assert 20 < busy.value.lease_left <= 30
+    assert seen == [
+        ("run", "a", Status.NEW, 1), ("done", "a", True),
+        ("replay", "a", 1),
+        ("run", "f", Status.NEW, 1), ("release", "f", "no"),
+        ("run", "u", Status.NEW, 1), ("dropped", "u", "unserializable"), ("done", "u", False),
+        ("busy", "held", True),  # once, however many polls or WAITs
+    ]
+    counts = idem.stats.as_dict()
+    assert set(counts) == {"first_runs", "retries", "replays", "waits", "busy", "completed", "released",
+                           "leases_lost", "results_dropped", "mismatches", "exhausted", "extends"}
+    assert (idem.stats.first_runs, idem.stats.completed, idem.stats.waits, idem.stats.busy) == (3, 2, 1, 1)
 
 
-def test_mismatch_and_exhausted_raise(idem):  # type: ignore[no-untyped-def]
-    idem.process("m", lambda job: "a", payload=b"body-1")
-    with pytest.raises(ri.MismatchError, match="another payload"):
-        idem.process("m", lambda job: "b", payload=b"body-2")
-    with pytest.raises(RuntimeError):
-        idem.process("x", _raise, maxtries=1)
-    with pytest.raises(ri.ExhaustedError) as e:
-        idem.process("x", lambda job: "never", maxtries=1)
-    assert e.value.attempt == 1 and idem.stats["exhausted"] == 1
+def test_a_hook_that_only_notifies_cannot_change_the_outcome(idem):  # type: ignore[no-untyped-def]
+    def fail(*args):  # type: ignore[no-untyped-def]
+        raise RuntimeError("ignored")
+
+    idem.hooks = ri.Hooks(on_replay=fail, on_release=fail, on_busy=fail)
+    idem.process("r", lambda job: "v")
+    assert idem.process("r", lambda job: "w") == "v"
+    with pytest.raises(KeyError):
+        idem.process("x", lambda job: {}["missing"])
+    assert idem.commands.get("x").state is RecordState.RELEASED
 
 
-def _raise(job):  # type: ignore[no-untyped-def]
-    raise RuntimeError("failed")
+def test_a_wait_on_the_module_blocks_on_the_server(idem, r, module):  # type: ignore[no-untyped-def]
+    if not module:
+        pytest.skip("the Functions edition polls; the conformance case wait-gets-holders-result covers it")
+    holder = idem.commands.claim("b", 30)
+    woken = r.info("idem")["idem_wait_done"]
+    threading.Timer(0.3, lambda: idem.commands.done("b", holder.token, result=b'"first"')).start()
+    assert idem.process("b", lambda job: "second") == "first"
+    # One CLAIM without WAIT (BUSY), then one CLAIM ... WAIT woken by the DONE.
+    assert r.info("idem")["idem_wait_done"] == woken + 1
+    assert (idem.stats.waits, idem.stats.busy, idem.stats.replays) == (1, 0, 1)
 
 
-def test_busy_waits_for_the_holder_and_replays_its_result(idem, r, module):  # type: ignore[no-untyped-def]
-    started = threading.Event()
+def test_a_done_never_confirmed_is_done_unconfirmed_carrying_the_result(server, r, ns, module):  # type: ignore[no-untyped-def]
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
-    def slow(job):  # type: ignore[no-untyped-def]
-        started.set()
-        time.sleep(0.6)
-        return "first copy's"
+    from conformance import Proxy
 
-    waits_done = r.info("idem")["idem_wait_done"] if module else 0
-    holder = threading.Thread(target=lambda: idem.process("b", slow))
-    holder.start()
-    started.wait(5)
-    t0 = time.monotonic()
-    other = []
-    assert idem.process("b", lambda job: other.append(1)) == "first copy's"
-    holder.join()
-    assert other == []
-    if module:  # one CLAIM ... WAIT, blocked on the server and woken by the DONE
-        assert idem.stats["busy"] == 0 and r.info("idem")["idem_wait_done"] == waits_done + 1
-    else:  # polled: BUSY, backoff, until DONE
-        assert idem.stats["busy"] >= 1
-    assert time.monotonic() - t0 < 5
-
-
-def test_busy_past_the_wait_raises_busy(idem):  # type: ignore[no-untyped-def]
-    token = idem.commands.claim("held", 30).token
-    with pytest.raises(ri.BusyError) as e:
-        idem.process("held", lambda job: "x", wait=0.3)
-    assert 0 < e.value.ms_left <= 30000 and token
+    proxy = Proxy(server.port)
+    # Without redis-py's own retries, so that the loop's done_retries are all the resends.
+    client = redis.Redis(host="127.0.0.1", port=proxy.port, retry=Retry(NoBackoff(), 0))
+    try:
+        idem = ri.Idem(client, prefix=ns, done_retries=2)
+        proxy.arm(b"IDEM.DONE" if module else b"idem_done", times=3)  # every DONE's reply lost
+        mine = {"charged": 5}
+        with pytest.raises(ri.DoneUnconfirmedError) as e:
+            idem.process("cut", lambda job: mine)
+        assert e.value.result is mine and isinstance(e.value.cause, redis.ConnectionError)
+        # The server ran the first DONE: the redelivery replays, nothing runs twice.
+        assert idem.process("cut", lambda job: "again") == {"charged": 5}
+        assert (idem.stats.first_runs, idem.stats.completed, idem.stats.replays) == (1, 0, 1)
+    finally:
+        client.close()
+        proxy.close()
 
 
-@pytest.mark.parametrize("case", ["stale", "after-b"])
-def test_lapsed_lease_second_worker_takes_over_first_done_refused(r, ns, case):  # type: ignore[no-untyped-def]
-    # Worker A's heartbeat is as good as dead (a paused process): its 1 s
-    # lease lapses, B takes over with attempt 2; A's DONE while B works is
-    # refused (STALE), and so is one after B completed (already done).
-    a = ri.Idem(r, prefix=ns + case, lease=1, heartbeat=3600)
-    b = ri.Idem(r, prefix=ns + case, lease=5, wait=5)
-    b_working, a_finished = threading.Event(), threading.Event()
-    fences, errors = [], []
-
-    def slow_a(job):  # type: ignore[no-untyped-def]
-        fences.append(("a", job.attempt))
-        b_working.wait(10)
-        return "a"
-
-    def run_a():  # type: ignore[no-untyped-def]
-        try:
-            a.process("lapse", slow_a)
-        except ri.LeaseLostError as e:
-            errors.append(e)
-        a_finished.set()
-
-    def work_b(job):  # type: ignore[no-untyped-def]
-        fences.append(("b", job.attempt))
-        if case == "stale":
-            b_working.set()
-            a_finished.wait(10)  # A's DONE comes while B holds the claim
-        return "b"
-
-    ta = threading.Thread(target=run_a)
-    ta.start()
-    deadline = time.monotonic() + 10
-    while not fences and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert b.process("lapse", work_b) == "b"
-    b_working.set()
-    ta.join()
-    assert fences == [("a", 1), ("b", 2)]
-    assert len(errors) == 1 and errors[0].attempt == 1 and a.stats["lost"] == 1, case
-    assert b.process("lapse", lambda job: "again") == "b"
-
-
-def test_heartbeat_keeps_a_job_past_its_lease(idem):  # type: ignore[no-untyped-def]
-    other = ri.Idem(idem.client, prefix=idem.commands.prefix, wait=0)
-    seen = []
-
+def test_an_interrupted_batch_settles_every_claim_before_the_interruption_goes_on(idem):  # type: ignore[no-untyped-def]
     def work(job):  # type: ignore[no-untyped-def]
-        for _ in range(6):  # 3 s under a 1 s lease
-            time.sleep(0.5)
-            with pytest.raises(ri.BusyError):
-                other.process("hb", lambda j: "stolen")
-            job.check()
-        seen.append(job.attempt)
-        return "kept"
+        if job.key == "{i}2":
+            raise KeyboardInterrupt
+        return job.key
 
-    assert idem.process("hb", work, lease=1) == "kept"
-    assert seen == [1] and idem.stats["extends"] >= 3 and idem.stats["lost"] == 0
+    with pytest.raises(KeyboardInterrupt):
+        idem.process_many(["{i}1", "{i}2", "{i}3"], work)
+    states = [idem.commands.get(k).state for k in ("{i}1", "{i}2", "{i}3")]
+    assert states == [RecordState.DONE, RecordState.RELEASED, RecordState.RELEASED]  # none left processing
 
 
 @pytest.mark.long
 def test_heartbeat_keeps_a_30_second_job_under_a_2_second_lease(idem):  # type: ignore[no-untyped-def]
     # Costs 30 s, so client.mk runs it on one server only (Redis 7.0, the
-    # module): the heartbeat is the library's own thread sending EXTEND,
-    # whose behaviour the servers share (tests/records.rs checks EXTEND on
-    # every server); the short test above runs it on all of them.
+    # module); the conformance case heartbeat-keeps-long-work runs a short
+    # one everywhere.
     other = ri.Idem(idem.client, prefix=idem.commands.prefix, wait=0)
 
     def work(job):  # type: ignore[no-untyped-def]
@@ -181,7 +142,7 @@ def test_heartbeat_keeps_a_30_second_job_under_a_2_second_lease(idem):  # type: 
         return "30 s of work"
 
     assert idem.process("long", work, lease=2) == "30 s of work"
-    assert idem.stats["lost"] == 0 and idem.stats["extends"] >= 40
+    assert idem.stats.leases_lost == 0 and idem.stats.extends >= 40
 
 
 def test_killed_worker_lease_lapses_and_the_next_worker_retries(server, r, ns):  # type: ignore[no-untyped-def]
@@ -201,66 +162,17 @@ def test_killed_worker_lease_lapses_and_the_next_worker_retries(server, r, ns): 
     assert seen == [(Status.RETRY, 2)]
 
 
-def test_oversize_result_completes_without_it(r, ns, module):  # type: ignore[no-untyped-def]
-    size = 1048576 + 10
-    if module:
-        r.config_set("idem.max-result", 100)
-        size = 200
-    try:
-        idem = ri.Idem(r, prefix=ns, serializer=ri.BytesSerializer())
-        dropped = []
-        idem.hooks.on_result_dropped = lambda job, n: dropped.append(n)
-        assert idem.process("big", lambda job: b"x" * size) == b"x" * size
-        assert dropped == [size] and idem.stats["results_dropped"] == 1
-        rec = idem.commands.get("big")
-        assert rec.state is RecordState.DONE and rec.result is None
-        with idem.job("big") as job:  # the work is not re-opened
-            assert job.replayed and job.result is None and not job.result_stored
-        strict = ri.Idem(r, prefix=ns, serializer=ri.BytesSerializer(), on_oversize="raise")
-        with pytest.raises(ri.ResultNotStoredError) as e:
-            strict.process("big2", lambda job: b"y" * size)
-        assert e.value.size == size and strict.commands.get("big2").state is RecordState.DONE
-    finally:
-        if module:
-            r.config_set("idem.max-result", 1048576)
-
-
-def test_decorator(idem):  # type: ignore[no-untyped-def]
-    calls = []
-
-    @idem.idempotent("charge:{0}", payload=lambda order, amount: f"{order}:{amount}")
-    def charge(order, amount):  # type: ignore[no-untyped-def]
-        calls.append(order)
-        return amount * 2
-
-    @idem.idempotent(lambda order: f"fenced:{order}", pass_job=True)
-    def fenced(order, job):  # type: ignore[no-untyped-def]
-        return job.attempt
-
-    assert charge("o1", 5) == 10 and charge("o1", 5) == 10 and calls == ["o1"]
-    with pytest.raises(ri.MismatchError):
-        charge("o1", 6)
-    assert fenced("o2") == 1 and fenced("o2") == 1
-
-
-def test_process_many_claims_runs_and_completes_in_batches(idem, r, module):  # type: ignore[no-untyped-def]
-    idem.process("k1", lambda job: "before")  # done already: replayed
-    holder = idem.commands.claim("k2", 30)  # busy
-    before = _calls(r, "idem.mclaim") if module else 0
-
-    def work(job, item):  # type: ignore[no-untyped-def]
-        if item == "boom":
-            raise ValueError("bad item")
-        return f"{item}@{job.attempt}"
-
-    out = idem.process_many({"k1": "a", "k2": "b", "k3": "c", "k4": "boom"}, work)
-    assert out["k1"] == "before" and isinstance(out["k2"], ri.BusyError)
-    assert out["k3"] == "c@1" and isinstance(out["k4"], ValueError)
-    assert idem.commands.get("k4").state is RecordState.RELEASED
-    assert idem.process("k3", lambda job: "no") == "c@1"
-    if module:
-        assert _calls(r, "idem.mclaim") == before + 1
-    assert holder.claimed
+def test_durations_are_whole_seconds_and_checked_before_sending(r, ns):  # type: ignore[no-untyped-def]
+    for bad in ({"lease": 0}, {"lease": 1.5}, {"retain": 0}, {"oversize": "raise"}):
+        with pytest.raises(ValueError):
+            ri.Idem(r, prefix=ns, **bad)
+    with pytest.raises(TypeError):
+        ri.Idem(r, prefix=ns, wait_ms=100)  # seconds everywhere: `wait=0.1`
+    with pytest.raises(ValueError):
+        ri.IdemCommands(r, prefix=ns).claim("k", 0.5)
+    s = ri.Settings()
+    assert (s.lease, s.wait, s.beat_every, s.done_retries, s.oversize, s.max_tries) == (30, 10.0, 10.0, 5,
+                                                                                           "complete", None)
 
 
 def _calls(r, command):  # type: ignore[no-untyped-def]
@@ -280,22 +192,35 @@ def test_claim_many_and_done_many_in_chunks_of_10000(r, ns, module):  # type: ig
     assert all(d.completed for d in dones)
     again = cmds.claim_many(keys[:3] + keys[-2:], 30)
     assert [c.status for c in again] == [Status.DONE] * 5 and again[0].result == b"r"
-    stale = cmds.done_many([(keys[0], "0" * 32, None)])
+    stale = cmds.done_many([(keys[0], "0" * 32)])
     assert stale[0].already_done
+
+
+def test_done_many_takes_items_with_and_without_a_result(r, ns):  # type: ignore[no-untyped-def]
+    cmds = ri.IdemCommands(r, prefix=ns)
+    a, b, c = cmds.claim_many(["a", "b", "c"], 30)
+    assert all(d.completed for d in cmds.done_many([("a", a.token, b"1"), ("b", b.token), ("c", c.token, None)]))
+    assert [x.result for x in cmds.claim_many(["a", "b", "c"], 30)] == [b"1", None, None]
+    d, e = cmds.claim_many(["d", "e"], 30)
+    assert cmds.release_many([("d", d.token), ("e", "0" * 32)]) == [True, False]
 
 
 def test_batch_commands_as_sent(r, ns, module):  # type: ignore[no-untyped-def]
     cmds = ri.IdemCommands(r, prefix=ns)
     if not module:
-        with pytest.raises(ri.UnsupportedError, match="IDEM.MCLAIM needs the redis-idem module"):
-            cmds.mclaim(30, ["a"])
+        for call in (lambda: cmds.mclaim(["a"], 30), lambda: cmds.mdone([("a", "t")]),
+                     lambda: cmds.mrelease([("a", "t")])):
+            with pytest.raises(ri.ModuleRequiredError, match="needs the redis-idem module"):
+                call()
         return
     r.set(ns + "str", "v")
-    a, dup, wrong = cmds.mclaim(30, ["a", "a", "str"], payloads=[b"1", b"1", b"1"])
+    a, dup, wrong = cmds.mclaim(["a", "a", "str"], 30, payloads=[b"1", b"1", b"1"])
     assert a.status is Status.NEW and dup.status is Status.BUSY and isinstance(wrong, ri.WrongTypeError)
-    b = cmds.mclaim(30, ["b"])[0]
-    done = cmds.mdone([("a", a.token), ("b", "0" * 32)], results=[b"ra", b"rb"])
+    b = cmds.mclaim(["b"], 30)[0]
+    done = cmds.mdone([("a", a.token, b"ra"), ("b", "0" * 32, b"rb")])
     assert done[0].completed and isinstance(done[1], ri.StaleError)
+    with pytest.raises(ValueError, match="every item with a result or none"):
+        cmds.mdone([("a", a.token, b"ra"), ("b", b.token)])
     assert cmds.mrelease([("b", b.token), ("b", b.token)]) == [True, False]
     with pytest.raises(redis.ResponseError):
-        cmds.mclaim(30, [])
+        cmds.mclaim([], 30)

@@ -1,41 +1,42 @@
-"""redis-idem for Python: the commands of the redis-idem module (or of its
-Functions edition) for redis-py, sync and asyncio, standalone and cluster,
-and the consumer loop built on them.
+"""redis-idem for Python: the consumer loop of the redis-idem module (or of
+its Functions edition) for redis-py, sync and asyncio, standalone and
+cluster, its typed commands, and an Idempotency-Key ASGI middleware.
 
     import redis, redis_idem
 
-    r = redis.Redis()
-    idem = redis_idem.Idem(r, prefix="shop:", lease=30)
+    idem = redis_idem.Idem(redis.Redis(), prefix="shop:", lease=30)
     result = idem.process("order:1001", lambda job: charge(order, fence=job.attempt))
 
-    cmds = redis_idem.IdemCommands(r)          # one typed method per command
-    reply = cmds.claim("order:1001", 30)        # ClaimReply(status=Status.NEW, ...)
+    cmds = redis_idem.IdemCommands(redis.Redis())   # one typed method per command
+    reply = cmds.claim("order:1001", 30)            # ClaimReply(status=Status.NEW, ...)
 """
 
-from ._aconsumer import AsyncIdem, AsyncJob
-from ._commands import AsyncIdemCommands, IdemCommands, group_by_slot
-from ._consumer import Idem, Job
+from ._async import AsyncIdem
+from ._codecs import BytesCodec, Codec, JsonCodec
+from ._commands import AsyncIdemCommands, IdemCommands
 from ._errors import (
     BusyError,
+    DoneUnconfirmedError,
     ExhaustedError,
+    HookError,
     IdemError,
     InvalidTokenError,
     LeaseLostError,
     MismatchError,
+    ModuleRequiredError,
     NotInstalledError,
-    ProcessError,
+    RecordError,
     ResultNotStoredError,
     ResultTooLargeError,
     StaleError,
-    UnsupportedError,
     WrongTypeError,
 )
-from ._loop import Hooks, Settings, Stats
+from ._loop import BatchItem, Hooks, Job, Outcome, Settings, Stats
 from ._protocol import MAX_BATCH
 from ._replies import ClaimReply, DoneReply, Edition, FilterInfo, Record, RecordState, ShardInfo, Status
-from .serializers import BytesSerializer, JsonSerializer, Serializer
+from ._sync import Idem
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def idem(client, **kwargs):  # type: ignore[no-untyped-def]
@@ -49,9 +50,42 @@ def idem(client, **kwargs):  # type: ignore[no-untyped-def]
 
 
 __all__ = [
-    "AsyncIdem", "AsyncIdemCommands", "AsyncJob", "BusyError", "BytesSerializer", "ClaimReply", "DoneReply",
-    "Edition", "ExhaustedError", "FilterInfo", "Hooks", "Idem", "IdemCommands", "IdemError", "InvalidTokenError",
-    "Job", "JsonSerializer", "LeaseLostError", "MAX_BATCH", "MismatchError", "NotInstalledError", "ProcessError",
-    "Record", "RecordState", "ResultNotStoredError", "ResultTooLargeError", "Serializer", "Settings", "ShardInfo",
-    "StaleError", "Stats", "Status", "UnsupportedError", "WrongTypeError", "group_by_slot", "idem",
+    "AsyncIdem",
+    "AsyncIdemCommands",
+    "BatchItem",
+    "BusyError",
+    "BytesCodec",
+    "ClaimReply",
+    "Codec",
+    "DoneReply",
+    "DoneUnconfirmedError",
+    "Edition",
+    "ExhaustedError",
+    "FilterInfo",
+    "HookError",
+    "Hooks",
+    "Idem",
+    "IdemCommands",
+    "IdemError",
+    "InvalidTokenError",
+    "Job",
+    "JsonCodec",
+    "LeaseLostError",
+    "MAX_BATCH",
+    "MismatchError",
+    "ModuleRequiredError",
+    "NotInstalledError",
+    "Outcome",
+    "Record",
+    "RecordError",
+    "RecordState",
+    "ResultNotStoredError",
+    "ResultTooLargeError",
+    "Settings",
+    "ShardInfo",
+    "StaleError",
+    "Stats",
+    "Status",
+    "WrongTypeError",
+    "idem",
 ]

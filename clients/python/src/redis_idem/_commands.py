@@ -1,26 +1,40 @@
-"""The command groups, the redis-py way (as `r.bf()` is): `IdemCommands(r)`
+"""The typed commands, the redis-py way (as `r.bf()` is): `IdemCommands(r)`
 for redis.Redis and redis.RedisCluster, `AsyncIdemCommands(r)` for their
-asyncio twins. Each method sends one command of the server's edition and
-returns its typed reply; errors are the typed exceptions of `_errors`."""
+asyncio twins. Every method is written once, in `_Commands`: it builds its
+command (or a batch plan) with `_protocol` and hands it to the executor,
+`_send` / `_send_batch`, which is all the two classes add: one sends and
+returns, the other returns a coroutine."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from typing import Any, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import redis
-from redis.crc import key_slot
 
 from ._errors import NotInstalledError, translate
-from ._protocol import MAX_BATCH, Call, KeyT, Protocol, edition_from_command_info
+from ._protocol import MAX_BATCH, Batch, Call, KeyT, Protocol, edition_from_command_info
 from ._replies import ClaimReply, DoneReply, Edition, FilterInfo, Record
 
-T = TypeVar("T")
+Build = Callable[[Protocol], Call]
+BuildBatch = Callable[[Protocol], Batch]
 
 _NOT_INSTALLED = (
     "the server has neither the redis-idem module (COMMAND INFO IDEM.CLAIM) nor its Functions library "
     "(FCALL_RO idem_edition 0): load the module, or `redis-cli -x FUNCTION LOAD REPLACE < functions/idem.lua`"
 )
+
+#: What the server is asked once, one call after the other: the module wins
+#: where both editions are loaded.
+_DETECT = Batch([(["COMMAND", "INFO", "IDEM.CLAIM"], edition_from_command_info),
+                 (["FCALL_RO", "idem_edition", 0], lambda reply: True)], [[0], [1]], 2, False)
+
+
+def _edition_of(answers: List[Any]) -> Edition:
+    if answers[0] is True:
+        return Edition.MODULE
+    if answers[1] is True:
+        return Edition.FUNCTIONS
+    raise NotInstalledError(_NOT_INSTALLED)
 
 
 def _is_cluster(client: Any) -> bool:
@@ -63,34 +77,32 @@ def _tolerate_dotted_names(client: Any) -> None:
         client._policy_resolver = _DottedNames(inner, inspect.iscoroutinefunction(inner.resolve))
 
 
-def _encoded(key: KeyT) -> bytes:
-    return key if isinstance(key, bytes) else key.encode()
+def _answer(call: Call, reply: Any) -> Any:
+    """A pipelined reply: parsed, or the typed error."""
+    return translate(reply) if isinstance(reply, redis.ResponseError) else call[1](reply)
 
 
-def group_by_slot(keys: Sequence[KeyT], cluster: bool) -> List[List[int]]:
-    """Indexes of `keys` grouped so that each group shares a slot (in a
-    cluster) and holds at most MAX_BATCH keys, in the keys' order."""
-    if cluster:
-        by_slot: Dict[int, List[int]] = defaultdict(list)
-        for i, key in enumerate(keys):
-            by_slot[key_slot(_encoded(key))].append(i)
-        groups = list(by_slot.values())
-    else:
-        groups = [list(range(len(keys)))] if keys else []
-    return [g[i : i + MAX_BATCH] for g in groups for i in range(0, len(g), MAX_BATCH)]
+def _pipelines(client: Any, batch: Batch) -> Iterator[Tuple[Any, List[Call]]]:
+    """The batch's calls queued on pipelines of at most MAX_BATCH commands, for the caller to execute."""
+    for start in range(0, len(batch.calls), MAX_BATCH):
+        chunk = batch.calls[start : start + MAX_BATCH]
+        pipe = client.pipeline(transaction=False)
+        for args, _ in chunk:
+            pipe.execute_command(*args)
+        yield pipe, chunk
 
 
-def _module_from_command_info(client_call: Any) -> bool:
-    try:
-        return edition_from_command_info(client_call())
-    except TypeError:
-        # redis-py's COMMAND INFO parser fails on the [nil] of an unknown command.
-        return False
-    except redis.ResponseError:
-        return False
+#: A one-by-one call of a batch whose failure is that item's answer: an
+#: error reply, or (detecting the edition) redis-py failing to parse
+#: COMMAND INFO's [nil] for an unknown command.
+_ITEM_ERRORS = (redis.ResponseError, TypeError)
 
 
-class _Base:
+class _Commands:
+    """redis-idem's commands. `prefix` goes before every key (records and
+    filters): one namespace per instance, e.g. per tenant. `edition` skips
+    asking the server."""
+
     def __init__(self, client: Any, prefix: str = "", edition: Optional[Union[Edition, str]] = None):
         self.client = client
         self.prefix = prefix
@@ -99,354 +111,172 @@ class _Base:
             _tolerate_dotted_names(client)
         self._edition = Edition(edition) if edition is not None else None
 
-    def _protocol(self) -> Protocol:
-        assert self._edition is not None
-        return Protocol(self._edition, self.prefix)
+    def _send(self, build: Build) -> Any:
+        raise NotImplementedError
 
-
-class IdemCommands(_Base):
-    """redis-idem's commands on a redis.Redis or redis.RedisCluster client.
-
-    `prefix` is put before every key (records and filters): one namespace
-    per instance, e.g. per tenant. `edition` skips asking the server.
-    """
-
-    @property
-    def edition(self) -> Edition:
-        """The server's edition: the module when loaded (also beside the
-        library), else the Functions library; asked once."""
-        if self._edition is None:
-            self._edition = self._detect()
-        return self._edition
-
-    def _detect(self) -> Edition:
-        if _module_from_command_info(lambda: self.client.execute_command("COMMAND", "INFO", "IDEM.CLAIM")):
-            return Edition.MODULE
-        try:
-            self.client.execute_command("FCALL_RO", "idem_edition", 0)
-            return Edition.FUNCTIONS
-        except redis.ResponseError:
-            raise NotInstalledError(_NOT_INSTALLED) from None
-
-    @property
-    def protocol(self) -> Protocol:
-        if self._edition is None:
-            self._edition = self._detect()
-        return self._protocol()
-
-    def _run(self, call: Call) -> Any:
-        args, parse = call
-        try:
-            reply = self.client.execute_command(*args)
-        except redis.ResponseError as e:
-            raise translate(e) from None
-        return parse(reply)
+    def _send_batch(self, build: BuildBatch) -> Any:
+        raise NotImplementedError
 
     # Records
 
-    def claim(self, key: KeyT, lease: int, *, payload: Any = None, maxtries: Optional[int] = None,
-              bloom: Optional[KeyT] = None, wait_ms: Optional[int] = None) -> ClaimReply:
-        """IDEM.CLAIM key lease [PAYLOAD p] [MAXTRIES n] [BLOOM f] [WAIT ms]."""
-        return self._run(self.protocol.claim(key, lease, payload, maxtries, bloom, wait_ms))
+    def claim(self, key: KeyT, lease: int, *, payload: Any = None, max_tries: Optional[int] = None,
+              bloom: Optional[KeyT] = None, wait: Optional[float] = None) -> ClaimReply:
+        """IDEM.CLAIM key lease [PAYLOAD p] [MAXTRIES n] [BLOOM f] [WAIT ms]; `wait` in seconds."""
+        return self._send(lambda p: p.claim(key, lease, payload, max_tries, bloom, wait))
 
     def done(self, key: KeyT, token: Any, *, result: Any = None, retain: Optional[int] = None,
              bloom: Optional[KeyT] = None) -> DoneReply:
         """IDEM.DONE key token [RESULT r] [RETAIN s] [BLOOM f]. Raises StaleError."""
-        return self._run(self.protocol.done(key, token, result, retain, bloom))
+        return self._send(lambda p: p.done(key, token, result, retain, bloom))
 
     def release(self, key: KeyT, token: Any) -> bool:
         """IDEM.RELEASE key token: True when the live claim was given up."""
-        return self._run(self.protocol.release(key, token))
+        return self._send(lambda p: p.release(key, token))
 
     def extend(self, key: KeyT, token: Any, lease: int) -> bool:
         """IDEM.EXTEND key token lease: True, or raises StaleError."""
-        return self._run(self.protocol.extend(key, token, lease))
+        return self._send(lambda p: p.extend(key, token, lease))
 
     def get(self, key: KeyT) -> Optional[Record]:
         """IDEM.GET key: the record, or None."""
-        return self._run(self.protocol.get(key))
+        return self._send(lambda p: p.get(key))
 
     def once(self, key: KeyT, retain: int) -> bool:
         """IDEM.ONCE key retain: True when the key was absent and is now done."""
-        return self._run(self.protocol.once(key, retain))
+        return self._send(lambda p: p.once(key, retain))
 
-    # Batch commands, as sent (module only; one slot, at most 10000 keys)
+    # The batch commands as the module takes them (one slot, at most 10000
+    # keys; ModuleRequiredError on the Functions edition).
 
-    def mclaim(self, lease: int, keys: Sequence[KeyT], *, payloads: Optional[Sequence[Any]] = None,
-               maxtries: Optional[int] = None, bloom: Optional[KeyT] = None) -> List[Any]:
-        """IDEM.MCLAIM: a ClaimReply or an exception per key."""
-        return [_typed(r) for r in self._run(self.protocol.mclaim(lease, keys, payloads, maxtries, bloom))]
+    def mclaim(self, keys: Sequence[KeyT], lease: int, *, payloads: Optional[Sequence[Any]] = None,
+               max_tries: Optional[int] = None, bloom: Optional[KeyT] = None) -> List[Any]:
+        """IDEM.MCLAIM: a ClaimReply or a typed error per key."""
+        return self._send(lambda p: p.mclaim(keys, lease, payloads, max_tries, bloom))
 
-    def mdone(self, pairs: Sequence[Tuple[KeyT, Any]], *, results: Optional[Sequence[Any]] = None,
-              retain: Optional[int] = None, bloom: Optional[KeyT] = None) -> List[Any]:
-        """IDEM.MDONE: a DoneReply or an exception (StaleError, ...) per key."""
-        return [_typed(r) for r in self._run(self.protocol.mdone(pairs, results, retain, bloom))]
+    def mdone(self, items: Sequence[Sequence[Any]], *, retain: Optional[int] = None,
+              bloom: Optional[KeyT] = None) -> List[Any]:
+        """IDEM.MDONE of (key, token) items, or (key, token, result) items:
+        a DoneReply or a typed error (StaleError, ...) per item."""
+        return self._send(lambda p: p.mdone(items, retain, bloom))
 
-    def mrelease(self, pairs: Sequence[Tuple[KeyT, Any]]) -> List[Any]:
-        """IDEM.MRELEASE: a bool or an exception per key."""
-        return [_typed(r) for r in self._run(self.protocol.mrelease(pairs))]
+    def mrelease(self, items: Sequence[Tuple[KeyT, Any]]) -> List[Any]:
+        """IDEM.MRELEASE of (key, token) items: a bool or a typed error per item."""
+        return self._send(lambda p: p.mrelease(items))
 
-    # Batch helpers: any number of keys, split by slot and into chunks of
-    # 10000; single calls (pipelined where possible) on the Functions edition.
+    # The batch helpers: any number of keys, on both editions, one answer
+    # per item in order (a key's error is its element). On the module one
+    # batch command per slot and per 10000 keys; on the Functions edition
+    # one single command per key, pipelined.
 
     def claim_many(self, keys: Sequence[KeyT], lease: int, *, payloads: Optional[Sequence[Any]] = None,
-                   maxtries: Optional[int] = None, bloom: Optional[KeyT] = None) -> List[Any]:
-        """CLAIM each key: a ClaimReply or an exception per key, in order."""
-        if payloads is not None and len(payloads) != len(keys):
-            raise ValueError("payloads: one per key")
-        out: List[Any] = [None] * len(keys)
-        if self.edition is Edition.MODULE:
-            for group in group_by_slot([self.protocol.key(k) for k in keys], self.cluster):
-                part = self.mclaim(lease, [keys[i] for i in group],
-                                   payloads=None if payloads is None else [payloads[i] for i in group],
-                                   maxtries=maxtries, bloom=bloom)
-                for i, reply in zip(group, part):
-                    out[i] = _typed(reply)
-            return out
-        calls = [self.protocol.claim(k, lease, None if payloads is None else payloads[i], maxtries, bloom)
-                 for i, k in enumerate(keys)]
-        return self._singles(calls)
+                   max_tries: Optional[int] = None, bloom: Optional[KeyT] = None) -> List[Any]:
+        """CLAIM each key: a ClaimReply or a typed error per key."""
+        return self._send_batch(lambda p: p.claim_many(keys, lease, payloads, max_tries, bloom, self.cluster))
 
-    def done_many(self, items: Sequence[Tuple[KeyT, Any, Any]], *, retain: Optional[int] = None,
+    def done_many(self, items: Sequence[Sequence[Any]], *, retain: Optional[int] = None,
                   bloom: Optional[KeyT] = None) -> List[Any]:
-        """DONE each (key, token, result) (result None: none stored): a
-        DoneReply or an exception per item, in order."""
-        out: List[Any] = [None] * len(items)
-        if self.edition is Edition.MODULE:
-            keys = [self.protocol.key(k) for k, _, _ in items]
-            for group in group_by_slot(keys, self.cluster):
-                results = [items[i][2] for i in group]
-                with_results = any(r is not None for r in results)
-                if with_results and any(r is None for r in results):
-                    # RESULTS gives every key one: split the ones without.
-                    for i in group:
-                        out[i] = self._one_done(items[i], retain, bloom)
-                    continue
-                part = self.mdone([(items[i][0], items[i][1]) for i in group],
-                                  results=results if with_results else None, retain=retain, bloom=bloom)
-                for i, reply in zip(group, part):
-                    out[i] = reply
-            return out
-        return self._singles([self.protocol.done(k, t, r, retain, bloom) for k, t, r in items])
+        """DONE each (key, token) or (key, token, result): a DoneReply or a typed error per item."""
+        return self._send_batch(lambda p: p.done_many(items, retain, bloom, self.cluster))
 
-    def release_many(self, pairs: Sequence[Tuple[KeyT, Any]]) -> List[Any]:
-        out: List[Any] = [None] * len(pairs)
-        if self.edition is Edition.MODULE:
-            for group in group_by_slot([self.protocol.key(k) for k, _ in pairs], self.cluster):
-                for i, reply in zip(group, self.mrelease([pairs[i] for i in group])):
-                    out[i] = reply
-            return out
-        return self._singles([self.protocol.release(k, t) for k, t in pairs])
-
-    def _one_done(self, item: Tuple[KeyT, Any, Any], retain: Optional[int], bloom: Optional[KeyT]) -> Any:
-        try:
-            return self.done(item[0], item[1], result=item[2], retain=retain, bloom=bloom)
-        except redis.ResponseError as e:
-            return e
-
-    def _singles(self, calls: List[Call]) -> List[Any]:
-        """One call per key, pipelined (standalone) or one by one (cluster:
-        each FCALL goes to its own key's node)."""
-        if self.cluster:
-            out = []
-            for call in calls:
-                try:
-                    out.append(self._run(call))
-                except redis.ResponseError as e:
-                    out.append(e)
-            return out
-        out = []
-        for start in range(0, len(calls), MAX_BATCH):
-            chunk = calls[start : start + MAX_BATCH]
-            pipe = self.client.pipeline(transaction=False)
-            for args, _ in chunk:
-                pipe.execute_command(*args)
-            for (_, parse), reply in zip(chunk, pipe.execute(raise_on_error=False)):
-                out.append(translate(reply) if isinstance(reply, redis.ResponseError) else parse(reply))
-        return out
+    def release_many(self, items: Sequence[Tuple[KeyT, Any]]) -> List[Any]:
+        """RELEASE each (key, token): a bool or a typed error per item."""
+        return self._send_batch(lambda p: p.release_many(items, self.cluster))
 
     # Date-sharded Bloom filters (module only)
 
     def bf_reserve(self, key: KeyT, error_rate: float, capacity: int, *, window: Optional[int] = None,
                    shard: Optional[Union[str, int]] = None, expansion: Optional[int] = None) -> bool:
-        return self._run(self.protocol.bf_reserve(key, error_rate, capacity, window, shard, expansion))
+        return self._send(lambda p: p.bf_reserve(key, error_rate, capacity, window, shard, expansion))
 
     def bf_add(self, key: KeyT, item: Any) -> bool:
         """True: not seen in the window (now added)."""
-        return self._run(self.protocol.bf_add(key, item))
+        return self._send(lambda p: p.bf_add(key, item))
 
     def bf_madd(self, key: KeyT, *items: Any) -> List[bool]:
-        return self._run(self.protocol.bf_madd(key, items))
+        return self._send(lambda p: p.bf_madd(key, items))
 
     def bf_exists(self, key: KeyT, item: Any) -> bool:
-        return self._run(self.protocol.bf_exists(key, item))
+        return self._send(lambda p: p.bf_exists(key, item))
 
     def bf_mexists(self, key: KeyT, *items: Any) -> List[bool]:
-        return self._run(self.protocol.bf_mexists(key, items))
+        return self._send(lambda p: p.bf_mexists(key, items))
 
     def bf_info(self, key: KeyT) -> Optional[FilterInfo]:
-        return self._run(self.protocol.bf_info(key))
+        return self._send(lambda p: p.bf_info(key))
 
 
-def _typed(reply: Any) -> Any:
-    return translate(reply) if isinstance(reply, redis.ResponseError) else reply
+class IdemCommands(_Commands):
+    """The commands on a redis.Redis or redis.RedisCluster client."""
 
-
-class AsyncIdemCommands(_Base):
-    """IdemCommands for redis.asyncio.Redis and redis.asyncio.RedisCluster:
-    the same methods, as coroutines."""
-
-    async def get_edition(self) -> Edition:
+    @property
+    def edition(self) -> Edition:
+        """The server's edition, asked once."""
         if self._edition is None:
-            self._edition = await self._detect()
+            self._edition = _edition_of(self._run_batch(_DETECT, pipelined=False))
         return self._edition
 
-    async def _detect(self) -> Edition:
+    def _execute(self, call: Call) -> Any:
         try:
-            info = await self.client.execute_command("COMMAND", "INFO", "IDEM.CLAIM")
-            if edition_from_command_info(info):
-                return Edition.MODULE
-        except (TypeError, redis.ResponseError):
-            pass
-        try:
-            await self.client.execute_command("FCALL_RO", "idem_edition", 0)
-            return Edition.FUNCTIONS
-        except redis.ResponseError:
-            raise NotInstalledError(_NOT_INSTALLED) from None
-
-    async def get_protocol(self) -> Protocol:
-        await self.get_edition()
-        return self._protocol()
-
-    async def _run(self, call: Call) -> Any:
-        args, parse = call
-        try:
-            reply = await self.client.execute_command(*args)
+            reply = self.client.execute_command(*call[0])
         except redis.ResponseError as e:
             raise translate(e) from None
-        return parse(reply)
+        return call[1](reply)
 
-    async def claim(self, key: KeyT, lease: int, *, payload: Any = None, maxtries: Optional[int] = None,
-                    bloom: Optional[KeyT] = None, wait_ms: Optional[int] = None) -> ClaimReply:
-        return await self._run((await self.get_protocol()).claim(key, lease, payload, maxtries, bloom, wait_ms))
-
-    async def done(self, key: KeyT, token: Any, *, result: Any = None, retain: Optional[int] = None,
-                   bloom: Optional[KeyT] = None) -> DoneReply:
-        return await self._run((await self.get_protocol()).done(key, token, result, retain, bloom))
-
-    async def release(self, key: KeyT, token: Any) -> bool:
-        return await self._run((await self.get_protocol()).release(key, token))
-
-    async def extend(self, key: KeyT, token: Any, lease: int) -> bool:
-        return await self._run((await self.get_protocol()).extend(key, token, lease))
-
-    async def get(self, key: KeyT) -> Optional[Record]:
-        return await self._run((await self.get_protocol()).get(key))
-
-    async def once(self, key: KeyT, retain: int) -> bool:
-        return await self._run((await self.get_protocol()).once(key, retain))
-
-    async def mclaim(self, lease: int, keys: Sequence[KeyT], *, payloads: Optional[Sequence[Any]] = None,
-                     maxtries: Optional[int] = None, bloom: Optional[KeyT] = None) -> List[Any]:
-        p = await self.get_protocol()
-        return [_typed(r) for r in await self._run(p.mclaim(lease, keys, payloads, maxtries, bloom))]
-
-    async def mdone(self, pairs: Sequence[Tuple[KeyT, Any]], *, results: Optional[Sequence[Any]] = None,
-                    retain: Optional[int] = None, bloom: Optional[KeyT] = None) -> List[Any]:
-        p = await self.get_protocol()
-        return [_typed(r) for r in await self._run(p.mdone(pairs, results, retain, bloom))]
-
-    async def mrelease(self, pairs: Sequence[Tuple[KeyT, Any]]) -> List[Any]:
-        p = await self.get_protocol()
-        return [_typed(r) for r in await self._run(p.mrelease(pairs))]
-
-    async def claim_many(self, keys: Sequence[KeyT], lease: int, *, payloads: Optional[Sequence[Any]] = None,
-                         maxtries: Optional[int] = None, bloom: Optional[KeyT] = None) -> List[Any]:
-        if payloads is not None and len(payloads) != len(keys):
-            raise ValueError("payloads: one per key")
-        p = await self.get_protocol()
-        out: List[Any] = [None] * len(keys)
-        if p.module:
-            for group in group_by_slot([p.key(k) for k in keys], self.cluster):
-                part = await self.mclaim(lease, [keys[i] for i in group],
-                                         payloads=None if payloads is None else [payloads[i] for i in group],
-                                         maxtries=maxtries, bloom=bloom)
-                for i, reply in zip(group, part):
-                    out[i] = reply
-            return out
-        return await self._singles([p.claim(k, lease, None if payloads is None else payloads[i], maxtries, bloom)
-                                    for i, k in enumerate(keys)])
-
-    async def done_many(self, items: Sequence[Tuple[KeyT, Any, Any]], *, retain: Optional[int] = None,
-                        bloom: Optional[KeyT] = None) -> List[Any]:
-        p = await self.get_protocol()
-        out: List[Any] = [None] * len(items)
-        if p.module:
-            for group in group_by_slot([p.key(k) for k, _, _ in items], self.cluster):
-                results = [items[i][2] for i in group]
-                with_results = any(r is not None for r in results)
-                if with_results and any(r is None for r in results):
-                    for i in group:
-                        try:
-                            out[i] = await self.done(items[i][0], items[i][1], result=items[i][2],
-                                                     retain=retain, bloom=bloom)
-                        except redis.ResponseError as e:
-                            out[i] = e
-                    continue
-                part = await self.mdone([(items[i][0], items[i][1]) for i in group],
-                                        results=results if with_results else None, retain=retain, bloom=bloom)
-                for i, reply in zip(group, part):
-                    out[i] = reply
-            return out
-        return await self._singles([p.done(k, t, r, retain, bloom) for k, t, r in items])
-
-    async def release_many(self, pairs: Sequence[Tuple[KeyT, Any]]) -> List[Any]:
-        p = await self.get_protocol()
-        out: List[Any] = [None] * len(pairs)
-        if p.module:
-            for group in group_by_slot([p.key(k) for k, _ in pairs], self.cluster):
-                for i, reply in zip(group, await self.mrelease([pairs[i] for i in group])):
-                    out[i] = reply
-            return out
-        return await self._singles([p.release(k, t) for k, t in pairs])
-
-    async def _singles(self, calls: List[Call]) -> List[Any]:
-        if self.cluster:
-            out = []
-            for call in calls:
+    def _run_batch(self, batch: Batch, pipelined: bool) -> List[Any]:
+        replies: List[Any] = []
+        if pipelined:
+            for pipe, chunk in _pipelines(self.client, batch):
+                replies += [_answer(c, r) for c, r in zip(chunk, pipe.execute(raise_on_error=False))]
+        else:
+            for call in batch.calls:
                 try:
-                    out.append(await self._run(call))
-                except redis.ResponseError as e:
-                    out.append(e)
-            return out
-        out = []
-        for start in range(0, len(calls), MAX_BATCH):
-            chunk = calls[start : start + MAX_BATCH]
-            pipe = self.client.pipeline(transaction=False)
-            for args, _ in chunk:
-                pipe.execute_command(*args)
-            for (_, parse), reply in zip(chunk, await pipe.execute(raise_on_error=False)):
-                out.append(translate(reply) if isinstance(reply, redis.ResponseError) else parse(reply))
-        return out
+                    replies.append(self._execute(call))
+                except _ITEM_ERRORS as e:
+                    replies.append(e)
+        return batch.finish(replies)
 
-    async def bf_reserve(self, key: KeyT, error_rate: float, capacity: int, *, window: Optional[int] = None,
-                         shard: Optional[Union[str, int]] = None, expansion: Optional[int] = None) -> bool:
-        p = await self.get_protocol()
-        return await self._run(p.bf_reserve(key, error_rate, capacity, window, shard, expansion))
+    def _send(self, build: Build) -> Any:
+        return self._execute(build(Protocol(self.edition, self.prefix)))
 
-    async def bf_add(self, key: KeyT, item: Any) -> bool:
-        return await self._run((await self.get_protocol()).bf_add(key, item))
+    def _send_batch(self, build: BuildBatch) -> Any:
+        batch = build(Protocol(self.edition, self.prefix))
+        # Single commands are pipelined, but not in a cluster: each goes to its key's node.
+        return self._run_batch(batch, pipelined=not batch.multi and not self.cluster)
 
-    async def bf_madd(self, key: KeyT, *items: Any) -> List[bool]:
-        return await self._run((await self.get_protocol()).bf_madd(key, items))
 
-    async def bf_exists(self, key: KeyT, item: Any) -> bool:
-        return await self._run((await self.get_protocol()).bf_exists(key, item))
+class AsyncIdemCommands(_Commands):
+    """The commands on a redis.asyncio.Redis or RedisCluster client: the same methods, as coroutines."""
 
-    async def bf_mexists(self, key: KeyT, *items: Any) -> List[bool]:
-        return await self._run((await self.get_protocol()).bf_mexists(key, items))
+    async def get_edition(self) -> Edition:
+        """The server's edition, asked once."""
+        if self._edition is None:
+            self._edition = _edition_of(await self._run_batch(_DETECT, pipelined=False))
+        return self._edition
 
-    async def bf_info(self, key: KeyT) -> Optional[FilterInfo]:
-        return await self._run((await self.get_protocol()).bf_info(key))
+    async def _execute(self, call: Call) -> Any:
+        try:
+            reply = await self.client.execute_command(*call[0])
+        except redis.ResponseError as e:
+            raise translate(e) from None
+        return call[1](reply)
 
+    async def _run_batch(self, batch: Batch, pipelined: bool) -> List[Any]:
+        replies: List[Any] = []
+        if pipelined:
+            for pipe, chunk in _pipelines(self.client, batch):
+                replies += [_answer(c, r) for c, r in zip(chunk, await pipe.execute(raise_on_error=False))]
+        else:
+            for call in batch.calls:
+                try:
+                    replies.append(await self._execute(call))
+                except _ITEM_ERRORS as e:
+                    replies.append(e)
+        return batch.finish(replies)
+
+    async def _send(self, build: Build) -> Any:  # type: ignore[override]
+        return await self._execute(build(Protocol(await self.get_edition(), self.prefix)))
+
+    async def _send_batch(self, build: BuildBatch) -> Any:  # type: ignore[override]
+        batch = build(Protocol(await self.get_edition(), self.prefix))
+        return await self._run_batch(batch, pipelined=not batch.multi and not self.cluster)
 

@@ -1,6 +1,7 @@
-"""Typed exceptions. Every server error is a redis.ResponseError subclass, so
-code that catches redis-py's errors keeps working; the server's text is
-passed through unchanged as the message."""
+"""Typed exceptions, one per name of docs/clients.md's table. A server's
+error reply is a redis.ResponseError subclass carrying the server's text,
+so code that catches redis-py's errors keeps working; what the loop raises
+about a record derives from IdemError too."""
 
 from __future__ import annotations
 
@@ -8,9 +9,14 @@ from typing import Any, Optional, Union
 
 import redis
 
+KeyT = Union[str, bytes]
+
 
 class IdemError(redis.ResponseError):
-    """An error reply of a redis-idem command."""
+    """Base of every error of this library."""
+
+
+# Server answers, as the typed commands raise them (and batch replies hold them).
 
 
 class StaleError(IdemError):
@@ -22,66 +28,90 @@ class WrongTypeError(IdemError):
 
 
 class ResultTooLargeError(IdemError):
-    """The RESULT is over idem.max-result (or would make the record larger
-    than proto-max-bulk-len)."""
+    """The server refused RESULT: over idem.max-result (or proto-max-bulk-len)."""
 
 
 class InvalidTokenError(IdemError):
     """ERR invalid token: longer than 32 bytes."""
 
 
-class UnsupportedError(IdemError):
-    """What the server's edition cannot do (WAIT, BLOOM, the batch commands
-    and the filters on the Functions edition). Raised before anything is
-    sent, or passed through from the server's own refusal."""
+class ModuleRequiredError(IdemError):
+    """The Functions edition cannot do this (WAIT, BLOOM, the filters, the
+    raw batch commands): refused before anything is sent."""
 
 
-class NotInstalledError(redis.RedisError):
+class NotInstalledError(IdemError):
     """The server has neither the module nor the Functions library."""
 
 
-# What the consumer loop raises.
+# What the loop raises about one key's record.
 
 
-class ProcessError(Exception):
-    """Base of what `process()` raises about a record (not a server error)."""
+class RecordError(IdemError):
+    """An outcome of the loop for `key` (the fencing number in `attempt`)."""
 
-    def __init__(self, key: Union[str, bytes], message: str, attempt: Optional[int] = None):
+    def __init__(self, key: KeyT, message: str, attempt: Optional[int] = None):
         name = key.decode(errors="replace") if isinstance(key, bytes) else key
         super().__init__(f"{name}: {message}")
         self.key = key
         self.attempt = attempt
 
 
-class MismatchError(ProcessError):
-    """The key was claimed before with another PAYLOAD: reused for other content."""
+class BusyError(RecordError):
+    """Still held by another worker when the wait ended; `lease_left` is
+    the seconds left on its lease."""
+
+    def __init__(self, key: KeyT, lease_left: float, attempt: Optional[int] = None):
+        super().__init__(key, f"still held by another worker ({lease_left:.3f} s left on its lease)", attempt)
+        self.lease_left = lease_left
 
 
-class ExhaustedError(ProcessError):
-    """MAXTRIES attempts were used: dead-letter it."""
+class MismatchError(RecordError):
+    """The key was claimed before with another payload: reused for other content."""
 
 
-class BusyError(ProcessError):
-    """Another worker still holds a live lease after the whole wait."""
-
-    def __init__(self, key: Union[str, bytes], ms_left: int, attempt: int):
-        super().__init__(key, f"still held by another worker ({ms_left} ms left on its lease)", attempt)
-        self.ms_left = ms_left
+class ExhaustedError(RecordError):
+    """max_tries tries were used: dead-letter the message."""
 
 
-class LeaseLostError(ProcessError):
-    """Another worker claimed the key since our claim (STALE on EXTEND or
-    DONE): it finishes the work; ours must not take effect."""
+class LeaseLostError(RecordError):
+    """This worker's lease lapsed and another claimed the key: its result
+    is not the one kept."""
 
 
-class ResultNotStoredError(ProcessError):
-    """The record was completed, but the result was too large to store (the
-    `on_oversize="raise"` policy). The work is done: do not run it again."""
+class ResultNotStoredError(RecordError):
+    """The record was completed without the result (the codec failed, or
+    the result was over idem.max-result with oversize="error"). The work is
+    done: do not run it again. `result` is the work's value, `cause` why."""
 
-    def __init__(self, key: Union[str, bytes], size: int, result: Any):
-        super().__init__(key, f"completed, but its {size}-byte result was not stored (over idem.max-result)")
-        self.size = size
+    def __init__(self, key: KeyT, result: Any, cause: BaseException, attempt: Optional[int] = None):
+        super().__init__(key, f"completed, but its result was not stored: {cause}", attempt)
         self.result = result
+        self.cause = cause
+
+
+class HookError(RecordError):
+    """A hook raised: on_run before the work (the claim was released), or
+    on_done after it (the record is completed; `result` is the work's
+    value). `cause` is what the hook raised."""
+
+    def __init__(self, key: KeyT, hook: str, cause: BaseException, result: Any = None,
+                 attempt: Optional[int] = None):
+        super().__init__(key, f"{hook} raised: {cause!r}", attempt)
+        self.hook = hook
+        self.cause = cause
+        self.result = result
+
+
+class DoneUnconfirmedError(RecordError):
+    """IDEM.DONE could not be confirmed after done_retries tries: do not
+    acknowledge the message (its redelivery replays, or retries if the lease
+    lapsed first). `result` is the work's value."""
+
+    def __init__(self, key: KeyT, result: Any, cause: BaseException, attempt: Optional[int] = None):
+        super().__init__(key, f"DONE not confirmed: {cause}", attempt)
+        self.result = result
+        self.cause = cause
 
 
 def translate(error: redis.ResponseError) -> redis.ResponseError:
@@ -99,9 +129,19 @@ def translate(error: redis.ResponseError) -> redis.ResponseError:
     elif text.startswith("invalid token") or text.startswith("ERR invalid token"):
         kind = InvalidTokenError
     elif "needs the redis-idem module" in text:
-        kind = UnsupportedError
+        kind = ModuleRequiredError
     if kind is None:
         return error
     typed = kind(text)
     typed.__cause__ = error
     return typed
+
+
+def retryable_claim(error: BaseException) -> bool:
+    """A CLAIM answered TRYAGAIN (writes paused, the record moving) or
+    UNBLOCKED (a waiter unblocked by a failover, a resharding or CLIENT
+    UNBLOCK) wrote nothing: it may be sent again."""
+    if isinstance(error, redis.exceptions.TryAgainError):  # redis-py's cluster parser strips the code
+        return True
+    text = str(error)
+    return isinstance(error, redis.ResponseError) and (text.startswith("TRYAGAIN") or text.startswith("UNBLOCKED"))

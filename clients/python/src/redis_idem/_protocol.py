@@ -1,11 +1,18 @@
-"""The commands of both editions as (arguments, reply parser): what the sync
-and asyncio command groups send, built in one place."""
+"""The commands of both editions as (arguments, reply parser), and the
+batch helpers' plans (which calls answer which keys): built without I/O,
+in one place, for the sync and the asyncio command groups to send."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from ._errors import UnsupportedError
+from redis.crc import key_slot
+
+import redis
+
+from ._errors import ModuleRequiredError, translate
 from ._replies import ClaimReply, DoneReply, Edition, FilterInfo, Record
 
 KeyT = Union[str, bytes]
@@ -23,20 +30,22 @@ def _bool(reply: Any) -> bool:
     return bool(int(reply))
 
 
-def _claims(reply: Any) -> List[Any]:
-    return [r if isinstance(r, Exception) else ClaimReply.parse(r) for r in reply]
+def _each(parse: Callable[[Any], Any]) -> Callable[[Any], List[Any]]:
+    """A batch reply's parser: `parse` for each element, the typed error for an error element."""
+    return lambda reply: [translate(r) if isinstance(r, redis.ResponseError) else parse(r) for r in reply]
 
 
-def _dones(reply: Any) -> List[Any]:
-    return [r if isinstance(r, Exception) else DoneReply(int(r)) for r in reply]
+def _done_reply(reply: Any) -> DoneReply:
+    return DoneReply(int(reply))
 
 
-def _releases(reply: Any) -> List[Any]:
-    return [r if isinstance(r, Exception) else bool(int(r)) for r in reply]
+_claims = _each(ClaimReply.parse)
+_dones = _each(_done_reply)
+_releases = _each(_bool)
 
 
-def needs_module(what: str, why: str) -> UnsupportedError:
-    return UnsupportedError(
+def needs_module(what: str, why: str) -> ModuleRequiredError:
+    return ModuleRequiredError(
         f"{what} needs the redis-idem module: the server runs the Functions edition (functions/idem.lua), {why}"
     )
 
@@ -67,20 +76,22 @@ class Protocol:
         key: KeyT,
         lease: int,
         payload: Optional[Any] = None,
-        maxtries: Optional[int] = None,
+        max_tries: Optional[int] = None,
         bloom: Optional[KeyT] = None,
-        wait_ms: Optional[int] = None,
+        wait: Optional[float] = None,
     ) -> Call:
+        whole_seconds("lease", lease)
         opts: List[Any] = []
         if payload is not None:
             opts += ["PAYLOAD", payload]
-        if maxtries is not None:
-            opts += ["MAXTRIES", maxtries]
+        if max_tries is not None:
+            opts += ["MAXTRIES", max_tries]
         if bloom is not None:
             if not self.module:
                 raise needs_module("BLOOM", "which keeps no Bloom filters")
             opts += ["BLOOM", self.key(bloom)]
-        if wait_ms:
+        wait_ms = int(wait * 1000) if wait else 0
+        if wait_ms > 0:
             if not self.module:
                 raise needs_module("WAIT", "where a function cannot block: retry a BUSY claim after a backoff")
             opts += ["WAIT", wait_ms]
@@ -100,15 +111,15 @@ class Protocol:
         if result is not None:
             opts += ["RESULT", result]
         if retain is not None:
+            whole_seconds("retain", retain)
             opts += ["RETAIN", retain]
         if bloom is not None:
             if not self.module:
                 raise needs_module("BLOOM", "which keeps no Bloom filters")
             opts += ["BLOOM", self.key(bloom)]
-        parse = lambda r: DoneReply(int(r))  # noqa: E731
         if self.module:
-            return ["IDEM.DONE", self.key(key), token, *opts], parse
-        return self._fcall("idem_done", key, token, *opts), parse
+            return ["IDEM.DONE", self.key(key), token, *opts], _done_reply
+        return self._fcall("idem_done", key, token, *opts), _done_reply
 
     def release(self, key: KeyT, token: Any) -> Call:
         if self.module:
@@ -116,6 +127,7 @@ class Protocol:
         return self._fcall("idem_release", key, token), _bool
 
     def extend(self, key: KeyT, token: Any, lease: int) -> Call:
+        whole_seconds("lease", lease)
         if self.module:
             return ["IDEM.EXTEND", self.key(key), token, lease], _bool
         return self._fcall("idem_extend", key, token, lease), _bool
@@ -126,6 +138,7 @@ class Protocol:
         return self._fcall("idem_get", key, ro=True), Record.parse
 
     def once(self, key: KeyT, retain: int) -> Call:
+        whole_seconds("retain", retain)
         if self.module:
             return ["IDEM.ONCE", self.key(key), retain], _bool
         return self._fcall("idem_once", key, retain), _bool
@@ -138,51 +151,88 @@ class Protocol:
 
     def mclaim(
         self,
-        lease: int,
         keys: Sequence[KeyT],
+        lease: int,
         payloads: Optional[Sequence[Any]] = None,
-        maxtries: Optional[int] = None,
+        max_tries: Optional[int] = None,
         bloom: Optional[KeyT] = None,
     ) -> Call:
         self._batch_only("IDEM.MCLAIM")
+        whole_seconds("lease", lease)
         args: List[Any] = ["IDEM.MCLAIM", lease, len(keys), *(self.key(k) for k in keys)]
         if payloads is not None:
             if len(payloads) != len(keys):
                 raise ValueError("payloads: one per key")
             args += ["PAYLOADS", *payloads]
-        if maxtries is not None:
-            args += ["MAXTRIES", maxtries]
+        if max_tries is not None:
+            args += ["MAXTRIES", max_tries]
         if bloom is not None:
             args += ["BLOOM", self.key(bloom)]
         return args, _claims
 
     def mdone(
         self,
-        pairs: Sequence[Tuple[KeyT, Any]],
-        results: Optional[Sequence[Any]] = None,
+        items: Sequence[Sequence[Any]],
         retain: Optional[int] = None,
         bloom: Optional[KeyT] = None,
     ) -> Call:
+        """items: (key, token) or (key, token, result); RESULTS gives every
+        key one or none, so either all items carry a result or none does."""
         self._batch_only("IDEM.MDONE")
-        args: List[Any] = ["IDEM.MDONE", len(pairs)]
-        for key, token in pairs:
-            args += [self.key(key), token]
-        if results is not None:
-            if len(results) != len(pairs):
-                raise ValueError("results: one per key")
+        results = [_result_of(item) for item in items]
+        with_results = [r is not None for r in results]
+        if any(with_results) and not all(with_results):
+            raise ValueError("mdone: every item with a result or none (done_many takes a mix)")
+        args: List[Any] = ["IDEM.MDONE", len(items)]
+        for item in items:
+            args += [self.key(item[0]), item[1]]
+        if items and all(with_results):
             args += ["RESULTS", *results]
         if retain is not None:
+            whole_seconds("retain", retain)
             args += ["RETAIN", retain]
         if bloom is not None:
             args += ["BLOOM", self.key(bloom)]
         return args, _dones
 
-    def mrelease(self, pairs: Sequence[Tuple[KeyT, Any]]) -> Call:
+    def mrelease(self, items: Sequence[Tuple[KeyT, Any]]) -> Call:
         self._batch_only("IDEM.MRELEASE")
-        args: List[Any] = ["IDEM.MRELEASE", len(pairs)]
-        for key, token in pairs:
+        args: List[Any] = ["IDEM.MRELEASE", len(items)]
+        for key, token in items:
             args += [self.key(key), token]
         return args, _releases
+
+    # The batch helpers' plans: any number of keys, on either edition.
+
+    def claim_many(self, keys: Sequence[KeyT], lease: int, payloads: Optional[Sequence[Any]],
+                   max_tries: Optional[int], bloom: Optional[KeyT], cluster: bool) -> "Batch":
+        if payloads is not None and len(payloads) != len(keys):
+            raise ValueError("payloads: one per key")
+        pick = (lambda group: None) if payloads is None else (lambda group: [payloads[i] for i in group])
+        if not self.module:
+            return Batch([self.claim(k, lease, None if payloads is None else payloads[i], max_tries, bloom)
+                          for i, k in enumerate(keys)], [[i] for i in range(len(keys))], len(keys), False)
+        groups = group_by_slot([self.key(k) for k in keys], cluster)
+        return Batch([self.mclaim([keys[i] for i in g], lease, pick(g), max_tries, bloom) for g in groups],
+                     groups, len(keys), True)
+
+    def done_many(self, items: Sequence[Sequence[Any]], retain: Optional[int], bloom: Optional[KeyT],
+                  cluster: bool) -> "Batch":
+        if not self.module:
+            return Batch([self.done(it[0], it[1], _result_of(it), retain, bloom) for it in items],
+                         [[i] for i in range(len(items))], len(items), False)
+        # One MDONE per slot for the items with a result, one for those without.
+        groups: List[List[int]] = []
+        for stored in (True, False):
+            part = [i for i, it in enumerate(items) if (_result_of(it) is not None) is stored]
+            groups += [[part[j] for j in g] for g in group_by_slot([self.key(items[i][0]) for i in part], cluster)]
+        return Batch([self.mdone([items[i] for i in g], retain, bloom) for g in groups], groups, len(items), True)
+
+    def release_many(self, items: Sequence[Tuple[KeyT, Any]], cluster: bool) -> "Batch":
+        if not self.module:
+            return Batch([self.release(k, t) for k, t in items], [[i] for i in range(len(items))], len(items), False)
+        groups = group_by_slot([self.key(k) for k, _ in items], cluster)
+        return Batch([self.mrelease([items[i] for i in g]) for g in groups], groups, len(items), True)
 
     # Date-sharded Bloom filters (module only).
 
@@ -228,6 +278,58 @@ class Protocol:
     def bf_info(self, key: KeyT) -> Call:
         self._filters_only()
         return ["IDEM.BF.INFO", self.key(key)], FilterInfo.parse
+
+
+def _result_of(item: Sequence[Any]) -> Any:
+    return item[2] if len(item) > 2 else None
+
+
+def whole_seconds(name: str, value: Any) -> None:
+    """The server takes lease and retain in whole seconds: refuse anything
+    else before sending (30.5 would be refused by the server, 0.5 too)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: whole seconds, at least 1 (got {value!r})")
+
+
+def _encoded(key: KeyT) -> bytes:
+    return key if isinstance(key, bytes) else key.encode()
+
+
+def group_by_slot(keys: Sequence[KeyT], cluster: bool) -> List[List[int]]:
+    """Indexes of `keys` grouped so that each group shares a slot (in a
+    cluster) and holds at most MAX_BATCH keys, in the keys' order."""
+    if cluster:
+        by_slot: Dict[int, List[int]] = defaultdict(list)
+        for i, key in enumerate(keys):
+            by_slot[key_slot(_encoded(key))].append(i)
+        groups = list(by_slot.values())
+    else:
+        groups = [list(range(len(keys)))] if keys else []
+    return [g[i : i + MAX_BATCH] for g in groups for i in range(0, len(g), MAX_BATCH)]
+
+
+@dataclass
+class Batch:
+    """A batch helper's calls, and for each the indexes of the items it
+    answers: a batch command (`multi`) answers a list, one per index; a
+    single command one reply. `finish` puts the answers back in item order,
+    a call's error standing for each of its items."""
+
+    calls: List[Call]
+    answers: List[List[int]]
+    size: int
+    multi: bool
+
+    def finish(self, replies: Sequence[Any]) -> List[Any]:
+        out: List[Any] = [None] * self.size
+        for indexes, reply in zip(self.answers, replies):
+            if isinstance(reply, Exception) or not self.multi:
+                for i in indexes:
+                    out[i] = reply
+            else:
+                for i, one in zip(indexes, reply):
+                    out[i] = one
+        return out
 
 
 def edition_from_command_info(reply: Any) -> bool:

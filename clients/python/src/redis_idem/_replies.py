@@ -65,9 +65,9 @@ class ClaimReply:
         return self.value if self.status is Status.DONE else None
 
     @property
-    def ms_left(self) -> Optional[int]:
-        """Milliseconds left on the holder's lease for BUSY, else None."""
-        return int(self.value) if self.status is Status.BUSY else None
+    def lease_left(self) -> Optional[float]:
+        """Seconds left on the holder's lease for BUSY, else None."""
+        return int(self.value) / 1000.0 if self.status is Status.BUSY else None
 
 
 @dataclass(frozen=True)

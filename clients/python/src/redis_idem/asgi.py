@@ -1,50 +1,70 @@
 """ASGI middleware (Starlette, FastAPI, any ASGI app) honouring the
-`Idempotency-Key` request header as the IETF draft
-(draft-ietf-httpapi-idempotency-key-header) describes:
+`Idempotency-Key` request header (draft-ietf-httpapi-idempotency-key-header),
+as docs/clients.md defines it for every library:
 
-- the first request with a key runs the app; its response (status, headers,
-  body) is stored with the record when it completes;
-- a repeat gets that response again, with `Idempotent-Replayed: true`;
-- a repeat while the first is still running waits for it (`wait` seconds:
-  WAIT on the module, polling on the Functions edition), then gets its
-  response; still running after the wait: `409` with `Retry-After`;
-- the key reused with another request (method, path, query or body):
-  `422`;
-- the app raising, or answering 5xx: the claim is released, so the
-  client's retry runs the request again; after `maxtries` failed runs,
-  `500` until the record is forgotten (idem.history).
+- the key is `http:<scope>:<Idempotency-Key>` (`http:<Idempotency-Key>`
+  without `scope_key`) under the prefix;
+- the fingerprint, sent as PAYLOAD, is the hex SHA-256 of
+  `METHOD SP target LF body` (the target as received: the path, then `?`
+  and the raw query when there is one; the raw body bytes), so the same
+  JSON with other whitespace is another request: `422`;
+- the first request runs the app; its response is stored when the app
+  finishes, whether or not the client is still connected, as
+  `{"v":1,"status":201,"headers":[[name, value], ...],"body":"<base64>"}`;
+- a repeat gets that response, with `Idempotent-Replayed: true`; a repeat
+  while the first is at work waits (`wait`, 10 s), then `409` with
+  `Retry-After`;
+- the app raising or answering 5xx: nothing stored, the claim released;
+  after `max_tries` (3) failed runs, `500`.
 
     app.add_middleware(IdempotencyMiddleware, client=redis.asyncio.Redis(), prefix="shop:")
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import hashlib
 import json
 from typing import Any, Awaitable, Callable, Iterable, List, Optional, Tuple
 
-from ._aconsumer import AsyncIdem
-from ._errors import BusyError, ExhaustedError, LeaseLostError, MismatchError
+from ._async import AsyncIdem
+from ._errors import BusyError, DoneUnconfirmedError, ExhaustedError, LeaseLostError, MismatchError
 
 Scope = dict
 Receive = Callable[[], Awaitable[dict]]
 Send = Callable[[dict], Awaitable[None]]
 Response = Tuple[int, List[Tuple[bytes, bytes]], bytes]
 
+#: Not stored: they belong to one connection, or are set again when sent.
+_UNSTORED = {b"connection", b"keep-alive", b"transfer-encoding", b"date", b"content-length"}
 
-class ResponseSerializer:
-    """A response as stored: `[status, headers]` as JSON, a newline, the body."""
 
-    def dumps(self, response: Response) -> bytes:
+def fingerprint(method: str, target: str, body: bytes) -> str:
+    """The request's fingerprint: hex SHA-256 of `METHOD SP target LF body`."""
+    return hashlib.sha256(f"{method.upper()} {target}\n".encode("latin-1") + body).hexdigest()
+
+
+def _target(scope: Scope) -> str:
+    path = scope.get("raw_path")
+    text = path.decode("latin-1") if isinstance(path, (bytes, bytearray)) and path else scope.get("path", "")
+    query = scope.get("query_string", b"")
+    return f"{text}?{query.decode('latin-1')}" if query else text
+
+
+class ResponseCodec:
+    """A response as stored: the JSON every library's middleware reads."""
+
+    def encode(self, response: Response) -> bytes:
         status, headers, body = response
-        head = [status, [[k.decode("latin-1"), v.decode("latin-1")] for k, v in headers]]
-        return json.dumps(head, separators=(",", ":")).encode() + b"\n" + body
+        kept = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in headers if k.lower() not in _UNSTORED]
+        doc = {"v": 1, "status": status, "headers": kept, "body": base64.b64encode(body).decode()}
+        return json.dumps(doc, separators=(",", ":")).encode()
 
-    def loads(self, data: Any) -> Response:
-        if isinstance(data, str):
-            data = data.encode("latin-1")
-        head, _, body = data.partition(b"\n")
-        status, headers = json.loads(head)
-        return status, [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers], body
+    def decode(self, data: Any) -> Response:
+        doc = json.loads(data)
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in doc["headers"]]
+        return int(doc["status"]), headers, base64.b64decode(doc["body"])
 
 
 class _ServerError(Exception):
@@ -62,8 +82,8 @@ async def _plain(send: Send, status: int, text: str, extra: Iterable[Tuple[bytes
 class IdempotencyMiddleware:
     """See the module's doc. `client` is a redis.asyncio.Redis or
     RedisCluster with the module or the Functions edition; `prefix` scopes
-    the records (and `scope_key(scope)`, if given, per client or account:
-    keys from two accounts never meet); `methods` are the requests it
+    the records, and `scope_key(scope)`, if given, per client or account
+    (keys from two accounts never meet); `methods` are the requests it
     applies to; `required` answers 400 to those without the header."""
 
     def __init__(
@@ -77,8 +97,8 @@ class IdempotencyMiddleware:
         required: bool = False,
         scope_key: Optional[Callable[[Scope], str]] = None,
         lease: int = 30,
-        wait: float = 5.0,
-        maxtries: int = 3,
+        wait: float = 10.0,
+        max_tries: int = 3,
         retain: Optional[int] = None,
         retry_after: int = 1,
         max_key_length: int = 255,
@@ -91,8 +111,8 @@ class IdempotencyMiddleware:
         self.scope_key = scope_key
         self.retry_after = retry_after
         self.max_key_length = max_key_length
-        self.idem = AsyncIdem(client, prefix=prefix, edition=edition, lease=lease, wait=wait, maxtries=maxtries,
-                              retain=retain, serializer=ResponseSerializer())
+        self.idem = AsyncIdem(client, prefix=prefix, edition=edition, lease=lease, wait=wait, max_tries=max_tries,
+                              retain=retain, codec=ResponseCodec())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"].upper() not in self.methods:
@@ -106,43 +126,48 @@ class IdempotencyMiddleware:
         if len(values) > 1 or not key or len(key) > self.max_key_length:
             return await _plain(send, 400, "Idempotency-Key: one value, of 1 to %d characters" % self.max_key_length)
         body = await _read_body(receive)
-        if self.scope_key is not None:
-            key = f"{self.scope_key(scope)}:{key}"
-        query = scope.get("query_string", b"")
-        fingerprint = f"{scope['method'].upper()} {scope.get('path', '')}?".encode() + query + b"\n" + body
+        key = f"http:{self.scope_key(scope)}:{key}" if self.scope_key is not None else f"http:{key}"
+        payload = fingerprint(scope["method"], _target(scope), body)
+        # Shielded: a server that cancels the request when the client goes
+        # away must not stop the app before its response is stored.
+        await asyncio.shield(asyncio.ensure_future(self._handle(scope, body, send, key, payload)))
 
+    async def _handle(self, scope: Scope, body: bytes, send: Send, key: str, payload: str) -> None:
+        client = _Client(send)
         try:
-            async with self.idem.job(key, payload=fingerprint) as job:
-                if job.replayed:
-                    return await self._replay(send, job.result)
-                job.result = await self._run(scope, body, send)
+            outcome = await self.idem.process_outcome(key, lambda job: self._run(scope, body, client),
+                                                      payload=payload)
         except MismatchError:
-            return await _plain(send, 422, "Idempotency-Key reused with another request")
+            return await client.plain(422, "Idempotency-Key reused with another request")
         except BusyError:
-            return await _plain(send, 409, "a request with this Idempotency-Key is in progress",
-                                [(b"retry-after", str(self.retry_after).encode())])
+            return await client.plain(409, "a request with this Idempotency-Key is in progress",
+                                      [(b"retry-after", str(self.retry_after).encode())])
         except ExhaustedError:
-            return await _plain(send, 500, "this request failed too often: send it again with a new Idempotency-Key")
-        except (_ServerError, LeaseLostError):
-            return  # already answered: the app's 5xx (released), or ours ran over a lease another run took
+            return await client.plain(500, "this request failed too often: send it again with a new Idempotency-Key")
+        except (_ServerError, LeaseLostError, DoneUnconfirmedError):
+            return  # answered already: the app's 5xx (released), or its response, whose record another run owns
+        if outcome.replayed:
+            await self._replay(client, outcome.value)
 
-    async def _replay(self, send: Send, response: Optional[Response]) -> None:
+    async def _replay(self, client: "_Client", response: Optional[Response]) -> None:
         if response is None:  # completed, but the response was not kept (too large, or maxmemory)
-            return await _plain(send, 500, "this request was completed, but its response was not kept")
+            return await client.plain(500, "this request was completed, but its response was not kept")
         status, headers, body = response
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [*headers, (b"idempotent-replayed", b"true")]})
-        await send({"type": "http.response.body", "body": body})
+        await client.send({"type": "http.response.start", "status": status,
+                           "headers": [*headers, (b"idempotent-replayed", b"true")]})
+        await client.send({"type": "http.response.body", "body": body})
 
-    async def _run(self, scope: Scope, body: bytes, send: Send) -> Response:
+    async def _run(self, scope: Scope, body: bytes, client: "_Client") -> Response:
         """Run the app, forwarding its response as it comes and keeping a copy."""
-        sent = False
+        given = False
+        never = asyncio.Event()
 
-        async def replay_receive() -> dict:
-            nonlocal sent
-            if not sent:
-                sent = True
+        async def receive() -> dict:
+            nonlocal given
+            if not given:
+                given = True
                 return {"type": "http.request", "body": body, "more_body": False}
+            await never.wait()  # the app is not told the client left: it finishes, and its response is stored
             return {"type": "http.disconnect"}
 
         status, headers, chunks = 500, [], []
@@ -153,12 +178,32 @@ class IdempotencyMiddleware:
                 status, headers = message["status"], list(message.get("headers", []))
             elif message["type"] == "http.response.body":
                 chunks.append(message.get("body", b""))
-            await send(message)
+            await client.send(message)
 
-        await self.app(scope, replay_receive, capture)
+        await self.app(scope, receive, capture)
         if status >= 500:
             raise _ServerError(status)
         return status, [(bytes(k), bytes(v)) for k, v in headers], b"".join(chunks)
+
+
+class _Client:
+    """The connection's `send`, which stops forwarding once the client has
+    gone (the server raises, or drops what is sent) instead of failing the app."""
+
+    def __init__(self, send: Send):
+        self._send = send
+        self.gone = False
+
+    async def send(self, message: dict) -> None:
+        if self.gone:
+            return
+        try:
+            await self._send(message)
+        except Exception:  # OSError, or the server's own ClientDisconnected
+            self.gone = True
+
+    async def plain(self, status: int, text: str, extra: Iterable[Tuple[bytes, bytes]] = ()) -> None:
+        await _plain(self.send, status, text, extra)
 
 
 async def _read_body(receive: Receive) -> bytes:
