@@ -229,8 +229,12 @@ define python-venv
 	fi
 endef
 
+# The library is installed again from the checkout each time (a few
+# seconds, no dependencies), so a venv made before a change of
+# clients/python runs the examples with the library they are written for.
 pyenv:
 	$(call python-venv,$(PY_VENV),redis redis_idem,-r examples/consumer/requirements.txt,pyenv)
+	@$(PY_VENV)/bin/pip install -q --force-reinstall --no-deps ./clients/python
 
 # The Node.js client example's dependencies: ioredis from the npm registry,
 # and the redis-idem library from clients/node (linked; npm runs its
