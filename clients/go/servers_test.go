@@ -69,24 +69,25 @@ func stopServers() {
 	}
 }
 
-func freePort(t testing.TB, cluster bool) int {
+// freePort is a free port; for a cluster node, one whose bus port
+// (+10000) is free too.
+func freePort(cluster bool) (int, error) {
 	for {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatal(err)
+			return 0, err
 		}
 		port := l.Addr().(*net.TCPAddr).Port
 		l.Close()
-		if !cluster || port+10000 > 65535 {
-			if !cluster {
-				return port
-			}
+		if !cluster {
+			return port, nil
+		}
+		if port+10000 > 65535 {
 			continue
 		}
-		bus, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+10000))
-		if err == nil {
+		if bus, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+10000)); err == nil {
 			bus.Close()
-			return port
+			return port, nil
 		}
 	}
 }
@@ -94,22 +95,33 @@ func freePort(t testing.TB, cluster bool) int {
 // startServer starts one server and waits until it answers.
 func startServer(t testing.TB, binary string, module bool, extra ...string) string {
 	t.Helper()
-	port := freePort(t, len(extra) > 0)
-	dir, err := os.MkdirTemp("", "idem-go-test-")
+	addr, err := start(binary, module, extra...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return addr
+}
+
+func start(binary string, module bool, extra ...string) (string, error) {
+	port, err := freePort(len(extra) > 0)
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "idem-go-test-")
+	if err != nil {
+		return "", err
 	}
 	args := []string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}
 	if module {
 		if _, err := os.Stat(modulePath()); err != nil {
-			t.Fatalf("the module is missing (set REDIS_IDEM_MODULE): %v", err)
+			return "", fmt.Errorf("the module is missing (set REDIS_IDEM_MODULE): %v", err)
 		}
 		args = append(args, "--loadmodule", modulePath())
 	}
 	args = append(args, "--logfile", filepath.Join(dir, "server.log"))
 	cmd := exec.Command(binary, append(args, extra...)...)
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", binary, err)
+		return "", fmt.Errorf("starting %s: %v", binary, err)
 	}
 	startedMu.Lock()
 	started, dirs = append(started, cmd), append(dirs, dir)
@@ -121,11 +133,11 @@ func startServer(t testing.TB, binary string, module bool, extra ...string) stri
 	for c.Ping(context.Background()).Err() != nil {
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
-			t.Fatalf("%s did not start on %s:\n%s", binary, addr, log)
+			return "", fmt.Errorf("%s did not start on %s:\n%s", binary, addr, log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return addr
+	return addr, nil
 }
 
 func loadFunctions(t testing.TB, addr string) {
@@ -142,8 +154,9 @@ func loadFunctions(t testing.TB, addr string) {
 
 // A started server per config, shared by the tests of that config.
 var (
-	serversMu sync.Mutex
-	servers   = map[string]string{}
+	exampleAddr string
+	serversMu   sync.Mutex
+	servers     = map[string]string{}
 )
 
 func serverFor(t testing.TB, cfg serverConfig) string {
@@ -219,6 +232,13 @@ func TestMain(m *testing.M) {
 		runWorker()
 		return
 	}
+	// The Example functions use the Redis 7.0 server with the module.
+	addr, err := start(configs()[0].binary, true)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	exampleAddr, servers[configs()[0].name] = addr, addr
 	code := m.Run()
 	stopServers()
 	os.Exit(code)
