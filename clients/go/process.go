@@ -74,9 +74,12 @@ func Process[T any](ctx context.Context, i *Idem, key string, work Work[T], opts
 		return res, err
 	}
 	job, err := i.onClaim(ctx, key, reply)
-	if err != nil || job == nil {
+	if err != nil {
+		return res, err
+	}
+	if job == nil {
 		res.Status, res.Attempt, res.Replayed = StatusDone, reply.Attempt, true
-		if err == nil && reply.Result != nil {
+		if reply.Result != nil {
 			err = c.codec.Decode(reply.Result, &res.Value)
 			res.ResultStored = err == nil
 		}
@@ -267,24 +270,41 @@ func (i *Idem) heartbeatAll(ctx context.Context, jobs []*Job, runnable []bool) (
 				return
 			case <-t.C:
 			}
-			for n, job := range jobs {
-				if !runnable[n] || job.Lost() {
-					continue
-				}
-				err := i.Extend(ctx, job.key, job.token, i.lease)
-				switch {
-				case err == nil:
-					i.stats.extends.Add(1)
-				case errors.Is(err, ErrStale):
-					i.loseLease(job)
-				}
-				// Any other error (a connection's): the next beat tries again.
-			}
+			i.beat(ctx, jobs, runnable)
 		}
 	}()
 	return func() {
 		close(done)
 		wg.Wait()
+	}
+}
+
+// beat extends every live job's lease, pipelined.
+func (i *Idem) beat(ctx context.Context, jobs []*Job, runnable []bool) {
+	var live []*Job
+	var cmds [][]any
+	for n, job := range jobs {
+		if !runnable[n] || job.Lost() {
+			continue
+		}
+		cmd, _, err := i.command(ctx, "IDEM.EXTEND", "idem_extend", job.key)
+		if err != nil {
+			return
+		}
+		live, cmds = append(live, job), append(cmds, append(cmd, job.token, int64(i.lease/time.Second)))
+	}
+	if len(cmds) == 0 {
+		return
+	}
+	// A connection error: the next beat tries again.
+	replies, _ := i.pipeline(ctx, cmds, false)
+	for n, r := range replies {
+		switch {
+		case r.err == nil:
+			i.stats.extends.Add(1)
+		case errors.Is(r.err, ErrStale):
+			i.loseLease(live[n])
+		}
 	}
 }
 
