@@ -18,7 +18,6 @@ func (i *Idem) ClaimMany(ctx context.Context, keys []string, lease time.Duration
 	if payloads != nil && len(payloads) != len(keys) {
 		return nil, errors.New("idem: one payload per key")
 	}
-	out := make([]ClaimReply, len(keys))
 	ed, err := i.Edition(ctx)
 	if err != nil {
 		return nil, err
@@ -34,20 +33,18 @@ func (i *Idem) ClaimMany(ctx context.Context, keys []string, lease time.Duration
 				return nil, err
 			}
 		}
-		replies, err := i.pipeline(ctx, cmds, false)
-		if err != nil {
-			return nil, err
-		}
-		for j, r := range replies {
-			if r.err != nil {
-				out[j].Err = r.err
-			} else {
-				out[j], out[j].Err = parseClaim(r.value)
+		return pipelined(ctx, i, cmds, false, func(r piped) (c ClaimReply) {
+			if c.Err = r.err; c.Err == nil {
+				c, c.Err = parseClaim(r.value)
 			}
-		}
-		return out, nil
+			return c
+		})
 	}
-	for _, group := range batches(i.prefixed(keys), i.cluster, nil) {
+	indices := make([]int, len(keys))
+	for j := range indices {
+		indices[j] = j
+	}
+	return inBatches(i.prefixed(keys), i.cluster, nil, indices, func(group []int) ([]ClaimReply, error) {
 		args := MClaimArgs{MaxTries: i.opts.MaxTries, Bloom: i.opts.Bloom}
 		sub := make([]string, len(group))
 		for n, j := range group {
@@ -56,12 +53,25 @@ func (i *Idem) ClaimMany(ctx context.Context, keys []string, lease time.Duration
 				args.Payloads = append(args.Payloads, payloads[j])
 			}
 		}
-		replies, err := i.MClaim(ctx, sub, lease, args)
+		return i.MClaim(ctx, sub, lease, args)
+	})
+}
+
+// inBatches sends items in the batches of their keys (batches) and puts
+// each answer in its item's place.
+func inBatches[I, A any](keys []string, cluster bool, class func(int) int, items []I, send func([]I) ([]A, error)) ([]A, error) {
+	out := make([]A, len(items))
+	for _, group := range batches(keys, cluster, class) {
+		sub := make([]I, len(group))
+		for n, j := range group {
+			sub[n] = items[j]
+		}
+		answers, err := send(sub)
 		if err != nil {
 			return nil, err
 		}
 		for n, j := range group {
-			out[j] = replies[n]
+			out[j] = answers[n]
 		}
 	}
 	return out, nil
@@ -74,7 +84,6 @@ func (i *Idem) DoneMany(ctx context.Context, items []DoneItem, retain time.Durat
 }
 
 func (i *Idem) doneMany(ctx context.Context, items []DoneItem, retain time.Duration, once bool) ([]DoneAnswer, error) {
-	out := make([]DoneAnswer, len(items))
 	ed, err := i.Edition(ctx)
 	if err != nil {
 		return nil, err
@@ -94,15 +103,10 @@ func (i *Idem) doneMany(ctx context.Context, items []DoneItem, retain time.Durat
 				cmds[j] = append(cmds[j], "RETAIN", secs)
 			}
 		}
-		replies, err := i.pipeline(ctx, cmds, once)
-		if err != nil {
-			return nil, err
-		}
-		for j, r := range replies {
+		return pipelined(ctx, i, cmds, once, func(r piped) DoneAnswer {
 			n, _ := r.value.(int64)
-			out[j] = DoneAnswer{Code: DoneCode(n), Err: r.err}
-		}
-		return out, nil
+			return DoneAnswer{Code: DoneCode(n), Err: r.err}
+		})
 	}
 	keys := make([]string, len(items))
 	for j, it := range items {
@@ -114,25 +118,13 @@ func (i *Idem) doneMany(ctx context.Context, items []DoneItem, retain time.Durat
 		}
 		return 0
 	}
-	for _, group := range batches(keys, i.cluster, withResult) {
-		sub := make([]DoneItem, len(group))
-		for n, j := range group {
-			sub[n] = items[j]
-		}
-		answers, err := i.mdone(ctx, sub, MDoneArgs{Retain: retain, Bloom: i.opts.Bloom}, once)
-		if err != nil {
-			return nil, err
-		}
-		for n, j := range group {
-			out[j] = answers[n]
-		}
-	}
-	return out, nil
+	return inBatches(keys, i.cluster, withResult, items, func(sub []DoneItem) ([]DoneAnswer, error) {
+		return i.mdone(ctx, sub, MDoneArgs{Retain: retain, Bloom: i.opts.Bloom}, once)
+	})
 }
 
 // ReleaseMany gives up each item's live claim.
 func (i *Idem) ReleaseMany(ctx context.Context, items []ReleaseItem) ([]ReleaseAnswer, error) {
-	out := make([]ReleaseAnswer, len(items))
 	ed, err := i.Edition(ctx)
 	if err != nil {
 		return nil, err
@@ -142,33 +134,17 @@ func (i *Idem) ReleaseMany(ctx context.Context, items []ReleaseItem) ([]ReleaseA
 		for j, it := range items {
 			cmds[j] = []any{"FCALL", "idem_release", 1, i.prefix + it.Key, it.Token}
 		}
-		replies, err := i.pipeline(ctx, cmds, false)
-		if err != nil {
-			return nil, err
-		}
-		for j, r := range replies {
-			out[j] = ReleaseAnswer{Released: r.value == int64(1), Err: r.err}
-		}
-		return out, nil
+		return pipelined(ctx, i, cmds, false, func(r piped) ReleaseAnswer {
+			return ReleaseAnswer{Released: r.value == int64(1), Err: r.err}
+		})
 	}
 	keys := make([]string, len(items))
 	for j, it := range items {
 		keys[j] = i.prefix + it.Key
 	}
-	for _, group := range batches(keys, i.cluster, nil) {
-		sub := make([]ReleaseItem, len(group))
-		for n, j := range group {
-			sub[n] = items[j]
-		}
-		answers, err := i.MRelease(ctx, sub)
-		if err != nil {
-			return nil, err
-		}
-		for n, j := range group {
-			out[j] = answers[n]
-		}
-	}
-	return out, nil
+	return inBatches(keys, i.cluster, nil, items, func(sub []ReleaseItem) ([]ReleaseAnswer, error) {
+		return i.MRelease(ctx, sub)
+	})
 }
 
 func (i *Idem) prefixed(keys []string) []string {
@@ -177,6 +153,19 @@ func (i *Idem) prefixed(keys []string) []string {
 		out[j] = i.prefix + k
 	}
 	return out
+}
+
+// pipelined is pipeline with each reply made an answer.
+func pipelined[A any](ctx context.Context, i *Idem, cmds [][]any, once bool, answer func(piped) A) ([]A, error) {
+	replies, err := i.pipeline(ctx, cmds, once)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]A, len(replies))
+	for j, r := range replies {
+		out[j] = answer(r)
+	}
+	return out, nil
 }
 
 type piped struct {
