@@ -23,6 +23,7 @@ const (
 	EditionFunctions
 )
 
+// String is "module", "functions" or "auto".
 func (e Edition) String() string {
 	switch e {
 	case EditionModule:

@@ -47,6 +47,7 @@ type BusyError struct {
 	Attempt   int64
 }
 
+// Error is the message.
 func (e *BusyError) Error() string {
 	return fmt.Sprintf("idem: %q is busy (lease left %v)", e.Key, e.LeaseLeft)
 }
@@ -60,6 +61,7 @@ type MismatchError struct {
 	Attempt int64
 }
 
+// Error is the message.
 func (e *MismatchError) Error() string {
 	return fmt.Sprintf("idem: %q was claimed with another payload", e.Key)
 }
@@ -73,6 +75,7 @@ type ExhaustedError struct {
 	Attempt int64
 }
 
+// Error is the message.
 func (e *ExhaustedError) Error() string {
 	return fmt.Sprintf("idem: %q used its %d tries", e.Key, e.Attempt)
 }
@@ -86,6 +89,7 @@ type LeaseLostError struct {
 	Attempt int64
 }
 
+// Error is the message.
 func (e *LeaseLostError) Error() string {
 	return fmt.Sprintf("idem: the lease of %q (attempt %d) was lost", e.Key, e.Attempt)
 }
@@ -103,6 +107,7 @@ type ResultNotStoredError struct {
 	Cause error
 }
 
+// Error is the message.
 func (e *ResultNotStoredError) Error() string {
 	return fmt.Sprintf("idem: %q completed without its result: %v", e.Key, e.Cause)
 }
@@ -122,6 +127,7 @@ type HookError struct {
 	Result any
 }
 
+// Error is the message.
 func (e *HookError) Error() string { return fmt.Sprintf("idem: hook %s: %v", e.Hook, e.Cause) }
 
 // Is makes errors.Is(err, ErrHook) true.
@@ -138,6 +144,7 @@ type DoneUnconfirmedError struct {
 	Cause  error
 }
 
+// Error is the message.
 func (e *DoneUnconfirmedError) Error() string {
 	return fmt.Sprintf("idem: DONE of %q unconfirmed: %v", e.Key, e.Cause)
 }
@@ -151,6 +158,7 @@ func (e *DoneUnconfirmedError) Unwrap() error { return e.Cause }
 // StaleError is ErrStale with the server's text.
 type StaleError struct{ Message string }
 
+// Error is the message.
 func (e *StaleError) Error() string { return e.Message }
 
 // Is makes errors.Is(err, ErrStale) true.
@@ -159,6 +167,7 @@ func (e *StaleError) Is(target error) bool { return target == ErrStale }
 // WrongTypeError is ErrWrongType with the server's text.
 type WrongTypeError struct{ Message string }
 
+// Error is the message.
 func (e *WrongTypeError) Error() string { return e.Message }
 
 // Is makes errors.Is(err, ErrWrongType) true.
@@ -167,6 +176,7 @@ func (e *WrongTypeError) Is(target error) bool { return target == ErrWrongType }
 // ResultTooLargeError is ErrResultTooLarge with the server's text.
 type ResultTooLargeError struct{ Message string }
 
+// Error is the message.
 func (e *ResultTooLargeError) Error() string { return e.Message }
 
 // Is makes errors.Is(err, ErrResultTooLarge) true.
@@ -176,6 +186,7 @@ func (e *ResultTooLargeError) Is(target error) bool { return target == ErrResult
 // Functions edition.
 type ModuleRequiredError struct{ Message string }
 
+// Error is the message.
 func (e *ModuleRequiredError) Error() string { return e.Message }
 
 // Is makes errors.Is(err, ErrModuleRequired) true.

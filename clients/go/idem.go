@@ -225,7 +225,7 @@ func (i *Idem) loseLease(job *Job) {
 
 // onClaim counts a claim's answer and makes it a job, a replay or an error
 // (nil, nil for BUSY, which the caller decides on).
-func (i *Idem) onClaim(ctx context.Context, key string, r ClaimReply) (*Job, error) {
+func (i *Idem) onClaim(key string, r ClaimReply) (*Job, error) {
 	switch r.Status {
 	case StatusNew, StatusSeen, StatusRetry:
 		if r.Status == StatusNew {

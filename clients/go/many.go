@@ -52,7 +52,7 @@ func ProcessMany[T any](ctx context.Context, i *Idem, keys []string, work Work[T
 			it.Status, it.Err = ItemError, r.Err
 			continue
 		}
-		job, err := i.onClaim(ctx, keys[j], r)
+		job, err := i.onClaim(keys[j], r)
 		switch {
 		case job != nil:
 			jobs, at = append(jobs, job), append(at, j)

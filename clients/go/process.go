@@ -73,7 +73,7 @@ func Process[T any](ctx context.Context, i *Idem, key string, work Work[T], opts
 	if err != nil {
 		return res, err
 	}
-	job, err := i.onClaim(ctx, key, reply)
+	job, err := i.onClaim(key, reply)
 	if err != nil {
 		return res, err
 	}
