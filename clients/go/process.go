@@ -154,7 +154,6 @@ type outcome struct {
 	err      error
 	panicked bool
 	panicVal any
-	ran      bool
 }
 
 func (o outcome) get() (any, error) { return o.value, o.err }
@@ -214,11 +213,11 @@ func (i *Idem) run(ctx context.Context, jobs []*Job, work func(context.Context, 
 func runOne(ctx context.Context, job *Job, work func(context.Context, *Job) (any, error)) (o outcome) {
 	defer func() {
 		if p := recover(); p != nil {
-			o = outcome{panicked: true, panicVal: p, ran: true}
+			o = outcome{panicked: true, panicVal: p}
 		}
 	}()
 	v, err := work(ctx, job)
-	return outcome{value: v, err: err, ran: true}
+	return outcome{value: v, err: err}
 }
 
 // releaseJobs gives back the failed jobs' claims at once (a waiting
