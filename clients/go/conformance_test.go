@@ -104,6 +104,7 @@ type runner struct {
 }
 
 func newRunner(t *testing.T, name, edition string, addrs []string, cluster bool, protocol int, c conformanceCase) *runner {
+	name = strings.TrimSuffix(fresh(name), ":")
 	r := &runner{t: t, ctx: context.Background(), name: name, edition: edition, prefix: name + ":",
 		tokens: map[string]string{}, gates: map[string]chan struct{}{}, calls: map[string]*bgCall{}}
 	libAddrs := addrs

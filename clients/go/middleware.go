@@ -85,7 +85,11 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		fingerprint := Fingerprint(r.Method, r.RequestURI, body)
+		target := r.RequestURI
+		if target == "" { // a request made in-process, not read from a client
+			target = r.URL.RequestURI()
+		}
+		fingerprint := Fingerprint(r.Method, target, body)
 		run := func(ctx context.Context, job *Job) ([]byte, error) {
 			rec := &recorder{header: http.Header{}}
 			next.ServeHTTP(rec, r.WithContext(ctx))

@@ -33,7 +33,7 @@ func post(t *testing.T, url, key, body string) (*http.Response, string) {
 // The stored response is the format every language's middleware reads.
 func TestMiddlewareStoresTheSharedFormat(t *testing.T) {
 	forEachEdition(t, func(t *testing.T, addr string) {
-		i := newIdem(t, addr, idem.Options{Prefix: "mw-" + t.Name() + ":"})
+		i := newIdem(t, addr, idem.Options{Prefix: fresh("mw")})
 		var runs atomic.Int64
 		mw := i.Middleware(idem.MiddlewareOptions{Scope: "orders", Required: true, MaxTries: 2})
 		srv := httptest.NewServer(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -92,7 +92,7 @@ func TestDoneUnconfirmed(t *testing.T) {
 		p := startProxy(t, addr)
 		client := redis.NewClient(&redis.Options{Addr: p.addr()})
 		defer client.Close()
-		i, _ := idem.New(client, idem.Options{Prefix: "unconfirmed:", DoneRetries: -1})
+		i, _ := idem.New(client, idem.Options{Prefix: fresh("unconfirmed"), DoneRetries: -1})
 		p.armed.Store(true)
 		work := func(context.Context, *idem.Job) (string, error) { return "v", nil }
 		_, err := idem.Process(context.Background(), i, "k", work)

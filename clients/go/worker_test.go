@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,7 +47,7 @@ func forEachEdition(t *testing.T, test func(t *testing.T, addr string)) {
 
 func TestKilledWorkerIsRetried(t *testing.T) {
 	forEachEdition(t, func(t *testing.T, addr string) {
-		prefix := "killed-" + t.Name() + ":"
+		prefix := fresh("killed")
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), "IDEM_TEST_WORKER="+addr+","+prefix+",order")
 		out, err := cmd.StdoutPipe()
@@ -79,6 +80,12 @@ func TestKilledWorkerIsRetried(t *testing.T) {
 	})
 }
 
+var prefixes atomic.Int64
+
+// fresh is a prefix no other test (nor another run of the same test in
+// this process, -count) uses.
+func fresh(what string) string { return fmt.Sprintf("%s-%d:", what, prefixes.Add(1)) }
+
 func newIdem(t *testing.T, addr string, opts idem.Options) *idem.Idem {
 	client := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { client.Close() })
@@ -94,7 +101,7 @@ func newIdem(t *testing.T, addr string, opts idem.Options) *idem.Idem {
 // ErrLeaseLost, and its DONE is refused too.
 func TestLapsedLeaseCancelsTheJob(t *testing.T) {
 	forEachEdition(t, func(t *testing.T, addr string) {
-		prefix := "lapsed-" + t.Name() + ":"
+		prefix := fresh("lapsed")
 		i := newIdem(t, addr, idem.Options{Prefix: prefix, Lease: time.Second, Heartbeat: 1500 * time.Millisecond})
 		other := newIdem(t, addr, idem.Options{Prefix: prefix})
 		var cause error
