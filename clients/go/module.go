@@ -198,11 +198,7 @@ func (i *Idem) BFReserve(ctx context.Context, key string, errorRate float64, cap
 
 // BFAdd sends IDEM.BF.ADD: true when the item was not seen in the window.
 func (i *Idem) BFAdd(ctx context.Context, key, item string) (bool, error) {
-	b, err := i.bf(ctx, "IDEM.BF.ADD", key, []string{item})
-	if err != nil {
-		return false, err
-	}
-	return b[0], nil
+	return i.bfOne(ctx, "IDEM.BF.ADD", key, item)
 }
 
 // BFMAdd sends IDEM.BF.MADD.
@@ -212,16 +208,20 @@ func (i *Idem) BFMAdd(ctx context.Context, key string, items ...string) ([]bool,
 
 // BFExists sends IDEM.BF.EXISTS: true when the item may have been seen.
 func (i *Idem) BFExists(ctx context.Context, key, item string) (bool, error) {
-	b, err := i.bf(ctx, "IDEM.BF.EXISTS", key, []string{item})
-	if err != nil {
-		return false, err
-	}
-	return b[0], nil
+	return i.bfOne(ctx, "IDEM.BF.EXISTS", key, item)
 }
 
 // BFMExists sends IDEM.BF.MEXISTS.
 func (i *Idem) BFMExists(ctx context.Context, key string, items ...string) ([]bool, error) {
 	return i.bf(ctx, "IDEM.BF.MEXISTS", key, items)
+}
+
+func (i *Idem) bfOne(ctx context.Context, name, key, item string) (bool, error) {
+	b, err := i.bf(ctx, name, key, []string{item})
+	if err != nil {
+		return false, err
+	}
+	return b[0], nil
 }
 
 func (i *Idem) bf(ctx context.Context, name, key string, items []string) ([]bool, error) {
