@@ -103,6 +103,9 @@ func startServer(t testing.TB, binary string, module bool, extra ...string) stri
 }
 
 func start(binary string, module bool, extra ...string) (string, error) {
+	if _, err := os.Stat(modulePath()); module && err != nil {
+		return "", fmt.Errorf("the module is missing (set REDIS_IDEM_MODULE): %v", err)
+	}
 	port, err := freePort(len(extra) > 0)
 	if err != nil {
 		return "", err
@@ -113,9 +116,6 @@ func start(binary string, module bool, extra ...string) (string, error) {
 	}
 	args := []string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}
 	if module {
-		if _, err := os.Stat(modulePath()); err != nil {
-			return "", fmt.Errorf("the module is missing (set REDIS_IDEM_MODULE): %v", err)
-		}
 		args = append(args, "--loadmodule", modulePath())
 	}
 	args = append(args, "--logfile", filepath.Join(dir, "server.log"))
