@@ -1,0 +1,108 @@
+package idem_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	idem "github.com/redis-idem/redis-idem/clients/go"
+	"github.com/redis/go-redis/v9"
+)
+
+func post(t *testing.T, url, key, body string) (*http.Response, string) {
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// The stored response is the format every language's middleware reads.
+func TestMiddlewareStoresTheSharedFormat(t *testing.T) {
+	forEachEdition(t, func(t *testing.T, addr string) {
+		i := newIdem(t, addr, idem.Options{Prefix: fresh("mw")})
+		var runs atomic.Int64
+		mw := i.Middleware(idem.MiddlewareOptions{Scope: "orders", Required: true, MaxTries: 2})
+		srv := httptest.NewServer(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			if r.Method == "POST" && strings.Contains(r.URL.Path, "fail") {
+				w.WriteHeader(http.StatusBadGateway)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Add("X-Trace", "a")
+			w.Header().Add("X-Trace", "b")
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, `{"id":1}`)
+		})))
+		defer srv.Close()
+		if resp, _ := post(t, srv.URL+"/orders", "", "{}"); resp.StatusCode != 400 {
+			t.Errorf("without the header: %d, want 400", resp.StatusCode)
+		}
+		if resp, err := http.Get(srv.URL + "/orders"); err != nil || resp.StatusCode != 201 || runs.Load() != 1 {
+			t.Errorf("a GET passes through: %v %v", resp, err)
+		}
+		post(t, srv.URL+"/orders", "k1", `{"a":1}`)
+		rec, err := i.Get(context.Background(), "http:orders:k1")
+		if err != nil || rec == nil || rec.State != idem.StateDone {
+			t.Fatalf("the record: %+v %v", rec, err)
+		}
+		var stored map[string]any
+		if err := json.Unmarshal(rec.Result, &stored); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]any{"v": 1.0, "status": 201.0, "body": base64.StdEncoding.EncodeToString([]byte(`{"id":1}`)),
+			"headers": []any{[]any{"content-type", "application/json"}, []any{"x-trace", "a"}, []any{"x-trace", "b"}}}
+		if !jsonEqual(stored, want) {
+			t.Errorf("stored %s, want %v", rec.Result, want)
+		}
+		resp, body := post(t, srv.URL+"/orders", "k1", `{"a":1}`)
+		if resp.StatusCode != 201 || body != `{"id":1}` || resp.Header.Get("Idempotent-Replayed") != "true" ||
+			strings.Join(resp.Header.Values("X-Trace"), ",") != "a,b" || runs.Load() != 2 {
+			t.Errorf("the replay: %d %q %v", resp.StatusCode, body, resp.Header)
+		}
+		for n, want := range []int{502, 502, 500} {
+			if resp, _ := post(t, srv.URL+"/fail", "k2", "{}"); resp.StatusCode != want {
+				t.Errorf("failure %d: %d, want %d", n+1, resp.StatusCode, want)
+			}
+		}
+		if s := mw.Stats(); s.Released != 2 || s.Exhausted != 1 || s.Replays != 1 || s.FirstRuns != 2 {
+			t.Errorf("the middleware's stats %+v", s)
+		}
+	})
+}
+
+// DONE's reply lost and no retries allowed: DoneUnconfirmed carrying the
+// result; the server did complete it, so the redelivery replays.
+func TestDoneUnconfirmed(t *testing.T) {
+	forEachEdition(t, func(t *testing.T, addr string) {
+		p := startProxy(t, addr)
+		client := redis.NewClient(&redis.Options{Addr: p.addr()})
+		defer client.Close()
+		i, _ := idem.New(client, idem.Options{Prefix: fresh("unconfirmed"), DoneRetries: -1})
+		p.armed.Store(true)
+		work := func(context.Context, *idem.Job) (string, error) { return "v", nil }
+		_, err := idem.Process(context.Background(), i, "k", work)
+		var unconfirmed *idem.DoneUnconfirmedError
+		if !errors.As(err, &unconfirmed) || unconfirmed.Result != "v" {
+			t.Fatalf("%v, want a *DoneUnconfirmedError with the result", err)
+		}
+		res, err := idem.Process(context.Background(), i, "k", work)
+		if err != nil || !res.Replayed || res.Value != "v" {
+			t.Errorf("the redelivery: %+v %v", res, err)
+		}
+	})
+}
