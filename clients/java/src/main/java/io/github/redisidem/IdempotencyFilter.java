@@ -21,7 +21,6 @@ import java.io.PrintWriter;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
-import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HexFormat;
 import java.util.List;
@@ -43,35 +42,46 @@ import java.util.Set;
 public final class IdempotencyFilter implements Filter {
     private final Idem idem;
     private final String scope;
-    private final Duration waitFor;
-    private final int maxTries;
     private final Set<String> methods;
     private final boolean required;
 
     /**
-     * @param idem the instance (its prefix goes before every key)
+     * The filter has an {@link Idem} of its own, with its own counters ({@link #stats}).
+     *
+     * @param transport the client
+     * @param options the instance's settings: its prefix goes before every key, its
+     *     {@code waitFor} is how long a repeat waits for the first (default 10 s); its
+     *     codec is replaced by the stored-response format
      * @param scope the key's scope: {@code http:<scope>:<Idempotency-Key>}
-     * @param waitFor how long a repeat waits for the first (default 10 s)
      * @param maxTries failures before 500 (default 3)
      * @param methods the methods it applies to (default POST, PATCH)
      * @param required whether a request without the header is refused with 400
      */
-    public IdempotencyFilter(Idem idem, String scope, Duration waitFor, int maxTries, Set<String> methods, boolean required) {
-        this.idem = idem;
+    public IdempotencyFilter(Transport transport, IdemOptions options, String scope, int maxTries, Set<String> methods, boolean required) {
+        this.idem = new Idem(transport, options.withCodec(StoredResponse.CODEC).withMaxTries(maxTries));
         this.scope = scope;
-        this.waitFor = waitFor;
-        this.maxTries = maxTries;
         this.methods = Set.copyOf(methods.stream().map(m -> m.toUpperCase(Locale.ROOT)).toList());
         this.required = required;
     }
 
     /**
-     * With the defaults: scope {@code default}, wait 10 s, 3 tries, POST and PATCH, not required.
+     * With the defaults: no prefix, scope {@code default}, wait 10 s, 3 tries, POST and PATCH, not required.
      *
-     * @param idem the instance
+     * @param transport the client
      */
-    public IdempotencyFilter(Idem idem) {
-        this(idem, "default", Duration.ofSeconds(10), 3, Set.of("POST", "PATCH"), false);
+    public IdempotencyFilter(Transport transport) {
+        this(transport, IdemOptions.defaults(), "default", 3, Set.of("POST", "PATCH"), false);
+    }
+
+    /** @return the filter's counters */
+    public Stats stats() {
+        return idem.stats();
+    }
+
+    /** Stops the filter's heartbeat executor (the transport is the caller's). */
+    @Override
+    public void destroy() {
+        idem.close();
     }
 
     /**
@@ -121,9 +131,8 @@ public final class IdempotencyFilter implements Filter {
         byte[] body = request.getInputStream().readAllBytes();
         String target = request.getRequestURI() + (request.getQueryString() != null ? "?" + request.getQueryString() : "");
         byte[] payload = fingerprint(request.getMethod(), target, body).getBytes(StandardCharsets.US_ASCII);
-        Call call = new Call(payload, maxTries, waitFor, StoredResponse.CODEC);
         try {
-            Outcome<StoredResponse> outcome = idem.run("http:" + scope + ":" + header.trim(), call, job -> {
+            Outcome<StoredResponse> outcome = idem.process("http:" + scope + ":" + header.trim(), payload, job -> {
                 Capture capture = new Capture(response);
                 chain.doFilter(new Body(request, body), capture);
                 StoredResponse kept = capture.kept();

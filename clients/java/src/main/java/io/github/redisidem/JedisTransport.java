@@ -7,6 +7,7 @@ import java.util.concurrent.CompletableFuture;
 import redis.clients.jedis.AbstractPipeline;
 import redis.clients.jedis.CommandArguments;
 import redis.clients.jedis.JedisCluster;
+import redis.clients.jedis.RedisClusterClient;
 import redis.clients.jedis.Response;
 import redis.clients.jedis.UnifiedJedis;
 import redis.clients.jedis.commands.ProtocolCommand;
@@ -14,8 +15,8 @@ import redis.clients.jedis.exceptions.JedisDataException;
 import redis.clients.jedis.util.KeyValue;
 
 /**
- * A {@link Transport} over Jedis's {@code UnifiedJedis}: {@code JedisPooled}
- * for a server, {@code JedisCluster} for a cluster. Each call takes a
+ * A {@link Transport} over Jedis's {@code UnifiedJedis}: {@code RedisClient}
+ * for a server, {@code RedisClusterClient} (or {@code JedisCluster}) for a cluster. Each call takes a
  * connection of Jedis's pool; a blocking claim (WAIT) is sent as Jedis's
  * blocking command, with no socket timeout while it waits.
  */
@@ -29,17 +30,18 @@ public final class JedisTransport implements Transport {
     }
 
     /**
-     * @param jedis a {@code JedisPooled} or a {@code JedisCluster}
+     * @param jedis a {@code RedisClient}, a {@code RedisClusterClient} or a {@code JedisCluster}
      * @return its transport
      */
     public static JedisTransport of(UnifiedJedis jedis) {
-        return new JedisTransport(jedis, jedis instanceof JedisCluster);
+        return new JedisTransport(jedis, jedis instanceof JedisCluster || jedis instanceof RedisClusterClient);
     }
 
     private static CommandArguments arguments(RedisCommand command) {
         ProtocolCommand name = () -> command.name().getBytes(StandardCharsets.UTF_8);
         CommandArguments args = new CommandArguments(name);
         for (byte[] arg : command.args()) {
+            // The routing key is the very array among the arguments (identity, not equality).
             if (command.key() != null && arg == command.key()) args.key(arg);
             else args.add(arg);
         }

@@ -1,6 +1,10 @@
 package io.github.redisidem;
 
+import io.lettuce.core.AbstractRedisClient;
+import io.lettuce.core.RedisChannelHandler;
 import io.lettuce.core.RedisClient;
+import io.lettuce.core.RedisConnectionException;
+import io.lettuce.core.RedisConnectionStateListener;
 import io.lettuce.core.RedisFuture;
 import io.lettuce.core.RedisURI;
 import io.lettuce.core.api.StatefulConnection;
@@ -15,6 +19,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Supplier;
 
 /**
@@ -29,10 +34,23 @@ public final class LettuceTransport implements Transport {
     private final ConcurrentLinkedQueue<StatefulConnection<byte[], byte[]>> blockers = new ConcurrentLinkedQueue<>();
     private final List<StatefulConnection<byte[], byte[]>> opened = new java.util.concurrent.CopyOnWriteArrayList<>();
     private final boolean cluster;
+    private final AtomicLong disconnects = new AtomicLong();
 
-    private LettuceTransport(Supplier<StatefulConnection<byte[], byte[]>> connect, boolean cluster) {
+    private LettuceTransport(AbstractRedisClient client, Supplier<StatefulConnection<byte[], byte[]>> connect, boolean cluster) {
         this.connect = connect;
         this.cluster = cluster;
+        // Lettuce sends a command again after a reconnect when its reply was
+        // lost: a resent DONE would answer 0 and look like another worker's
+        // completion. A DONE in flight across a disconnect (of any of the
+        // client's connections: a cluster's node connections are not ours to
+        // see) is failed instead, so that the loop sends it again knowingly
+        // and confirms a 0 with IDEM.GET (docs/clients.md, step 5).
+        client.addListener(new RedisConnectionStateListener() {
+            @Override
+            public void onRedisDisconnected(RedisChannelHandler<?, ?> connection) {
+                disconnects.incrementAndGet();
+            }
+        });
         this.shared = open();
     }
 
@@ -42,7 +60,7 @@ public final class LettuceTransport implements Transport {
      * @return a transport with connections of its own (closed by {@link #close})
      */
     public static LettuceTransport of(RedisClient client, RedisURI uri) {
-        return new LettuceTransport(() -> client.connect(ByteArrayCodec.INSTANCE, uri), false);
+        return new LettuceTransport(client, () -> client.connect(ByteArrayCodec.INSTANCE, uri), false);
     }
 
     /**
@@ -50,7 +68,7 @@ public final class LettuceTransport implements Transport {
      * @return a transport with connections of its own (closed by {@link #close})
      */
     public static LettuceTransport of(RedisClusterClient client) {
-        return new LettuceTransport(() -> client.connect(ByteArrayCodec.INSTANCE), true);
+        return new LettuceTransport(client, () -> client.connect(ByteArrayCodec.INSTANCE), true);
     }
 
     private StatefulConnection<byte[], byte[]> open() {
@@ -83,8 +101,18 @@ public final class LettuceTransport implements Transport {
         return ((StatefulRedisConnection<byte[], byte[]>) c).async().dispatch(name, new ReplyOutput(), args);
     }
 
-    private static CompletableFuture<Object> typed(CompletableFuture<Object> future) {
+    /** The single DONE, which the loop confirms itself when it knows it was sent twice. */
+    private static boolean resendable(RedisCommand command) {
+        return command.name().equals("IDEM.DONE")
+                || command.name().equals("FCALL") && new String(command.args().get(0), StandardCharsets.UTF_8).equals("idem_done");
+    }
+
+    private CompletableFuture<Object> typed(RedisCommand command, CompletableFuture<Object> future, long before) {
         return future.handle((reply, error) -> {
+            if (resendable(command) && disconnects.get() != before && (error == null || !(Core.unwrap(error) instanceof RedisConnectionException))) {
+                return CompletableFuture.<Object>failedFuture(new RedisConnectionException(
+                        "the connection dropped while the command was in flight: it may have been sent twice"));
+            }
             if (error == null) return CompletableFuture.completedFuture(reply);
             Throwable cause = Core.unwrap(error);
             if (cause instanceof io.lettuce.core.RedisCommandExecutionException e) return CompletableFuture.<Object>failedFuture(ServerException.of(e.getMessage()));
@@ -96,7 +124,8 @@ public final class LettuceTransport implements Transport {
     public CompletableFuture<Object> send(RedisCommand command) {
         if (command.block() == null) {
             try {
-                return typed(dispatch(shared, command).toCompletableFuture());
+                long before = disconnects.get();
+                return typed(command, dispatch(shared, command).toCompletableFuture(), before);
             } catch (RuntimeException e) {
                 return CompletableFuture.failedFuture(e);
             }
@@ -108,7 +137,8 @@ public final class LettuceTransport implements Transport {
         } catch (RuntimeException e) {
             return CompletableFuture.failedFuture(e);
         }
-        return typed(dispatch(own, command).toCompletableFuture()).whenComplete((r, e) -> {
+        long before = disconnects.get();
+        return typed(command, dispatch(own, command).toCompletableFuture(), before).whenComplete((r, e) -> {
             if (e == null || e instanceof ServerException) blockers.add(own);
             else {
                 opened.remove(own);
@@ -121,7 +151,7 @@ public final class LettuceTransport implements Transport {
     public CompletableFuture<List<Object>> sendAll(List<RedisCommand> commands) {
         List<CompletableFuture<Object>> futures = new ArrayList<>();
         for (RedisCommand command : commands) {
-            futures.add(send(command).handle((r, e) -> e instanceof ServerException s ? s : e != null ? rethrow(e) : r));
+            futures.add(send(command).handle((r, e) -> Core.unwrap(e) instanceof ServerException s ? s : e != null ? rethrow(e) : r));
         }
         return CompletableFuture.allOf(futures.toArray(new CompletableFuture<?>[0]))
                 .thenApply(v -> futures.stream().map(CompletableFuture::join).toList());

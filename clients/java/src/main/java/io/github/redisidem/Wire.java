@@ -122,7 +122,8 @@ final class Wire {
         List<byte[]> args = new ArrayList<>();
         args.add(seconds("lease", lease));
         args.add(bytes(keys.size()));
-        keys.forEach(k -> args.add(bytes(k)));
+        List<byte[]> keyBytes = keys.stream().map(Wire::bytes).toList();
+        args.addAll(keyBytes);
         if (payloads != null) {
             args.add(bytes("PAYLOADS"));
             args.addAll(payloads);
@@ -135,7 +136,7 @@ final class Wire {
             args.add(bytes("BLOOM"));
             args.add(bytes(bloom));
         }
-        return new RedisCommand("IDEM.MCLAIM", bytes(keys.get(0)), args, null);
+        return new RedisCommand("IDEM.MCLAIM", keyBytes.get(0), args, null);
     }
 
     /** MDONE: results null for none, else one per key (null ones sent empty would be stored: callers split). */
@@ -154,14 +155,16 @@ final class Wire {
             args.add(bytes("BLOOM"));
             args.add(bytes(bloom));
         }
-        return new RedisCommand("IDEM.MDONE", bytes(keys.get(0)), args, null);
+        return new RedisCommand("IDEM.MDONE", args.get(1), args, null);
     }
 
     RedisCommand mrelease(List<String> keys, List<String> tokens) {
         moduleOnly("IDEM.MRELEASE");
-        return new RedisCommand("IDEM.MRELEASE", bytes(keys.get(0)), pairs(keys, tokens), null);
+        List<byte[]> args = pairs(keys, tokens);
+        return new RedisCommand("IDEM.MRELEASE", args.get(1), args, null);
     }
 
+    /** numkeys, then key-token pairs: the routing key is the same array as the first key (args.get(1)). */
     private static List<byte[]> pairs(List<String> keys, List<String> tokens) {
         List<byte[]> args = new ArrayList<>();
         args.add(bytes(keys.size()));
