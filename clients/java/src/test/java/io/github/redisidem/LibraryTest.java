@@ -76,6 +76,24 @@ class LibraryTest {
     }
 
     @Test
+    void theConsumerExampleProcessesEachMessageOnce() throws Exception {
+        Servers.Server server = module();
+        java.io.ByteArrayOutputStream printed = new java.io.ByteArrayOutputStream();
+        java.io.PrintStream stdout = System.out;
+        // The example is in the default package: reached by name.
+        java.lang.reflect.Method main = Class.forName("JavaConsumer").getMethod("main", String[].class);
+        synchronized (System.class) {
+            System.setOut(new java.io.PrintStream(printed, true, StandardCharsets.UTF_8));
+            try {
+                main.invoke(null, (Object) new String[] {"redis://127.0.0.1:" + server.port(), "25"});
+            } finally {
+                System.setOut(stdout);
+            }
+        }
+        assertTrue(printed.toString(StandardCharsets.UTF_8).startsWith("java: processed=25 duplicates=25 waited="), printed.toString(StandardCharsets.UTF_8));
+    }
+
+    @Test
     void slotsFollowTheClusterSpec() {
         assertEquals(0x31C3, Slots.crc16("123456789".getBytes(StandardCharsets.US_ASCII), 0, 9));
         assertEquals(12182, Slots.slot("foo"));
