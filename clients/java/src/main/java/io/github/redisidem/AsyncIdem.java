@@ -69,7 +69,7 @@ public final class AsyncIdem implements AutoCloseable {
      * @return the outcome
      */
     public <T> CompletableFuture<Outcome<T>> process(String key, byte[] payload, AsyncWork<T> work) {
-        ProcessFlow flow = new ProcessFlow(core, core.defaultCall(payload), key);
+        ProcessFlow flow = new ProcessFlow(core, key, payload);
         return CompletableFuture.supplyAsync(flow::start, executor).thenCompose(step -> drive(flow, step, work));
     }
 

@@ -64,10 +64,6 @@ final class Core {
         return t;
     }
 
-    Call defaultCall(byte[] payload) {
-        return new Call(payload, options.maxTries(), options.waitFor(), options.codec());
-    }
-
     /** A lease found lost: counted and told once per job. */
     void lost(Job job) {
         if (job.markLost()) {

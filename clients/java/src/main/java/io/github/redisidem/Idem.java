@@ -78,13 +78,9 @@ public final class Idem implements AutoCloseable {
      * @return the outcome
      * @throws Exception as {@link #process(String, Work)}
      */
-    public <T> Outcome<T> process(String key, byte[] payload, Work<T> work) throws Exception {
-        return run(key, core.defaultCall(payload), work);
-    }
-
     @SuppressWarnings("unchecked")
-    <T> Outcome<T> run(String key, Call call, Work<T> work) throws Exception {
-        ProcessFlow flow = new ProcessFlow(core, call, key);
+    public <T> Outcome<T> process(String key, byte[] payload, Work<T> work) throws Exception {
+        ProcessFlow flow = new ProcessFlow(core, key, payload);
         Step step = flow.start();
         while (true) {
             if (step instanceof Step.Send send) {

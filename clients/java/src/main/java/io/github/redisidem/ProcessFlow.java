@@ -12,7 +12,7 @@ final class ProcessFlow {
     private enum Phase { CLAIM, RELEASE, DONE, CONFIRM }
 
     private final Core core;
-    private final Call call;
+    private final byte[] payload;
     private final String key;
     private final String recordKey;
     private final long deadline;
@@ -28,12 +28,12 @@ final class ProcessFlow {
     private int doneTries;
     private boolean resent;
 
-    ProcessFlow(Core core, Call call, String key) {
+    ProcessFlow(Core core, String key, byte[] payload) {
         this.core = core;
-        this.call = call;
+        this.payload = payload;
         this.key = key;
         this.recordKey = core.options.prefix() + key;
-        this.deadline = System.nanoTime() + call.waitFor().toNanos();
+        this.deadline = System.nanoTime() + core.options.waitFor().toNanos();
     }
 
     private Duration remaining() {
@@ -42,7 +42,7 @@ final class ProcessFlow {
 
     private Step claim() {
         Duration wait = waited && core.wire.edition == Edition.MODULE ? remaining() : null;
-        return new Step.Send(core.wire.claim(recordKey, core.options.lease(), call.payload(), call.maxTries(), core.options.bloom(), wait));
+        return new Step.Send(core.wire.claim(recordKey, core.options.lease(), payload, core.options.maxTries(), core.options.bloom(), wait));
     }
 
     Step start() {
@@ -98,7 +98,7 @@ final class ProcessFlow {
                 core.counters.replays.incrementAndGet();
                 core.quietly(() -> core.options.hooks().onReplay(key, claim.attempt()));
                 try {
-                    Object decoded = claim.result() == null ? null : call.codec().decode(claim.result());
+                    Object decoded = claim.result() == null ? null : core.options.codec().decode(claim.result());
                     return new Step.Finish(new Outcome<>(decoded, true, null, claim.attempt(), claim.result() != null), null);
                 } catch (Exception e) {
                     return fail(new IdemException("the stored result could not be decoded", e));
@@ -161,7 +161,7 @@ final class ProcessFlow {
         phase = Phase.DONE;
         byte[] bytes = null;
         try {
-            bytes = call.codec().encode(result);
+            bytes = core.options.codec().encode(result);
         } catch (Exception e) {
             dropped = "unserializable";
             dropCause = e;
