@@ -23,7 +23,9 @@ JAVA_CLIENT_MODULE := $(if $(REDIS_IDEM_MODULE),$(abspath $(REDIS_IDEM_MODULE)),
 
 client-java-tools:
 	@if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then \
-		apt-get update && apt-get install -y maven openjdk-17-jdk-headless; \
+		echo "client-java: installing maven and openjdk-17-jdk-headless"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y maven openjdk-17-jdk-headless; \
 	fi
 
 test-client-java: $(if $(REDIS_IDEM_MODULE),,build) redis8 valkey client-java-tools

@@ -2,8 +2,10 @@ package io.github.redisidem;
 
 import java.time.Duration;
 import java.util.List;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 
 /**
  * EXTENDs every interval while work runs, on the instance's scheduled
@@ -34,9 +36,17 @@ final class Heartbeat implements AutoCloseable {
             if (job.lost()) continue;
             Throwable error = null;
             try {
-                Core.join(core.transport.send(core.wire.extend(job.recordKey, job.token, core.options.lease())));
-            } catch (RuntimeException e) {
-                error = ServerException.class.isInstance(e) ? ServerException.of(e.getMessage()) : e;
+                // Bounded, so that a reply that never comes cannot hold up stop() (and the DONE after it).
+                core.transport.send(core.wire.extend(job.recordKey, job.token, core.options.lease()))
+                        .get(core.options.lease().toMillis(), TimeUnit.MILLISECONDS);
+            } catch (ExecutionException e) {
+                Throwable cause = Core.unwrap(e);
+                error = cause instanceof ServerException ? ServerException.of(cause.getMessage()) : cause;
+            } catch (TimeoutException e) {
+                error = e;
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return;
             }
             core.onExtend(job, error);
         }

@@ -14,7 +14,7 @@ package io.github.redisidem;
  * @param resultsDropped completions recorded without their result
  * @param mismatches Mismatch answers
  * @param exhausted Exhausted answers
- * @param extends_ heartbeat extensions that succeeded
+ * @param extensions (the contract's {@code extends}, a Java keyword) heartbeat extensions that succeeded
  */
 public record Stats(long firstRuns, long retries, long replays, long waits, long busy, long completed, long released,
-                    long leasesLost, long resultsDropped, long mismatches, long exhausted, long extends_) {}
+                    long leasesLost, long resultsDropped, long mismatches, long exhausted, long extensions) {}
