@@ -218,7 +218,11 @@ final class CaseRunner {
             case "running" -> assertTrue(run.states.get(step.get("id").asText()).started.await(10, TimeUnit.SECONDS), "the work started");
             case "waiting" -> {
                 if (server.edition == Edition.FUNCTIONS) Thread.sleep(300);
-                else waitUntil(() -> !blockedClaims().isEmpty(), "a client blocked in idem.claim");
+                else {
+                    Future<?> call = run.calls.get(step.get("id").asText());
+                    waitUntil(() -> !blockedClaims().isEmpty() || call.isDone(), "a client blocked in idem.claim");
+                    if (call.isDone()) fail("the call ended instead of waiting: " + outcome(call));
+                }
             }
             case "unblock" -> {
                 for (long[] c : blockedClaims()) try (Jedis j = new Jedis("127.0.0.1", (int) c[0])) {
@@ -323,6 +327,18 @@ final class CaseRunner {
                     step.get("target").asText(), step.get("body").asText().getBytes(StandardCharsets.UTF_8)));
             case "http", "http_start", "http_finish", "handler_finished" -> http(run, op, step, expect);
             default -> fail("unknown op " + op);
+        }
+    }
+
+    private static String outcome(Future<?> call) {
+        try {
+            return String.valueOf(call.get());
+        } catch (ExecutionException e) {
+            java.io.StringWriter trace = new java.io.StringWriter();
+            e.getCause().printStackTrace(new java.io.PrintWriter(trace));
+            return trace.toString();
+        } catch (InterruptedException e) {
+            return "interrupted";
         }
     }
 
