@@ -42,7 +42,8 @@ final class Heartbeat implements AutoCloseable {
             } catch (ExecutionException e) {
                 Throwable cause = Core.unwrap(e);
                 error = cause instanceof ServerException ? ServerException.of(cause.getMessage()) : cause;
-            } catch (TimeoutException e) {
+            } catch (TimeoutException | RuntimeException e) {
+                // Never thrown on: an exception would end the periodic beat for good.
                 error = e;
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
