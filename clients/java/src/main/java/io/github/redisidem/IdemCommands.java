@@ -2,7 +2,7 @@ package io.github.redisidem;
 
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Arrays;
+import java.util.Collections;
 import java.util.List;
 import java.util.Map;
 import java.util.function.Function;
@@ -180,22 +180,20 @@ public final class IdemCommands {
      * @return one answer per item, in order
      */
     public List<Reply<Done>> doneMany(List<DoneItem> items, Duration retain) {
-        List<String> keys = items.stream().map(DoneItem::key).toList();
         // MDONE's RESULTS is all or none: the items with a result and those without go in two calls.
         List<Integer> with = new ArrayList<>();
         List<Integer> without = new ArrayList<>();
         for (int i = 0; i < items.size(); i++) (items.get(i).result() != null ? with : without).add(i);
-        @SuppressWarnings("unchecked")
-        Reply<Done>[] out = new Reply[items.size()];
+        List<Reply<Done>> out = new ArrayList<>(Collections.nCopies(items.size(), null));
         for (List<Integer> part : List.of(with, without)) {
             List<DoneItem> sub = part.stream().map(items::get).toList();
             List<Reply<Done>> replies = batch(sub.size(), group -> core.wire.mdone(pick(sub, group, i -> k(i.key())),
                     pick(sub, group, DoneItem::token), part == with ? pick(sub, group, DoneItem::result) : null, retain, core.options.bloom()),
                     i -> core.wire.done(k(sub.get(i).key()), sub.get(i).token(), sub.get(i).result(), retain, core.options.bloom()),
                     sub.stream().map(DoneItem::key).toList(), Replies::done);
-            for (int j = 0; j < part.size(); j++) out[part.get(j)] = replies.get(j);
+            for (int j = 0; j < part.size(); j++) out.set(part.get(j), replies.get(j));
         }
-        return keys.isEmpty() ? List.of() : Arrays.asList(out);
+        return out;
     }
 
     /**
@@ -217,27 +215,26 @@ public final class IdemCommands {
     /** One batch command per group on the module; single commands pipelined on the Functions edition. */
     private <T> List<Reply<T>> batch(int n, Function<List<Integer>, RedisCommand> grouped, Function<Integer, RedisCommand> single,
                                      List<String> keys, Function<Object, T> decode) {
-        @SuppressWarnings("unchecked")
-        Reply<T>[] out = new Reply[n];
-        if (n == 0) return List.of();
+        List<Reply<T>> out = new ArrayList<>(Collections.nCopies(n, null));
+        if (n == 0) return out;
         if (core.wire.edition == Edition.FUNCTIONS) {
             List<RedisCommand> commands = new ArrayList<>();
             for (int i = 0; i < n; i++) commands.add(single.apply(i));
             List<Object> replies = Core.join(core.transport.sendAll(commands));
-            for (int i = 0; i < n; i++) out[i] = Replies.element(replies.get(i), decode);
-            return Arrays.asList(out);
+            for (int i = 0; i < n; i++) out.set(i, Replies.element(replies.get(i), decode));
+            return out;
         }
         for (List<Integer> group : Slots.batches(keys.stream().map(this::k).toList(), core.transport.cluster())) {
             List<?> replies;
             try {
                 replies = (List<?>) send(grouped.apply(group));
             } catch (IdemException e) {
-                for (int i : group) out[i] = new Reply<>(null, e);
+                for (int i : group) out.set(i, new Reply<>(null, e));
                 continue;
             }
-            for (int j = 0; j < group.size(); j++) out[group.get(j)] = Replies.element(replies.get(j), decode);
+            for (int j = 0; j < group.size(); j++) out.set(group.get(j), Replies.element(replies.get(j), decode));
         }
-        return Arrays.asList(out);
+        return out;
     }
 
     /**

@@ -33,6 +33,7 @@ public final class JedisTransport implements Transport {
      * @param jedis a {@code RedisClient}, a {@code RedisClusterClient} or a {@code JedisCluster}
      * @return its transport
      */
+    @SuppressWarnings("deprecation") // JedisCluster: deprecated in Jedis 8, still what many applications hold
     public static JedisTransport of(UnifiedJedis jedis) {
         return new JedisTransport(jedis, jedis instanceof JedisCluster || jedis instanceof RedisClusterClient);
     }

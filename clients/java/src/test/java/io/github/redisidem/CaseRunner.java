@@ -61,8 +61,38 @@ final class CaseRunner {
         if (client == Client.JEDIS) {
             return JedisTransport.of(server.cluster ? redis.clients.jedis.RedisClusterClient.create(new HostAndPort("127.0.0.1", port)) : redis.clients.jedis.RedisClient.create("127.0.0.1", port));
         }
-        return server.cluster ? LettuceTransport.of(RedisClusterClient.create(RedisURI.create("127.0.0.1", port)))
-                : LettuceTransport.of(RedisClient.create(), RedisURI.create("127.0.0.1", port));
+        if (server.cluster) {
+            RedisClusterClient cluster = RedisClusterClient.create(RedisURI.create("127.0.0.1", port));
+            return closing(LettuceTransport.of(cluster), cluster::shutdown);
+        }
+        RedisClient lettuce = RedisClient.create();
+        return closing(LettuceTransport.of(lettuce, RedisURI.create("127.0.0.1", port)), lettuce::shutdown);
+    }
+
+    /** The transport, shutting its own Lettuce client down when it is closed. */
+    private static Transport closing(Transport transport, Runnable shutdown) {
+        return new Transport() {
+            @Override
+            public java.util.concurrent.CompletableFuture<Object> send(RedisCommand command) {
+                return transport.send(command);
+            }
+
+            @Override
+            public java.util.concurrent.CompletableFuture<List<Object>> sendAll(List<RedisCommand> commands) {
+                return transport.sendAll(commands);
+            }
+
+            @Override
+            public boolean cluster() {
+                return transport.cluster();
+            }
+
+            @Override
+            public void close() {
+                transport.close();
+                shutdown.run();
+            }
+        };
     }
 
     static boolean applies(JsonNode c, Edition edition, boolean cluster) {

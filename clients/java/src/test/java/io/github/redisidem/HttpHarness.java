@@ -16,7 +16,6 @@ import java.net.http.HttpTimeoutException;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.EnumSet;
-import java.util.Iterator;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.Function;
@@ -82,10 +81,7 @@ final class HttpHarness implements AutoCloseable {
         HttpRequest.Builder b = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + step.get("target").asText()))
                 .method(step.get("method").asText(), HttpRequest.BodyPublishers.ofString(step.get("body").asText()))
                 .header("X-Test-Handler", JSON.writeValueAsString(step.get("handler")));
-        for (Iterator<Map.Entry<String, JsonNode>> it = step.get("headers").fields(); it.hasNext(); ) {
-            Map.Entry<String, JsonNode> h = it.next();
-            b.header(h.getKey(), h.getValue().asText());
-        }
+        for (Map.Entry<String, JsonNode> h : step.get("headers").properties()) b.header(h.getKey(), h.getValue().asText());
         b.timeout(step.has("client_timeout_ms") ? Duration.ofMillis(step.get("client_timeout_ms").asLong()) : Duration.ofSeconds(30));
         try {
             HttpResponse<String> r = http.send(b.build(), HttpResponse.BodyHandlers.ofString());
@@ -97,7 +93,11 @@ final class HttpHarness implements AutoCloseable {
     }
 
     @Override
-    public void close() throws Exception {
-        jetty.stop();
+    public void close() {
+        try {
+            jetty.stop();
+        } catch (Exception e) {
+            throw new IllegalStateException(e);
+        }
     }
 }
