@@ -59,9 +59,13 @@ final class ReplyOutput extends CommandOutput<byte[], byte[], Object> {
             add(null);
             return;
         }
-        byte[] b = new byte[bytes.remaining()];
-        bytes.get(b);
-        add(b);
+        add(copy(bytes));
+    }
+
+    private static byte[] copy(ByteBuffer buffer) {
+        byte[] b = new byte[buffer.remaining()];
+        buffer.get(b);
+        return b;
     }
 
     @Override
@@ -95,9 +99,7 @@ final class ReplyOutput extends CommandOutput<byte[], byte[], Object> {
             super.setError(error);
             return;
         }
-        byte[] b = new byte[error.remaining()];
-        error.get(b);
-        add(new ServerException(new String(b, StandardCharsets.UTF_8)));
+        add(new ServerException(new String(copy(error), StandardCharsets.UTF_8)));
     }
 
     @Override

@@ -31,6 +31,14 @@ final class Wire {
         return bytes(d.getSeconds());
     }
 
+    /** {@code NAME value}, when there is a value. */
+    private static void option(List<byte[]> args, String name, byte[] value) {
+        if (value != null) {
+            args.add(bytes(name));
+            args.add(value);
+        }
+    }
+
     private boolean module() {
         return edition == Edition.MODULE;
     }
@@ -58,19 +66,10 @@ final class Wire {
     RedisCommand claim(String key, Duration lease, byte[] payload, Integer maxTries, String bloom, Duration wait) {
         List<byte[]> rest = new ArrayList<>();
         rest.add(seconds("lease", lease));
-        if (payload != null) {
-            rest.add(bytes("PAYLOAD"));
-            rest.add(payload);
-        }
-        if (maxTries != null) {
-            rest.add(bytes("MAXTRIES"));
-            rest.add(bytes(maxTries));
-        }
-        if (bloom != null) {
-            moduleOnly("BLOOM");
-            rest.add(bytes("BLOOM"));
-            rest.add(bytes(bloom));
-        }
+        option(rest, "PAYLOAD", payload);
+        option(rest, "MAXTRIES", maxTries == null ? null : bytes(maxTries));
+        if (bloom != null) moduleOnly("BLOOM");
+        option(rest, "BLOOM", bloom == null ? null : bytes(bloom));
         Duration block = null;
         if (wait != null && wait.toMillis() > 0) {
             moduleOnly("WAIT");
@@ -85,19 +84,10 @@ final class Wire {
     RedisCommand done(String key, String token, byte[] result, Duration retain, String bloom) {
         List<byte[]> rest = new ArrayList<>();
         rest.add(bytes(token));
-        if (result != null) {
-            rest.add(bytes("RESULT"));
-            rest.add(result);
-        }
-        if (retain != null) {
-            rest.add(bytes("RETAIN"));
-            rest.add(seconds("retain", retain));
-        }
-        if (bloom != null) {
-            moduleOnly("BLOOM");
-            rest.add(bytes("BLOOM"));
-            rest.add(bytes(bloom));
-        }
+        option(rest, "RESULT", result);
+        option(rest, "RETAIN", retain == null ? null : seconds("retain", retain));
+        if (bloom != null) moduleOnly("BLOOM");
+        option(rest, "BLOOM", bloom == null ? null : bytes(bloom));
         return command("IDEM.DONE", "idem_done", bytes(key), rest, null);
     }
 
@@ -128,14 +118,8 @@ final class Wire {
             args.add(bytes("PAYLOADS"));
             args.addAll(payloads);
         }
-        if (maxTries != null) {
-            args.add(bytes("MAXTRIES"));
-            args.add(bytes(maxTries));
-        }
-        if (bloom != null) {
-            args.add(bytes("BLOOM"));
-            args.add(bytes(bloom));
-        }
+        option(args, "MAXTRIES", maxTries == null ? null : bytes(maxTries));
+        option(args, "BLOOM", bloom == null ? null : bytes(bloom));
         return new RedisCommand("IDEM.MCLAIM", keyBytes.get(0), args, null);
     }
 
@@ -147,14 +131,8 @@ final class Wire {
             args.add(bytes("RESULTS"));
             args.addAll(results);
         }
-        if (retain != null) {
-            args.add(bytes("RETAIN"));
-            args.add(seconds("retain", retain));
-        }
-        if (bloom != null) {
-            args.add(bytes("BLOOM"));
-            args.add(bytes(bloom));
-        }
+        option(args, "RETAIN", retain == null ? null : seconds("retain", retain));
+        option(args, "BLOOM", bloom == null ? null : bytes(bloom));
         return new RedisCommand("IDEM.MDONE", args.get(1), args, null);
     }
 
