@@ -22,7 +22,7 @@ class FilterTest {
 
     @Test
     void storesReplaysAndRefuses() throws Exception {
-        Servers.Server server = Servers.shared("REDIS7_SERVER", Edition.MODULE, false);
+        Servers.Server server = Servers.forLibraryTests(Edition.MODULE);
         String prefix = "filter" + System.nanoTime() + ":";
         try (RedisClient jedis = RedisClient.create("127.0.0.1", server.port());
              Idem reader = new Idem(JedisTransport.of(jedis), IdemOptions.defaults().withPrefix(prefix));

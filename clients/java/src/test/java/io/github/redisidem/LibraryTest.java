@@ -23,7 +23,7 @@ import org.junit.jupiter.api.Test;
 /** What the conformance table does not cover: a killed JVM, the async front end, the slot hash, argument checks. */
 class LibraryTest {
     private static Servers.Server module() {
-        return Servers.shared("REDIS7_SERVER", Edition.MODULE, false);
+        return Servers.forLibraryTests(Edition.MODULE);
     }
 
     @Test
@@ -116,7 +116,7 @@ class LibraryTest {
 
     @Test
     void theFunctionsEditionRefusesWhatNeedsTheModule() {
-        Servers.Server server = Servers.shared("REDIS7_SERVER", Edition.FUNCTIONS, false);
+        Servers.Server server = Servers.forLibraryTests(Edition.FUNCTIONS);
         try (Idem idem = new Idem(JedisTransport.of(redis.clients.jedis.RedisClient.create("127.0.0.1", server.port())))) {
             assertEquals(Edition.FUNCTIONS, idem.edition());
             assertThrows(ModuleRequiredException.class, () -> idem.commands().claim("k", Duration.ofSeconds(1), null, null, Duration.ofSeconds(1)));

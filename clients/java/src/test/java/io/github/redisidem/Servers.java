@@ -51,9 +51,17 @@ final class Servers {
         }
     }
 
-    /** The shared server (or cluster's nodes) of a configuration. */
+    /** The shared server (or cluster's nodes) of a configuration, for its conformance cases. */
     static Server shared(String binaryVar, Edition edition, boolean cluster) {
         return RUNNING.computeIfAbsent(binaryVar + edition + cluster, k -> Server.start(binary(binaryVar), edition, cluster));
+    }
+
+    /**
+     * A server of Redis 7.0 for the other tests: never the conformance cases'
+     * one, whose steps read every client blocked on it (CLIENT LIST).
+     */
+    static Server forLibraryTests(Edition edition) {
+        return RUNNING.computeIfAbsent("library" + edition, k -> Server.start(binary("REDIS7_SERVER"), edition, false));
     }
 
     static final class Server {
