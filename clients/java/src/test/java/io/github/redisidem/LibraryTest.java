@@ -94,6 +94,18 @@ class LibraryTest {
     }
 
     @Test
+    void withoutJacksonTheDefaultCodecIsBytes() throws Exception {
+        assertInstanceOf(JsonCodec.class, Codec.defaultCodec());
+        String classPath = java.util.Arrays.stream(System.getProperty("java.class.path").split(java.io.File.pathSeparator))
+                .filter(entry -> !entry.contains("jackson")).collect(java.util.stream.Collectors.joining(java.io.File.pathSeparator));
+        Process jvm = new ProcessBuilder(Path.of(System.getProperty("java.home"), "bin", "java").toString(), "-cp", classPath,
+                NoJacksonMain.class.getName()).redirectErrorStream(true).start();
+        String out = new String(jvm.getInputStream().readAllBytes(), StandardCharsets.UTF_8).trim();
+        assertTrue(jvm.waitFor(30, TimeUnit.SECONDS));
+        assertEquals("BytesCodec ok", out);
+    }
+
+    @Test
     void slotsFollowTheClusterSpec() {
         assertEquals(0x31C3, Slots.crc16("123456789".getBytes(StandardCharsets.US_ASCII), 0, 9));
         assertEquals(12182, Slots.slot("foo"));
