@@ -1,0 +1,35 @@
+# The Java library (clients/java, Maven: redis-idem over Jedis and Lettuce)
+# and its tests; included by the top Makefile, whose test-clients runs
+# test-client-java.
+#
+#   make test-client-java   `mvn verify` in one JVM: every conformance case
+#       through Jedis and through Lettuce on the module (Redis 7.0, Redis
+#       8.2, Valkey 9.1), the Functions edition (Redis 7.0, Valkey 9.1) and
+#       a 3-node cluster, each configuration one shared server (JUnit runs
+#       them side by side), plus the library's own tests (a killed worker
+#       JVM, Lettuce's async front end). Maven and a JDK 17 come from
+#       Debian's apt when mvn or javac is missing; Maven's repository is
+#       kept in target/client-java-m2, so later runs on the machine download
+#       nothing (`make clean` removes it with the rest of target/).
+#
+# REDIS_IDEM_MODULE=<path.so> tests that build of the module instead of
+# building target/release/libredis_idem.so first; REDIS_SERVER=<binary>
+# runs every configuration on that one server binary.
+
+JAVA_CLIENT_M2     := $(abspath target/client-java-m2)
+JAVA_CLIENT_MODULE := $(if $(REDIS_IDEM_MODULE),$(abspath $(REDIS_IDEM_MODULE)),$(abspath $(MODULE)))
+
+.PHONY: test-client-java client-java-tools
+
+client-java-tools:
+	@if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then \
+		echo "client-java: installing maven and openjdk-17-jdk-headless"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y maven openjdk-17-jdk-headless; \
+	fi
+
+test-client-java: $(if $(REDIS_IDEM_MODULE),,build) redis8 valkey client-java-tools
+	@echo "== clients/java: module on Redis 7.0, 8.2, Valkey 9.1; Functions edition on Redis 7.0, Valkey 9.1; a 3-node cluster"
+	REDIS_IDEM_MODULE="$(JAVA_CLIENT_MODULE)" REDIS7_SERVER="$(REDIS7_SERVER)" \
+	REDIS8_SERVER="$(REDIS8_SERVER)" VALKEY_SERVER="$(VALKEY_SERVER)" \
+		mvn -q -B -Dmaven.repo.local=$(JAVA_CLIENT_M2) -f clients/java/pom.xml verify

@@ -1,0 +1,110 @@
+package io.github.redisidem;
+
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import redis.clients.jedis.AbstractPipeline;
+import redis.clients.jedis.CommandArguments;
+import redis.clients.jedis.JedisCluster;
+import redis.clients.jedis.RedisClusterClient;
+import redis.clients.jedis.Response;
+import redis.clients.jedis.UnifiedJedis;
+import redis.clients.jedis.commands.ProtocolCommand;
+import redis.clients.jedis.exceptions.JedisDataException;
+import redis.clients.jedis.util.KeyValue;
+
+/**
+ * A {@link Transport} over Jedis's {@code UnifiedJedis}: {@code RedisClient}
+ * for a server, {@code RedisClusterClient} (or {@code JedisCluster}) for a cluster. Each call takes a
+ * connection of Jedis's pool; a blocking claim (WAIT) is sent as Jedis's
+ * blocking command, with no socket timeout while it waits.
+ */
+public final class JedisTransport implements Transport {
+    private final UnifiedJedis jedis;
+    private final boolean cluster;
+
+    private JedisTransport(UnifiedJedis jedis, boolean cluster) {
+        this.jedis = jedis;
+        this.cluster = cluster;
+    }
+
+    /**
+     * @param jedis a {@code RedisClient}, a {@code RedisClusterClient} or a {@code JedisCluster}
+     * @return its transport
+     */
+    @SuppressWarnings("deprecation") // JedisCluster: deprecated in Jedis 8, still what many applications hold
+    public static JedisTransport of(UnifiedJedis jedis) {
+        return new JedisTransport(jedis, jedis instanceof JedisCluster || jedis instanceof RedisClusterClient);
+    }
+
+    private static CommandArguments arguments(RedisCommand command) {
+        ProtocolCommand name = () -> command.name().getBytes(StandardCharsets.UTF_8);
+        CommandArguments args = new CommandArguments(name);
+        for (byte[] arg : command.args()) {
+            // The routing key is the very array among the arguments (identity, not equality).
+            if (command.key() != null && arg == command.key()) args.key(arg);
+            else args.add(arg);
+        }
+        if (command.block() != null) args.blocking();
+        return args;
+    }
+
+    @Override
+    public CompletableFuture<Object> send(RedisCommand command) {
+        try {
+            return CompletableFuture.completedFuture(normalise(jedis.executeCommand(arguments(command))));
+        } catch (JedisDataException e) {
+            return CompletableFuture.failedFuture(ServerException.of(e.getMessage()));
+        } catch (RuntimeException e) {
+            return CompletableFuture.failedFuture(e);
+        }
+    }
+
+    @Override
+    public CompletableFuture<List<Object>> sendAll(List<RedisCommand> commands) {
+        try (AbstractPipeline pipeline = jedis.pipelined()) {
+            List<Response<Object>> responses = new ArrayList<>();
+            for (RedisCommand command : commands) responses.add(pipeline.sendCommand(arguments(command)));
+            pipeline.sync();
+            List<Object> out = new ArrayList<>();
+            for (Response<Object> response : responses) {
+                try {
+                    out.add(normalise(response.get()));
+                } catch (JedisDataException e) {
+                    out.add(ServerException.of(e.getMessage()));
+                }
+            }
+            return CompletableFuture.completedFuture(out);
+        } catch (RuntimeException e) {
+            return CompletableFuture.failedFuture(e);
+        }
+    }
+
+    /** Jedis's raw reply as the Transport's types: error elements and RESP3 maps. */
+    static Object normalise(Object reply) {
+        if (reply instanceof JedisDataException e) return ServerException.of(e.getMessage());
+        if (reply instanceof List<?> list) {
+            List<Object> out = new ArrayList<>(list.size());
+            for (Object o : list) {
+                if (o instanceof KeyValue<?, ?> kv) {
+                    out.add(normalise(kv.getKey()));
+                    out.add(normalise(kv.getValue()));
+                } else {
+                    out.add(normalise(o));
+                }
+            }
+            return out;
+        }
+        return reply;
+    }
+
+    @Override
+    public boolean cluster() {
+        return cluster;
+    }
+
+    /** Nothing to close: the UnifiedJedis is the caller's. */
+    @Override
+    public void close() {}
+}

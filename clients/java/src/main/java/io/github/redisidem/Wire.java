@@ -1,0 +1,164 @@
+package io.github.redisidem;
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+
+/** The commands of either edition as they go on the wire, and the checks made before sending. */
+final class Wire {
+    static final int MAX_BATCH = 10_000;
+    private static final long MAX_WAIT_MS = 3_600_000;
+    final Edition edition;
+
+    Wire(Edition edition) {
+        this.edition = edition;
+    }
+
+    static byte[] bytes(String s) {
+        return s.getBytes(StandardCharsets.UTF_8);
+    }
+
+    static byte[] bytes(long n) {
+        return bytes(Long.toString(n));
+    }
+
+    /** A lease or retention: whole seconds, at least 1 (the server's unit), refused before sending. */
+    static byte[] seconds(String what, Duration d) {
+        if (d == null || d.isNegative() || d.isZero() || d.getNano() != 0) {
+            throw new IllegalArgumentException(what + " must be whole seconds, at least 1: " + d);
+        }
+        return bytes(d.getSeconds());
+    }
+
+    /** {@code NAME value}, when there is a value. */
+    private static void option(List<byte[]> args, String name, byte[] value) {
+        if (value != null) {
+            args.add(bytes(name));
+            args.add(value);
+        }
+    }
+
+    private boolean module() {
+        return edition == Edition.MODULE;
+    }
+
+    private RedisCommand command(String name, String fn, byte[] key, List<byte[]> rest, Duration block) {
+        List<byte[]> args = new ArrayList<>();
+        if (module()) {
+            args.add(key);
+            args.addAll(rest);
+            return new RedisCommand(name, key, args, block);
+        }
+        args.add(bytes(fn));
+        args.add(bytes(1));
+        args.add(key);
+        args.addAll(rest);
+        return new RedisCommand("FCALL", key, args, null);
+    }
+
+    private void moduleOnly(String what) {
+        if (!module()) {
+            throw new ModuleRequiredException("ERR " + what + " needs the redis-idem module: the Functions edition does not have it");
+        }
+    }
+
+    RedisCommand claim(String key, Duration lease, byte[] payload, Integer maxTries, String bloom, Duration wait) {
+        List<byte[]> rest = new ArrayList<>();
+        rest.add(seconds("lease", lease));
+        option(rest, "PAYLOAD", payload);
+        option(rest, "MAXTRIES", maxTries == null ? null : bytes(maxTries));
+        if (bloom != null) moduleOnly("BLOOM");
+        option(rest, "BLOOM", bloom == null ? null : bytes(bloom));
+        Duration block = null;
+        if (wait != null && wait.toMillis() > 0) {
+            moduleOnly("WAIT");
+            long ms = Math.min(wait.toMillis(), MAX_WAIT_MS);
+            rest.add(bytes("WAIT"));
+            rest.add(bytes(ms));
+            block = Duration.ofMillis(ms);
+        }
+        return command("IDEM.CLAIM", "idem_claim", bytes(key), rest, block);
+    }
+
+    RedisCommand done(String key, String token, byte[] result, Duration retain, String bloom) {
+        List<byte[]> rest = new ArrayList<>();
+        rest.add(bytes(token));
+        option(rest, "RESULT", result);
+        option(rest, "RETAIN", retain == null ? null : seconds("retain", retain));
+        if (bloom != null) moduleOnly("BLOOM");
+        option(rest, "BLOOM", bloom == null ? null : bytes(bloom));
+        return command("IDEM.DONE", "idem_done", bytes(key), rest, null);
+    }
+
+    RedisCommand release(String key, String token) {
+        return command("IDEM.RELEASE", "idem_release", bytes(key), List.of(bytes(token)), null);
+    }
+
+    RedisCommand extend(String key, String token, Duration lease) {
+        return command("IDEM.EXTEND", "idem_extend", bytes(key), List.of(bytes(token), seconds("lease", lease)), null);
+    }
+
+    RedisCommand get(String key) {
+        return command("IDEM.GET", "idem_get", bytes(key), List.of(), null);
+    }
+
+    RedisCommand once(String key, Duration retain) {
+        return command("IDEM.ONCE", "idem_once", bytes(key), List.of(seconds("retain", retain)), null);
+    }
+
+    RedisCommand mclaim(List<String> keys, Duration lease, List<byte[]> payloads, Integer maxTries, String bloom) {
+        moduleOnly("IDEM.MCLAIM");
+        List<byte[]> args = new ArrayList<>();
+        args.add(seconds("lease", lease));
+        args.add(bytes(keys.size()));
+        List<byte[]> keyBytes = keys.stream().map(Wire::bytes).toList();
+        args.addAll(keyBytes);
+        if (payloads != null) {
+            args.add(bytes("PAYLOADS"));
+            args.addAll(payloads);
+        }
+        option(args, "MAXTRIES", maxTries == null ? null : bytes(maxTries));
+        option(args, "BLOOM", bloom == null ? null : bytes(bloom));
+        return new RedisCommand("IDEM.MCLAIM", keyBytes.get(0), args, null);
+    }
+
+    /** MDONE: results null for none, else one per key (null ones sent empty would be stored: callers split). */
+    RedisCommand mdone(List<String> keys, List<String> tokens, List<byte[]> results, Duration retain, String bloom) {
+        moduleOnly("IDEM.MDONE");
+        List<byte[]> args = pairs(keys, tokens);
+        if (results != null) {
+            args.add(bytes("RESULTS"));
+            args.addAll(results);
+        }
+        option(args, "RETAIN", retain == null ? null : seconds("retain", retain));
+        option(args, "BLOOM", bloom == null ? null : bytes(bloom));
+        return new RedisCommand("IDEM.MDONE", args.get(1), args, null);
+    }
+
+    RedisCommand mrelease(List<String> keys, List<String> tokens) {
+        moduleOnly("IDEM.MRELEASE");
+        List<byte[]> args = pairs(keys, tokens);
+        return new RedisCommand("IDEM.MRELEASE", args.get(1), args, null);
+    }
+
+    /** numkeys, then key-token pairs: the routing key is the same array as the first key (args.get(1)). */
+    private static List<byte[]> pairs(List<String> keys, List<String> tokens) {
+        List<byte[]> args = new ArrayList<>();
+        args.add(bytes(keys.size()));
+        for (int i = 0; i < keys.size(); i++) {
+            args.add(bytes(keys.get(i)));
+            args.add(bytes(tokens.get(i)));
+        }
+        return args;
+    }
+
+    /** A Bloom-filter command (module only): name, the filter key, then its arguments. */
+    RedisCommand bloom(String name, String key, List<byte[]> rest) {
+        moduleOnly(name);
+        List<byte[]> args = new ArrayList<>();
+        args.add(bytes(key));
+        args.addAll(rest);
+        return new RedisCommand(name, bytes(key), args, null);
+    }
+}

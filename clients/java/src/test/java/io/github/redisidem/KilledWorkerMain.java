@@ -1,0 +1,20 @@
+package io.github.redisidem;
+
+import redis.clients.jedis.RedisClient;
+
+/** A worker JVM that claims a key, says so, and works until it is killed. */
+public final class KilledWorkerMain {
+    private KilledWorkerMain() {}
+
+    public static void main(String[] args) throws Exception {
+        try (Idem idem = new Idem(JedisTransport.of(RedisClient.create("127.0.0.1", Integer.parseInt(args[0]))),
+                IdemOptions.defaults().withLease(java.time.Duration.ofSeconds(1)))) {
+            idem.process(args[1], job -> {
+                System.out.println("RUNNING " + job.attempt());
+                System.out.flush();
+                Thread.sleep(600_000);
+                return "never";
+            });
+        }
+    }
+}
