@@ -18,7 +18,7 @@ import (
 // field is its default.
 type MiddlewareOptions struct {
 	// Scope names the service: the record is http:<Scope>:<Idempotency-Key>
-	// under the Idem's prefix.
+	// under the Idem's prefix, or http:<Idempotency-Key> without a Scope.
 	Scope string
 	// Wait is how long a repeat waits for the first one at work before it
 	// answers 409: default 10 s, Off for none.
@@ -101,10 +101,18 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		}
 		set := func(c *call) { c.wait, c.maxTries, c.codec = m.wait, m.tries, BytesCodec{} }
 		// The client leaving does not stop the handler nor its DONE.
-		res, err := Process(context.WithoutCancel(r.Context()), m.idem, "http:"+opts.Scope+":"+idemKey, run,
+		res, err := Process(context.WithoutCancel(r.Context()), m.idem, httpKey(opts.Scope, idemKey), run,
 			WithPayload([]byte(fingerprint)), set)
 		writeOutcome(w, res, err)
 	})
+}
+
+// httpKey is the record's key of a request: the same in every library.
+func httpKey(scope, idemKey string) string {
+	if scope == "" {
+		return "http:" + idemKey
+	}
+	return "http:" + scope + ":" + idemKey
 }
 
 // Fingerprint is the middleware's PAYLOAD: the lowercase hex SHA-256 of

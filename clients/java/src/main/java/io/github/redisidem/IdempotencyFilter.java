@@ -52,7 +52,8 @@ public final class IdempotencyFilter implements Filter {
      * @param options the instance's settings: its prefix goes before every key, its
      *     {@code waitFor} is how long a repeat waits for the first (default 10 s); its
      *     codec is replaced by the stored-response format
-     * @param scope the key's scope: {@code http:<scope>:<Idempotency-Key>}
+     * @param scope the key's scope: {@code http:<scope>:<Idempotency-Key>}, or
+     *     {@code http:<Idempotency-Key>} where it is null or empty
      * @param maxTries failures before 500 (default 3)
      * @param methods the methods it applies to (default POST, PATCH)
      * @param required whether a request without the header is refused with 400
@@ -65,12 +66,12 @@ public final class IdempotencyFilter implements Filter {
     }
 
     /**
-     * With the defaults: no prefix, scope {@code default}, wait 10 s, 3 tries, POST and PATCH, not required.
+     * With the defaults: no prefix, no scope, wait 10 s, 3 tries, POST and PATCH, not required.
      *
      * @param transport the client
      */
     public IdempotencyFilter(Transport transport) {
-        this(transport, IdemOptions.defaults(), "default", 3, Set.of("POST", "PATCH"), false);
+        this(transport, IdemOptions.defaults(), null, 3, Set.of("POST", "PATCH"), false);
     }
 
     /** @return the filter's counters */
@@ -132,7 +133,7 @@ public final class IdempotencyFilter implements Filter {
         String target = request.getRequestURI() + (request.getQueryString() != null ? "?" + request.getQueryString() : "");
         byte[] payload = fingerprint(request.getMethod(), target, body).getBytes(StandardCharsets.US_ASCII);
         try {
-            Outcome<StoredResponse> outcome = idem.process("http:" + scope + ":" + header.trim(), payload, job -> {
+            Outcome<StoredResponse> outcome = idem.process(scope == null || scope.isEmpty() ? "http:" + header.trim() : "http:" + scope + ":" + header.trim(), payload, job -> {
                 Capture capture = new Capture(response);
                 chain.doFilter(new Body(request, body), capture);
                 StoredResponse kept = capture.kept();
