@@ -349,7 +349,11 @@ pub static COMMANDS: [CommandSpec; 4] = [
             arg::option(c"MAXTRIES", arg::integer(c"n")),
             arg::option(c"BLOOM", arg::key(c"filterkey", 1)),
         ],
-        flags: c"write deny-oom getkeys-api",
+        // deny-script (COMMAND INFO: noscript), as MDONE and MRELEASE:
+        // Valkey 9.1 raises a reply with an
+        // error element to a script as one error while the writes stand
+        // (claims nobody holds a token for); refused in scripts everywhere.
+        flags: c"write deny-oom deny-script getkeys-api",
         acl: "write slow",
         arity: -4,
         summary: c"Claims many keys in one call, each answered as IDEM.CLAIM would answer it; replies one [status, value, attempt] per key.",
@@ -370,8 +374,8 @@ pub static COMMANDS: [CommandSpec; 4] = [
             arg::option(c"BLOOM", arg::key(c"filterkey", 1)),
         ],
         // Not deny-oom, as IDEM.DONE: completing work must not fail on a
-        // full memory.
-        flags: c"write getkeys-api",
+        // full memory. deny-script: as IDEM.MCLAIM.
+        flags: c"write deny-script getkeys-api",
         acl: "write slow",
         arity: -4,
         summary: c"Completes many claims in one call, each answered as IDEM.DONE would answer it.",
@@ -385,7 +389,7 @@ pub static COMMANDS: [CommandSpec; 4] = [
         name: c"IDEM.MRELEASE",
         entry: command_entry!(mrelease, keys: mrelease_keys),
         args: &[arg::integer(c"numkeys"), arg::many(arg::block(c"key_token", &[arg::key(c"key", 0), arg::string(c"token")]))],
-        flags: c"write getkeys-api",
+        flags: c"write deny-script getkeys-api",
         acl: "write slow",
         arity: -4,
         summary: c"Gives up many live claims in one call, each answered as IDEM.RELEASE would answer it.",
