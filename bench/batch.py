@@ -36,8 +36,8 @@ SERVERS = {
 TOKEN16 = "0123456789abcdef"
 KEYS_PER_TRIP = 100
 PROCESSES = 4
-MESSAGES = int(os.environ.get("BATCH_MESSAGES", 200_000))
-ROUNDS = int(os.environ.get("BATCH_ROUNDS", 5))
+MESSAGES = int(os.environ.get("BATCH_MESSAGES", 100_000))
+ROUNDS = int(os.environ.get("BATCH_ROUNDS", 3))
 
 
 def claim_trip(side, keys):
