@@ -11,7 +11,9 @@ same hash seed (fixed_seed.c), so a row's count moves by well under 0.5%
 from one run to the next.
 
 Every public command of redis-idem has a row, each on one path (listed
-under the table). Commands that need the token of a claim (IDEM.DONE,
+under the table). The batch commands' rows count per key (100 keys a
+call, one call a round trip), beside SET NX PX and IDEM.CLAIM sent 100 to
+a round trip (-P 100), so that their figures compare at equal round trips. Commands that need the token of a claim (IDEM.DONE,
 IDEM.RELEASE and IDEM.EXTEND on their success paths) cannot come from
 redis-benchmark, which sends the same arguments every time and stops at the
 first error reply: for those rows the setup claims 2 x N keys and keeps
