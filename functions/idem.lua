@@ -128,8 +128,46 @@ local function token_arg(text)
   return nil
 end
 
+-- A time or attempt field as the functions write it: a decimal integer
+-- from 0, below MAX_MS (so that attempt + 1 and lease arithmetic stay
+-- exact); nil for anything else.
+local function int_field(text)
+  if text == '0' then return 0 end
+  if not text or #text > 16 or not string.find(text, '^[1-9]%d*$') then return nil end
+  local value = tonumber(text)
+  if value >= MAX_MS then return nil end
+  return value
+end
+
+-- The fields a record may have (see the top of this file).
+local FIELDS = { s = true, a = true, c = true, l = true, d = true, t = true, f = true, r = true }
+
+-- Whether a hash's fields are a record's: exactly what the functions
+-- write, each well-formed. Every function reads through this, so a hash
+-- of the user's (or a damaged record) answers WRONGTYPE, as the module
+-- answers for a key of another type, and never a Lua error or a write.
+local function is_record(record)
+  local phase, attempt = record.s, int_field(record.a)
+  if not attempt or not (phase == 'p' or phase == 'r' or phase == 'd') then return false end
+  for _, name in ipairs({ 'c', 'l', 'd' }) do
+    if record[name] and not int_field(record[name]) then return false end
+  end
+  local token, fp = record.t, record.f
+  if fp and not (#fp == 32 and string.find(fp, '^[0-9a-f]+$')) then return false end
+  if token and token ~= '' and not (#token == 32 and string.find(token, '^[0-9a-f]+$')) then return false end
+  if phase == 'd' then
+    -- Done: done_at set; no live token (completion clears it).
+    return record.d ~= nil and (token == nil or token == '')
+  end
+  -- Processing or released: claimed (attempt, claim time, lease end or
+  -- release time, token), not done, no result.
+  return attempt >= 1 and record.c ~= nil and record.l ~= nil and token ~= nil and token ~= ''
+    and record.d == nil and record.r == nil
+end
+
 -- The key's record as a table of its fields; false when the key is absent;
--- nil and the error when it holds something else.
+-- nil and the error when it holds something else (a hash that is not a
+-- record included).
 local function read(key)
   local fields = redis.pcall('HGETALL', key)
   if fields.err then
@@ -142,10 +180,11 @@ local function read(key)
   if count == 0 then return false end
   local record = {}
   for i = 1, count, 2 do
-    record[fields[i]] = fields[i + 1]
+    local name = fields[i]
+    if not FIELDS[name] then return nil, WRONGTYPE end
+    record[name] = fields[i + 1]
   end
-  -- A hash that is not a record: the module answers WRONGTYPE for it too.
-  if not record.s then return nil, WRONGTYPE end
+  if not is_record(record) then return nil, WRONGTYPE end
   return record
 end
 

@@ -1,9 +1,10 @@
 //! A batch consumer on Redis Streams (README, "A batch consumer"): each
 //! worker reads up to 100 messages (`XREADGROUP ... COUNT 100`, or
 //! `XAUTOCLAIM` for messages a dead worker left pending), claims them in one
-//! `IDEM.MCLAIM`, and completes them in one `IDEM.MDONE` inside the script
-//! that applies their effects, so an effect is applied exactly when its
-//! claim completes. Workers die mid-batch (before the claim, after it),
+//! `IDEM.MCLAIM`, and completes them inside the script that applies their
+//! effects, so an effect is applied exactly when its claim completes: one
+//! `IDEM.DONE` per key there, the batch commands being refused in scripts
+//! (docs/commands.md). Workers die mid-batch (before the claim, after it),
 //! stall past their lease, give a failed batch back in one `IDEM.MRELEASE`,
 //! and orders are published twice: every order's
 //! effect is applied exactly once.
@@ -51,8 +52,8 @@ enum Fault {
     GiveBack,
 }
 
-/// Completes the batch's claims in one IDEM.MDONE and, for each key whose
-/// claim this call completed (1), applies its effect and acknowledges its
+/// Completes the batch's claims, one IDEM.DONE a key, and, for each key
+/// whose claim this call completed (1), applies its effect and acknowledges its
 /// message; an already done key (0) is acknowledged; a stale one (a newer
 /// claim holds it) is left to that claim's holder.
 /// ARGV: n, then n triples (record key, token, message id), then the ids
@@ -61,14 +62,9 @@ const COMPLETE: &str = r"
 local n = tonumber(ARGV[1])
 local applied = 0
 if n > 0 then
-  local args = {}
   for i = 1, n do
-    args[#args + 1] = ARGV[3 * i - 1]
-    args[#args + 1] = ARGV[3 * i]
-  end
-  local replies = redis.call('IDEM.MDONE', n, unpack(args))
-  for i = 1, n do
-    local r = replies[i]
+    -- pcall: a stale token's error is this key's answer, not the script's.
+    local r = redis.pcall('IDEM.DONE', ARGV[3 * i - 1], ARGV[3 * i])
     if r == 1 then
       redis.call('INCR', 'effect:' .. ARGV[3 * i - 1])
       applied = applied + 1

@@ -7,8 +7,8 @@
 mod common;
 
 use common::commands::{
-    bf_info, claim_new, claim_new_opts, digest_value, done, exists, get_fields, idem_counters, items, madd_all, once,
-    release, reserve,
+    bf_info, claim_new, claim_new_opts, digest_value, done, exists, extend, get_fields, idem_counters, items, madd_all,
+    once, release, reserve,
 };
 use common::fixtures::{NONE, assert_same_record, snapshot};
 use common::reply::{err_text, f_bytes, f_str};
@@ -283,6 +283,8 @@ fn a_full_maxmemory_refuses_writes_but_never_a_completion() {
     let processing = claim_new(&mut con, "processing", 600);
     let finishing = claim_new(&mut con, "finishing", 600);
     let finishing_too = claim_new(&mut con, "finishing-too", 600);
+    let extending = claim_new(&mut con, "extending", 600);
+    let releasing = claim_new(&mut con, "releasing", 600);
     let _: i64 = redis::cmd("IDEM.BF.ADD").arg("filter").arg("old").query(&mut con).unwrap();
     let before_record = snapshot(&mut con, "processing");
     let before_filter = digest_value(&mut con, "filter");
@@ -340,6 +342,12 @@ fn a_full_maxmemory_refuses_writes_but_never_a_completion() {
     assert_eq!(seen, 1);
     assert_eq!(f_str(&get_fields(&mut con, "processing"), "state"), "processing");
     assert_eq!(release(&mut con, "processing", &processing), 1);
+    // Neither are the other writes that keep no new data: EXTEND and the
+    // batch release (docs/commands.md lists them).
+    assert_eq!(extend(&mut con, "extending", &extending, 900), Ok(1));
+    let released: Vec<i64> =
+        redis::cmd("IDEM.MRELEASE").arg(1).arg("releasing").arg(&releasing).query(&mut con).unwrap();
+    assert_eq!(released, [1]);
     server.assert_alive();
 }
 

@@ -20,9 +20,11 @@
 //! - A deleted key wakes its waiters where the server has
 //!   `RedisModule_BlockClientOnKeysWithFlags` with
 //!   `REDISMODULE_BLOCK_UNBLOCK_DELETED` (Redis 7.2+, Valkey 8+). Redis 7.0
-//!   serves only keys that exist, so there the module hears of deletions
-//!   itself (keyspace events, `FLUSHDB`) and unblocks the key's longest
-//!   waiter, whose timeout callback then runs [`Waiter::ready`].
+//!   serves only keys that exist, and only those a write of a blocking
+//!   type signalled, so there the module hears of changes itself
+//!   (keyspace events, `FLUSHDB`, `SWAPDB`): it unblocks a missing key's
+//!   longest waiter, whose timeout callback then runs [`Waiter::ready`],
+//!   and signals a key that holds another value now.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -242,6 +244,7 @@ pub fn block_on_key<W: Waiter>(ctx: Ctx<'_>, key: Arg<'_>, timeout: Millis, sign
     // this command returns; nothing else refers to it now.
     let blocked = unsafe { &mut *privdata };
     if !deletion_wakes() && !handle.is_null() {
+        owed::hear_changes(ctx);
         blocked.timer.handle = handle;
         let watch: *mut KeyTimer = &mut *blocked.timer;
         WATCHED.with_borrow_mut(|watched| watched.entry((db, key.bytes().to_vec())).or_default().push(watch));

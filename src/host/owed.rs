@@ -4,17 +4,21 @@
 //! - keys whose waiters held back a write while writes were paused: each
 //!   is signalled again once writes are allowed;
 //! - where the server does not wake the clients blocked on a deleted key
-//!   (Redis 7.0), keys deleted, expired, evicted, renamed, moved or flushed
-//!   under their waiters, heard of through keyspace events and the
-//!   `FLUSHDB` server event. A keyspace event's handler must not write,
-//!   and waking a waiter writes (its claim), so the wake-up waits for the
-//!   timer too.
+//!   (Redis 7.0), keys changed under their waiters without a wake-up from
+//!   the server: deleted, expired, evicted, renamed, moved, flushed,
+//!   swapped away (`SWAPDB`), or overwritten by a value of another type
+//!   (`SET` over a record, a new hash after a `DEL`). The module hears of
+//!   them through keyspace events (every data type's class once a client
+//!   has waited) and the `FLUSHDB` and `SWAPDB` server events. A keyspace
+//!   event's handler must not write, and waking a waiter writes (its
+//!   claim), so the wake-up waits for the timer too: one due at once, which
+//!   runs before the server reads its next command from the network.
 //!
 //! While writes are paused the timer only looks again a little later.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
-use std::ffi::{CStr, c_char, c_int, c_void};
+use std::ffi::{c_char, c_int, c_void};
 
 use redis_module::raw;
 
@@ -23,8 +27,11 @@ use super::blocking::{self, DbKey};
 use super::context::Ctx;
 use super::key::Arg;
 
-/// How soon a wake-up owed is given when writes are allowed.
-const SOON_MS: i64 = 1;
+/// How soon a wake-up owed is given when writes are allowed: in this turn
+/// of the event loop (its timers run after the commands it read), so that
+/// the next command a client sends sees the waiter's answer, as on servers
+/// that serve it after the command that changed the key.
+const SOON_MS: i64 = 0;
 /// How often a paused server is looked at again. A pause lasts from
 /// milliseconds (a failover's handover) to whatever an operator typed.
 const WHILE_PAUSED_MS: i64 = 10;
@@ -33,8 +40,9 @@ const WHILE_PAUSED_MS: i64 = 10;
 struct Owed {
     /// Keys, by database and name, to signal as ready.
     signal: HashSet<DbKey>,
-    /// Keys deleted under their waiters, whose waiters the module wakes.
-    deleted: HashSet<DbKey>,
+    /// Keys changed under their waiters, whose waiters the module wakes
+    /// (missing keys) or signals (keys that hold something else now).
+    changed: HashSet<DbKey>,
     /// The timer is pending.
     armed: bool,
 }
@@ -42,6 +50,8 @@ struct Owed {
 thread_local! {
     /// Callbacks and timers run on Redis's main thread, one at a time.
     static OWED: RefCell<Owed> = RefCell::new(Owed::default());
+    /// The data types' keyspace events are heard (see [`hear_changes`]).
+    static HEARING_CHANGES: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Signals `key` of database `db` again as soon as writes are allowed.
@@ -50,11 +60,11 @@ pub(super) fn signal_when_writable(ctx: Ctx<'_>, db: c_int, key: &[u8]) {
     arm(ctx, SOON_MS);
 }
 
-fn deleted(ctx: Ctx<'_>, keys: impl IntoIterator<Item = DbKey>) {
+fn changed(ctx: Ctx<'_>, keys: impl IntoIterator<Item = DbKey>) {
     let any = OWED.with_borrow_mut(|owed| {
-        let before = owed.deleted.len();
-        owed.deleted.extend(keys);
-        owed.deleted.len() > before
+        let before = owed.changed.len();
+        owed.changed.extend(keys);
+        owed.changed.len() > before
     });
     if any {
         arm(ctx, SOON_MS);
@@ -79,8 +89,8 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
         arm(ctx, WHILE_PAUSED_MS);
         return;
     }
-    let (signal, deleted) =
-        OWED.with_borrow_mut(|owed| (std::mem::take(&mut owed.signal), std::mem::take(&mut owed.deleted)));
+    let (signal, changed) =
+        OWED.with_borrow_mut(|owed| (std::mem::take(&mut owed.signal), std::mem::take(&mut owed.changed)));
     // A panic must not unwind into Redis: what it left undone is dropped,
     // and those waiters answer at their lease's end or their timeout.
     let _ = std::panic::catch_unwind(|| {
@@ -91,11 +101,15 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
         }
         // In cluster mode a missing key may have left with its slot: its
         // waiters wait on (see `blocking::may_claim_absent_key`).
-        if !ctx.is_cluster() {
-            for (db, key) in deleted {
-                if ctx.select_db(db) {
+        let cluster = ctx.is_cluster();
+        for (db, key) in changed {
+            if ctx.select_db(db) {
+                if !cluster {
                     blocking::wake_on_deleted(ctx, db, &key);
                 }
+                // A key that exists (of any type) is served to its waiters
+                // by Redis 7.0 once signalled; a missing one is skipped.
+                ctx.with_key_name(&key, |name| blocking::signal_ready(ctx, name));
             }
         }
     });
@@ -117,15 +131,41 @@ pub fn start(ctx: Ctx<'_>) -> Result<(), String> {
     let flush_db = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_FLUSHDB, dataver: 1 };
     // SAFETY: as above.
     let flushes = unsafe { api!(RedisModule_SubscribeToServerEvent)(ctx.as_ptr(), flush_db, Some(on_flush)) };
-    if subscribed != raw::REDISMODULE_OK as c_int || flushes != raw::REDISMODULE_OK as c_int {
+    // `RedisModuleEvent_SwapDB`, as above.
+    let swap_db = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_SWAPDB, dataver: 1 };
+    // SAFETY: as above.
+    let swaps = unsafe { api!(RedisModule_SubscribeToServerEvent)(ctx.as_ptr(), swap_db, Some(on_swap)) };
+    let ok = raw::REDISMODULE_OK as c_int;
+    if subscribed != ok || flushes != ok || swaps != ok {
         return Err("redis-idem: could not subscribe to deletions, which wake IDEM.CLAIM ... WAIT".into());
     }
     Ok(())
 }
 
-/// Events that leave a key missing under its name.
-fn leaves_key_missing(event: &[u8]) -> bool {
-    matches!(event, b"del" | b"expired" | b"evicted" | b"rename_from" | b"move_from")
+/// Where the server does not wake the clients blocked on a deleted key:
+/// from the first wait on, also hears every data type's writes (`SET` over
+/// a record, a hash made where one was deleted), which the server serves
+/// no waiter for. Not at load: a server whose clients never wait pays no
+/// callback per write. The module's own class is not heard: its writes
+/// signal their keys themselves.
+pub(super) fn hear_changes(ctx: Ctx<'_>) {
+    if blocking::deletion_wakes() || HEARING_CHANGES.replace(true) {
+        return;
+    }
+    let classes = raw::REDISMODULE_NOTIFY_STRING
+        | raw::REDISMODULE_NOTIFY_LIST
+        | raw::REDISMODULE_NOTIFY_SET
+        | raw::REDISMODULE_NOTIFY_HASH
+        | raw::REDISMODULE_NOTIFY_ZSET
+        | raw::REDISMODULE_NOTIFY_STREAM;
+    // SAFETY: a live command context; a callback with the signature Redis
+    // expects. Redis 7.0 adds the subscription to its list, whenever made.
+    let subscribed =
+        unsafe { api!(RedisModule_SubscribeToKeyspaceEvents)(ctx.as_ptr(), classes, Some(on_keyspace_event)) };
+    if subscribed != raw::REDISMODULE_OK as c_int {
+        HEARING_CHANGES.set(false);
+        ctx.log_warning("redis-idem: could not subscribe to writes of other types, which wake IDEM.CLAIM ... WAIT");
+    }
 }
 
 /// # Safety
@@ -134,21 +174,21 @@ fn leaves_key_missing(event: &[u8]) -> bool {
 unsafe extern "C" fn on_keyspace_event(
     ctx: *mut raw::RedisModuleCtx,
     _class: c_int,
-    event: *const c_char,
+    _event: *const c_char,
     key: *mut raw::RedisModuleString,
 ) -> c_int {
-    // Every generic event of the server comes here (on Redis 7.0 only):
-    // most find nobody waiting.
+    // Every generic event of the server comes here (on Redis 7.0 only),
+    // and every data type's once a client waited: most find nobody
+    // waiting. Any change to a watched key owes its waiters a look (one
+    // that changed nothing for them, an EXPIRE, leaves them waiting).
     if !blocking::anyone_watched() {
         return 0;
     }
     // SAFETY: as the caller promises.
     let (Some(ctx), Some(key)) = (unsafe { Ctx::from_raw(ctx) }, unsafe { Arg::from_raw(key) }) else { return 0 };
-    // SAFETY: as the caller promises.
-    let event = unsafe { CStr::from_ptr(event) }.to_bytes();
     let db = ctx.selected_db();
-    if leaves_key_missing(event) && blocking::is_watched(db, key.bytes()) {
-        deleted(ctx, [(db, key.bytes().to_vec())]);
+    if blocking::is_watched(db, key.bytes()) {
+        changed(ctx, [(db, key.bytes().to_vec())]);
     }
     0
 }
@@ -173,5 +213,27 @@ unsafe extern "C" fn on_flush(
     };
     // -1: every database (FLUSHALL).
     let db = (info.dbnum >= 0).then_some(info.dbnum);
-    deleted(ctx, blocking::watched_keys(db));
+    changed(ctx, blocking::watched_keys(db));
+}
+
+/// # Safety
+/// Called by Redis on the main thread with a live context and a
+/// `RedisModuleSwapDbInfo`.
+unsafe extern "C" fn on_swap(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _sub: u64,
+    data: *mut c_void,
+) {
+    // SAFETY: as the caller promises.
+    let (Some(ctx), Some(info)) =
+        (unsafe { Ctx::from_raw(ctx) }, unsafe { data.cast::<raw::RedisModuleSwapDbInfo>().as_ref() })
+    else {
+        return;
+    };
+    // Each database now holds the other's keys: every watched key of both
+    // may have vanished or changed.
+    for db in [info.dbnum_first, info.dbnum_second] {
+        changed(ctx, blocking::watched_keys(Some(db)));
+    }
 }

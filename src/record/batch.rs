@@ -28,9 +28,34 @@ use crate::host::{Arg, Args, Ctx, Key, KeyMode};
 use crate::limits;
 use crate::metrics::{Metric, count};
 
-/// As `IDEM.CLAIM`'s token: 128 bits from the thread's CSPRNG.
-fn new_token() -> Token {
-    Token(rand::random())
+/// Tokens as `IDEM.CLAIM` draws them, 128 bits each from the thread's
+/// CSPRNG, drawn for the whole call at once (one generator call, not one
+/// a key): a call grants at most one token per key position.
+struct Tokens {
+    bytes: Vec<u8>,
+    next: usize,
+}
+
+impl Tokens {
+    fn for_keys(numkeys: usize) -> Tokens {
+        let mut bytes = vec![0u8; numkeys * 16];
+        rand::Rng::fill(&mut rand::rng(), &mut bytes[..]);
+        Tokens { bytes, next: 0 }
+    }
+
+    fn next(&mut self) -> Token {
+        match self.bytes.get(self.next..self.next + 16) {
+            Some(drawn) => {
+                self.next += 16;
+                let mut token = [0u8; 16];
+                token.copy_from_slice(drawn);
+                Token(token)
+            }
+            // Never reached (one token per position at most); still a
+            // fresh token rather than a panic.
+            None => Token(rand::random()),
+        }
+    }
 }
 
 /// The distinct keys of a call, opened for writing, in first-occurrence
@@ -127,10 +152,11 @@ pub fn mclaim(ctx: Ctx, args: &Args) -> CmdResult {
         filter.as_ref().is_some_and(|filter| filter.contains(filter.hash(args.bytes(layout.key(position))), now))
     };
     let lifetimes = config::lifetimes();
+    let mut tokens = Tokens::for_keys(layout.numkeys);
     let replies = run_batch(
         ctx,
         open,
-        |batch| batch::mclaim(args, &parsed, batch, now, lifetimes, maybe_seen, new_token),
+        |batch| batch::mclaim(args, &parsed, batch, now, lifetimes, maybe_seen, || tokens.next()),
         |replies, batch| {
             ctx.reply_array(replies.len());
             for (position, reply) in replies.iter().enumerate() {
@@ -349,7 +375,11 @@ pub static COMMANDS: [CommandSpec; 4] = [
             arg::option(c"MAXTRIES", arg::integer(c"n")),
             arg::option(c"BLOOM", arg::key(c"filterkey", 1)),
         ],
-        flags: c"write deny-oom getkeys-api",
+        // deny-script (COMMAND INFO: noscript), as MDONE and MRELEASE:
+        // Valkey 9.1 raises a reply with an
+        // error element to a script as one error while the writes stand
+        // (claims nobody holds a token for); refused in scripts everywhere.
+        flags: c"write deny-oom deny-script getkeys-api",
         acl: "write slow",
         arity: -4,
         summary: c"Claims many keys in one call, each answered as IDEM.CLAIM would answer it; replies one [status, value, attempt] per key.",
@@ -370,8 +400,8 @@ pub static COMMANDS: [CommandSpec; 4] = [
             arg::option(c"BLOOM", arg::key(c"filterkey", 1)),
         ],
         // Not deny-oom, as IDEM.DONE: completing work must not fail on a
-        // full memory.
-        flags: c"write getkeys-api",
+        // full memory. deny-script: as IDEM.MCLAIM.
+        flags: c"write deny-script getkeys-api",
         acl: "write slow",
         arity: -4,
         summary: c"Completes many claims in one call, each answered as IDEM.DONE would answer it.",
@@ -385,7 +415,7 @@ pub static COMMANDS: [CommandSpec; 4] = [
         name: c"IDEM.MRELEASE",
         entry: command_entry!(mrelease, keys: mrelease_keys),
         args: &[arg::integer(c"numkeys"), arg::many(arg::block(c"key_token", &[arg::key(c"key", 0), arg::string(c"token")]))],
-        flags: c"write getkeys-api",
+        flags: c"write deny-script getkeys-api",
         acl: "write slow",
         arity: -4,
         summary: c"Gives up many live claims in one call, each answered as IDEM.RELEASE would answer it.",

@@ -11,6 +11,9 @@
 //! stores them and propagates them as one effect ([`effect`]).
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher, RandomState};
+
+use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use super::codec::{self, write_effect};
 use super::{
@@ -202,7 +205,8 @@ pub fn parse_mrelease<A: ArgList + ?Sized>(args: &A) -> Result<Layout, CmdError>
 /// key's first position. Keys are compared as bytes, as Redis compares
 /// them.
 pub fn distinct<'a, A: ArgList + ?Sized>(args: &'a A, layout: Layout) -> (Vec<usize>, Vec<usize>) {
-    let mut index: HashMap<&'a [u8], usize> = HashMap::with_capacity(layout.numkeys);
+    let mut index: HashMap<&'a [u8], usize, KeyHashing> =
+        HashMap::with_capacity_and_hasher(layout.numkeys, KeyHashing::new());
     let mut firsts = Vec::with_capacity(layout.numkeys);
     let positions = (0..layout.numkeys)
         .map(|position| {
@@ -213,6 +217,47 @@ pub fn distinct<'a, A: ArgList + ?Sized>(args: &'a A, layout: Layout) -> (Vec<us
         })
         .collect();
     (positions, firsts)
+}
+
+/// How [`distinct`] hashes key names: xxh3, a fraction of the cost of the
+/// standard SipHash on short keys, seeded per call from the standard
+/// library's random keys, so that a client cannot pick names that collide
+/// and make a 10000-key call quadratic.
+struct KeyHashing(u64);
+
+impl KeyHashing {
+    fn new() -> KeyHashing {
+        KeyHashing(RandomState::new().hash_one(0u8))
+    }
+}
+
+impl BuildHasher for KeyHashing {
+    type Hasher = KeyHasher;
+
+    fn build_hasher(&self) -> KeyHasher {
+        KeyHasher { seed: self.0, hash: 0 }
+    }
+}
+
+/// One name's hash. A slice's `Hash` writes its length, then its bytes;
+/// xxh3 covers the length itself, so the length only varies the seed.
+struct KeyHasher {
+    seed: u64,
+    hash: u64,
+}
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        self.hash = xxh3_64_with_seed(bytes, self.seed ^ self.hash);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.hash ^= n as u64;
+    }
+
+    fn finish(&self) -> u64 {
+        self.hash
+    }
 }
 
 /// A distinct key's record as the batch goes on.
