@@ -237,10 +237,12 @@ fn unhex(text: &str) -> Vec<u8> {
     (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap()).collect()
 }
 
+type Golden = (&'static str, &'static str, &'static str, i64, i64, i64, Option<&'static str>, Option<&'static str>);
+
 /// DUMP payloads written by 0.1 (record format 2, RDB encoding version 2)
 /// on Redis 7.0.15: (key, payload, state now, attempt, claimed_at,
 /// done_at, result, the latest claim's token).
-const FORMAT_2_PAYLOADS: &[(&str, &str, &str, i64, i64, i64, Option<&str>, Option<&str>)] = &[
+const FORMAT_2_PAYLOADS: &[Golden] = &[
     (
         "expired",
         "078189d7a6ade72b7402053102000501ab93939ca334939b939ca33400ac0a6060d5e6194bb558eafeb065f727879b441d19e520bedecc62a6b021b95d000a002159b7ead988351a",
