@@ -562,7 +562,11 @@ redis.register_function { function_name = 'idem_extend', callback = extend, flag
 redis.register_function('idem_once', once)
 redis.register_function { function_name = 'idem_get', callback = get, flags = { 'no-writes' } }
 redis.register_function { function_name = 'idem_requeue', callback = requeue, flags = { 'allow-oom' } }
-redis.register_function { function_name = 'idem_scan', callback = scan, flags = { 'no-writes' } }
+-- A scan reads the fields of keys of every slot on the node: in a cluster
+-- that needs allow-cross-slot-keys.
+redis.register_function {
+  function_name = 'idem_scan', callback = scan, flags = { 'no-writes', 'allow-cross-slot-keys' },
+}
 redis.register_function { function_name = 'idem_edition', callback = edition, flags = { 'no-writes', 'allow-stale' } }
 -- Only standard libraries' names are out of reach while a library loads
 -- (Redis 7.0): the batch stubs are registered one by one.
