@@ -10,7 +10,7 @@ use super::commands::store_write;
 use super::data_type::OpenRecord;
 use crate::config;
 use crate::host::blocking;
-use crate::host::command::{ACCESS, CommandSpec, RW, UPDATE, arg, command_entry, key};
+use crate::host::command::{CommandSpec, RW, UPDATE, arg, command_entry, key};
 use crate::host::{Args, Ctx, KeyMode};
 use crate::metrics::{Metric, count};
 
@@ -100,7 +100,8 @@ pub static COMMANDS: [CommandSpec; 2] = [
         arity: 2,
         summary: c"Gives a stuck, dead-lettered or completed record's work back: released now, attempt kept, tries restarted.",
         complexity: c"O(1)",
-        keys: &[key(1, RW | ACCESS | UPDATE)],
+        // Like RELEASE: it changes the record and returns none of its data.
+        keys: &[key(1, RW | UPDATE)],
         args: &[arg::key(c"key", 0)],
     },
 ];
