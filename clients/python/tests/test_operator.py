@@ -33,6 +33,16 @@ def tool(url: str, *args: str, cluster: bool = False, stdin: str = "") -> subpro
     return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=60)
 
 
+def test_the_console_script_is_installed():  # type: ignore[no-untyped-def]
+    # pip puts it beside the interpreter of the venv it installs into.
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "redis-idem"
+    assert script.exists(), f"{script}: pip install ./clients/python installs the redis-idem command"
+    out = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "requeue" in out.stdout, out.stderr
+
+
 def test_scan_filters_and_requeue(r, ns):  # type: ignore[no-untyped-def]
     cmds, op = ri.IdemCommands(r), ri.Operator(r)
     dead_letter(cmds, ns + "dead", 2)
