@@ -5,6 +5,7 @@ the records of every primary."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -69,6 +70,22 @@ def test_scan_filters_and_requeue(r, ns):  # type: ignore[no-untyped-def]
     assert live.attempt == 1
 
 
+async def test_the_asyncio_operator(server, r, ns):  # type: ignore[no-untyped-def]
+    import redis.asyncio as aioredis
+
+    dead_letter(ri.IdemCommands(r), ns + "dead", 2)
+    client = aioredis.Redis(host="127.0.0.1", port=server.port)
+    try:
+        op = ri.AsyncOperator(client)
+        found = [key async for key in op.scan(state="released", min_tries=2, match=ns + "*")]
+        assert found == [(ns + "dead").encode()]
+        assert await op.requeue(ns + "dead") is True
+        assert await op.requeue(ns + "absent") is False
+    finally:
+        await client.aclose()
+    assert ri.IdemCommands(r).get(ns + "dead").tries == 0
+
+
 def test_a_dead_letter_through_the_tool(server, r, ns):  # type: ignore[no-untyped-def]
     cmds = ri.IdemCommands(r)
     key = ns + "order:1001"
@@ -122,6 +139,16 @@ def cluster(edition):  # type: ignore[no-untyped-def]
     c.stop()
 
 
+async def async_scan(port: int, ns: str) -> List[bytes]:
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+    client = AsyncRedisCluster(host="127.0.0.1", port=port)
+    try:
+        return sorted({key async for key in ri.AsyncOperator(client).scan(match=ns + "*")})
+    finally:
+        await client.aclose()
+
+
 def test_ls_finds_every_primarys_records(cluster, ns):  # type: ignore[no-untyped-def]
     rc = RedisCluster(host="127.0.0.1", port=cluster.port)
     try:
@@ -136,6 +163,7 @@ def test_ls_finds_every_primarys_records(cluster, ns):  # type: ignore[no-untype
         listed = tool(url, "ls", "--match", ns + "*", "--json", cluster=True)
         assert listed.returncode == 0, listed.stderr
         assert sorted(row["key"] for row in json.loads(listed.stdout)) == sorted(keys)
+        assert asyncio.run(async_scan(cluster.port, ns)) == sorted(k.encode() for k in keys)
         # Routed to the key's node.
         assert cmds.once(ns + "marked", 60)
         assert ri.Operator(rc).requeue(ns + "marked") is True

@@ -31,7 +31,7 @@ from ._errors import (
     WrongTypeError,
 )
 from ._loop import Hooks, Settings, Stats
-from ._operator import Operator
+from ._operator import AsyncOperator, Operator
 from ._protocol import MAX_BATCH
 from ._replies import ClaimReply, DoneReply, Edition, FilterInfo, Record, RecordState, ShardInfo, Status
 from .serializers import BytesSerializer, JsonSerializer, Serializer
@@ -55,5 +55,5 @@ __all__ = [
     "Job", "JsonSerializer", "LeaseLostError", "MAX_BATCH", "MismatchError", "NotInstalledError", "ProcessError",
     "Record", "RecordState", "ResultNotStoredError", "ResultTooLargeError", "Serializer", "Settings", "ShardInfo",
     "StaleError", "Stats", "Status", "UnsupportedError", "WrongTypeError", "group_by_slot", "idem",
-    "Operator",
+    "AsyncOperator", "Operator",
 ]
