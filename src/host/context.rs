@@ -310,9 +310,15 @@ impl<'call> Ctx<'call> {
         if let Some(pattern) = pattern {
             args.extend_from_slice(&[b"MATCH", pattern]);
         }
-        let reply = Context::new(self.as_ptr())
-            .call("SCAN", &args[..])
-            .map_err(|error| CmdError::new(format!("ERR {error}")))?;
+        let reply = Context::new(self.as_ptr()).call("SCAN", &args[..]).map_err(|error| {
+            // SCAN's own error keeps its code; anything else gets one.
+            let text = error.to_string();
+            let coded = text
+                .split(' ')
+                .next()
+                .is_some_and(|code| code.len() > 1 && code.bytes().all(|b| b.is_ascii_uppercase()));
+            CmdError::new(if coded { text } else { format!("ERR {text}") })
+        })?;
         let bytes = |value: &RedisValue| match value {
             RedisValue::SimpleString(text) | RedisValue::BulkString(text) => Some(text.as_bytes().to_vec()),
             RedisValue::StringBuffer(bytes) => Some(bytes.clone()),
