@@ -38,7 +38,7 @@ RUNDIR := tmp
 # sudo only when not root and sudo exists.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
-.PHONY: deps build lint test test-rust test-clients test-redis8 test-valkey run load-functions bench bench-batch bench-wait bench-sweep bench-instructions fuzz-smoke fuzz clean
+.PHONY: deps build lint test test-prometheus test-rust test-clients test-redis8 test-valkey run load-functions bench bench-batch bench-wait bench-sweep bench-instructions fuzz-smoke fuzz clean
 
 deps:
 	@missing=""; \
@@ -68,7 +68,7 @@ build: deps
 # suite again on Redis 8 and on Valkey 9.
 # The client libraries' suites run side by side (each waits on its servers
 # far more than it computes), each one's output printed whole when it ends.
-test: deps build lint fuzz-smoke test-rust
+test: deps build lint fuzz-smoke test-prometheus test-rust
 	@$(MAKE) --no-print-directory test-redis8
 	@$(MAKE) --no-print-directory test-valkey
 	@$(MAKE) --no-print-directory -j3 --output-sync=target test-clients
@@ -92,6 +92,20 @@ REDIS7_SERVER := redis-server
 CLIENT_TESTS := $(patsubst clients/%/client.mk,test-client-%,$(wildcard clients/*/client.mk))
 test-clients: $(CLIENT_TESTS)
 -include $(wildcard clients/*/client.mk)
+
+# Prometheus for real: Debian's prometheus-redis-exporter serving
+# docs/idem-metrics.lua's metrics from a server with the module
+# (tests/prometheus.rs), and the alert rules' unit tests with promtool (from
+# Debian's prometheus), both installed with apt-get where missing.
+PROMETHEUS_DEBS := prometheus-redis-exporter prometheus
+test-prometheus: deps build
+	@command -v promtool >/dev/null 2>&1 && test -x /usr/bin/prometheus-redis-exporter || { \
+		echo "test-prometheus: installing $(PROMETHEUS_DEBS)"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(PROMETHEUS_DEBS); }
+	promtool check rules docs/prometheus/idem-alerts.yml
+	cd docs/prometheus && promtool test rules idem-alerts.test.yml
+	IDEM_REQUIRE_EXPORTER=1 $(CARGO) test --profile test-release --workspace --test prometheus
 
 # rustfmt.toml's style, and clippy's default lints with warnings as errors,
 # on both crates, the tests and the fuzz targets.

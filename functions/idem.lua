@@ -19,6 +19,9 @@ AOF, DUMP/RESTORE and resharding treat it as any key. Its fields:
   l  processing: lease end; released: release time (Unix ms; absent = 0)
   d  done_at      t  the latest claim's token (absent once done)
   f  payload fingerprint (32 hex digits)      r  the stored result
+  b  the attempt at the latest requeue (absent = 0)
+  x  processing: when the lease was last extended (absent = 0; one older
+     than c belongs to an earlier claim)
 ]]
 
 -- The module's defaults for its configs idem.history, idem.retain and
@@ -140,7 +143,7 @@ local function int_field(text)
 end
 
 -- The fields a record may have (see the top of this file).
-local FIELDS = { s = true, a = true, c = true, l = true, d = true, t = true, f = true, r = true }
+local FIELDS = { s = true, a = true, c = true, l = true, d = true, t = true, f = true, r = true, b = true, x = true }
 
 -- Whether a hash's fields are a record's: exactly what the functions
 -- write, each well-formed. Every function reads through this, so a hash
@@ -149,15 +152,23 @@ local FIELDS = { s = true, a = true, c = true, l = true, d = true, t = true, f =
 local function is_record(record)
   local phase, attempt = record.s, int_field(record.a)
   if not attempt or not (phase == 'p' or phase == 'r' or phase == 'd') then return false end
-  for _, name in ipairs({ 'c', 'l', 'd' }) do
+  for _, name in ipairs({ 'c', 'l', 'd', 'b', 'x' }) do
     if record[name] and not int_field(record[name]) then return false end
   end
+  -- The tries base is an attempt this record had.
+  if record.b and int_field(record.b) > attempt then return false end
   local token, fp = record.t, record.f
   if fp and not (#fp == 32 and string.find(fp, '^[0-9a-f]+$')) then return false end
   if token and token ~= '' and not (#token == 32 and string.find(token, '^[0-9a-f]+$')) then return false end
   if phase == 'd' then
     -- Done: done_at set; no live token (completion clears it).
     return record.d ~= nil and (token == nil or token == '')
+  end
+  if phase == 'r' and token == '' then
+    -- Requeued (only idem_requeue writes an empty token): released with
+    -- no holder, its tries base set; a record ONCE made has attempt 0 and
+    -- no claim time.
+    return record.b ~= nil and record.l ~= nil and record.d == nil and record.r == nil
   end
   -- Processing or released: claimed (attempt, claim time, lease end or
   -- release time, token), not done, no result.
@@ -281,8 +292,9 @@ local function claim(keys, argv)
     local left = tonumber(record.l) - now
     if left > 0 then return { S_BUSY, left, attempt } end
   end
-  -- Released or expired.
-  if max_tries and attempt >= max_tries then
+  -- Released or expired. MAXTRIES counts the claims since the latest
+  -- requeue.
+  if max_tries and attempt - tonumber(record.b or 0) >= max_tries then
     return { S_EXHAUSTED, false, attempt }
   end
   attempt = attempt + 1
@@ -400,7 +412,7 @@ local function extend(keys, argv)
     return STALE_EXTEND
   end
   local lease_end = now + lease
-  redis.call('HSET', key, 'l', lease_end)
+  redis.call('HSET', key, 'l', lease_end, 'x', now)
   redis.call('PEXPIREAT', key, lease_end + HISTORY_MS)
   return 1
 end
@@ -454,8 +466,120 @@ local function get(keys, argv)
       done_at = tonumber(record.d or 0),
       result = record.r or false,
       fingerprint = record.f or false,
+      tries = tonumber(record.a) - tonumber(record.b or 0),
     },
   }
+end
+
+-- FCALL idem_requeue 1 key
+local function requeue(keys, argv)
+  local bad = one_key(keys, 'idem_requeue')
+  if bad then return bad end
+  if #argv ~= 0 then return arity_error('IDEM.REQUEUE') end
+  local key = keys[1]
+  local now = now_ms()
+  local record, read_err = read(key)
+  if record == nil then return read_err end
+  if not record then return 0 end
+  if record.s == 'p' and tonumber(record.l) > now then
+    return {
+      err = 'ERR the record is processing with a live lease: its holder is still at work'
+        .. ' (requeue it when the lease ends)',
+    }
+  end
+  -- Released now, attempt kept, tries restarted, no token, no result.
+  redis.call('HDEL', key, 'r', 'd', 'x')
+  redis.call('HSET', key, 's', 'r', 'l', now, 't', '', 'b', record.a)
+  redis.call('PEXPIREAT', key, now + HISTORY_MS)
+  return 1
+end
+
+local SCAN_OPTIONS = { MATCH = true, COUNT = true, STATE = true, MINTRIES = true, IDLE = true }
+-- The module's bound on the keys one call asks SCAN for.
+local MAX_SCAN_COUNT = 1000
+
+-- A positive integer option value, or the error.
+local function positive(text, message)
+  local n = parse_int(text)
+  if not n then return nil, NOT_AN_INTEGER end
+  if n < 1 then return nil, { err = message } end
+  return n
+end
+
+-- Whether a record's fields match an IDEM.SCAN filter at `now`.
+local function scan_selects(record, filter, now)
+  local phase, lease_end = record.s, tonumber(record.l or 0)
+  local state, changed = 'done', tonumber(record.d or 0)
+  if phase == 'p' then
+    state = now < lease_end and 'processing' or 'expired'
+    changed = math.max(tonumber(record.c or 0), tonumber(record.x or 0))
+  elseif phase == 'r' then
+    state, changed = 'released', lease_end
+  end
+  if filter.state and filter.state ~= state then return false end
+  if filter.min_tries and tonumber(record.a) - tonumber(record.b or 0) < filter.min_tries then return false end
+  if filter.idle and now - changed < filter.idle then return false end
+  return true
+end
+
+-- FCALL_RO idem_scan 0 cursor [MATCH p] [COUNT n] [STATE s] [MINTRIES n] [IDLE seconds]
+local function scan(keys, argv)
+  if #keys ~= 0 then return { err = 'ERR idem_scan takes no key: FCALL_RO idem_scan 0 cursor ...' } end
+  local argc = #argv
+  if argc < 1 then return arity_error('IDEM.SCAN') end
+  local cursor = argv[1]
+  if not string.find(cursor, '^%d+$') or #cursor > 20 or (#cursor == 20 and cursor > '18446744073709551615') then
+    return { err = 'ERR invalid cursor' }
+  end
+  local filter, seen, pattern, count = {}, {}, nil, 10
+  local i = 2
+  while i <= argc do
+    local name = string.upper(argv[i])
+    local value = argv[i + 1]
+    if not SCAN_OPTIONS[name] then return { err = "ERR syntax error, unknown option '" .. argv[i] .. "'" } end
+    if seen[name] then return { err = 'ERR syntax error, option ' .. name .. ' given twice' } end
+    if not value then return { err = 'ERR syntax error, option ' .. name .. ' needs a value' } end
+    seen[name] = true
+    local err
+    if name == 'MATCH' then
+      pattern = value
+    elseif name == 'COUNT' then
+      count, err = positive(value, 'ERR COUNT must be a positive integer')
+      if not count then return err end
+      count = math.min(count, MAX_SCAN_COUNT)
+    elseif name == 'STATE' then
+      filter.state = string.lower(value)
+      if not STATES[filter.state] then return { err = 'ERR STATE must be one of processing, expired, released, done' } end
+    elseif name == 'MINTRIES' then
+      filter.min_tries, err = positive(value, 'ERR MINTRIES must be a positive integer')
+      if not filter.min_tries then return err end
+    else
+      local idle
+      idle, err = positive(value, 'ERR IDLE must be a positive integer (seconds)')
+      if not idle then return err end
+      if idle > MAX_MS / 1000 then return NOT_AN_INTEGER end
+      filter.idle = idle * 1000
+    end
+    i = i + 2
+  end
+  local now = now_ms()
+  local step
+  if pattern then
+    step = redis.call('SCAN', cursor, 'COUNT', count, 'MATCH', pattern, 'TYPE', 'hash')
+  else
+    step = redis.call('SCAN', cursor, 'COUNT', count, 'TYPE', 'hash')
+  end
+  local found = {}
+  for _, key in ipairs(step[2]) do
+    local f = redis.call('HMGET', key, 's', 'a', 'c', 'l', 'd', 'b', 'x')
+    local record = { s = f[1], a = f[2], c = f[3], l = f[4], d = f[5], b = f[6], x = f[7] }
+    -- Only records: other hashes are not this library's.
+    if (record.s == 'p' or record.s == 'r' or record.s == 'd') and tonumber(record.a)
+      and scan_selects(record, filter, now) then
+      found[#found + 1] = key
+    end
+  end
+  return { step[1], found }
 end
 
 -- Which edition answers: the module has no such function (and has the
@@ -484,6 +608,12 @@ redis.register_function { function_name = 'idem_release', callback = release, fl
 redis.register_function { function_name = 'idem_extend', callback = extend, flags = { 'allow-oom' } }
 redis.register_function('idem_once', once)
 redis.register_function { function_name = 'idem_get', callback = get, flags = { 'no-writes' } }
+redis.register_function { function_name = 'idem_requeue', callback = requeue, flags = { 'allow-oom' } }
+-- A scan reads the fields of keys of every slot on the node: in a cluster
+-- that needs allow-cross-slot-keys.
+redis.register_function {
+  function_name = 'idem_scan', callback = scan, flags = { 'no-writes', 'allow-cross-slot-keys' },
+}
 redis.register_function { function_name = 'idem_edition', callback = edition, flags = { 'no-writes', 'allow-stale' } }
 -- Only standard libraries' names are out of reach while a library loads
 -- (Redis 7.0): the batch stubs are registered one by one.

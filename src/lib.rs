@@ -72,7 +72,12 @@ fn init(context: &Context, args: &[RedisString]) -> Status {
     }
     if let Err(message) = host::command::register(
         ctx,
-        &[&record::commands::COMMANDS, &record::batch::COMMANDS, &bloom::commands::COMMANDS],
+        &[
+            &record::commands::COMMANDS,
+            &record::batch::COMMANDS,
+            &record::operator::COMMANDS,
+            &bloom::commands::COMMANDS,
+        ],
     ) {
         ctx.log_warning(&message);
         return Status::Err;

@@ -39,6 +39,9 @@ metrics! {
     WaitTimeout => "wait_timeout",
     WaitUnblocked => "wait_unblocked",
     WaitRefused => "wait_refused",
+    RequeueOk => "requeue_ok",
+    RequeueMiss => "requeue_miss",
+    RequeueBusy => "requeue_busy",
 }
 
 thread_local! {

@@ -76,9 +76,12 @@ fn render(arg: &Fields) -> String {
 fn expected_type(name: &str) -> &'static str {
     match name {
         "key" | "filterkey" => "key",
-        "lease" | "n" | "ms" | "seconds" | "retain" | "capacity" | "window" | "expansion" | "numkeys" => "integer",
+        "lease" | "n" | "ms" | "seconds" | "retain" | "capacity" | "window" | "expansion" | "numkeys" | "cursor"
+        | "count" => "integer",
         "error_rate" => "double",
-        "data" | "token" | "value" | "blob" | "item" | "header" | "payload" | "result" => "string",
+        "data" | "token" | "value" | "blob" | "item" | "header" | "payload" | "result" | "pattern" | "state" => {
+            "string"
+        }
         "payloads" | "results" | "key_token" => "block",
         "period" => "oneof",
         "day" | "hour" => "pure-token",

@@ -65,6 +65,12 @@ impl Step {
     fn argv(&self, module: bool, tokens: &[String]) -> Vec<Vec<u8>> {
         let mut argv: Vec<Vec<u8>> = if !self.record {
             vec![self.name.as_bytes().to_vec(), self.key.as_bytes().to_vec()]
+        } else if self.name == "scan" {
+            // Keyless: the key is not sent.
+            match module {
+                true => vec![b"IDEM.SCAN".to_vec()],
+                false => vec![b"FCALL_RO".to_vec(), b"idem_scan".to_vec(), b"0".to_vec()],
+            }
         } else if module {
             vec![format!("IDEM.{}", self.name.to_uppercase()).into_bytes(), self.key.as_bytes().to_vec()]
         } else {
@@ -205,6 +211,29 @@ fn generate(rng: &mut Rng, issued: usize, latest: &HashMap<String, usize>) -> St
             (true, "get", args)
         }
         81..=85 => (true, "once", vec![lease(rng)]),
+        86..=89 => (true, "requeue", if rng.chance(5) { vec![text("extra")] } else { vec![] }),
+        90..=93 => {
+            let mut pairs = Vec::new();
+            if rng.chance(50) {
+                pairs.push(("STATE", text(rng.pick(&["processing", "EXPIRED", "released", "done", "stuck"]))));
+            }
+            if rng.chance(40) {
+                pairs.push(("MINTRIES", text(rng.pick(&["1", "2", "3", "0", "x"]))));
+            }
+            if rng.chance(20) {
+                // Never a boundary the two servers' clocks could split.
+                pairs.push(("IDLE", text(rng.pick(&["100000", "0"]))));
+            }
+            if rng.chance(30) {
+                pairs.push(("MATCH", text(rng.pick(&["order:*", "*", "k?", "{t}*"]))));
+            }
+            if rng.chance(40) {
+                pairs.push(("COUNT", text(rng.pick(&["1", "2", "1000", "0"]))));
+            }
+            let mut args = vec![text(if rng.chance(3) { "x" } else { "0" })];
+            args.extend(options(rng, pairs));
+            (true, "scan", args)
+        }
         _ => (false, "DEL", vec![]),
     };
     Step { record, name, key, args }
@@ -301,7 +330,31 @@ fn shape(step: &Step, reply: &RedisResult<Value>, tokens: &mut Vec<String>) -> S
     }
 }
 
+/// A whole `IDEM.SCAN` (or `idem_scan`) iteration from the cursor in
+/// `argv` (after `prefix` arguments): the keys returned, sorted and
+/// deduplicated, or the first error. Cursors may differ between servers.
+fn full_scan(con: &mut redis::Connection, mut argv: Vec<Vec<u8>>, prefix: usize) -> RedisResult<Value> {
+    let mut keys = std::collections::BTreeSet::new();
+    loop {
+        let Value::Array(reply) = run_one(con, &argv)? else { panic!("a scan reply is an array") };
+        let [cursor, Value::Array(found)] = &reply[..] else { panic!("scan reply {reply:?}") };
+        keys.extend(found.iter().map(as_str));
+        match as_str(cursor).as_str() {
+            "0" => return Ok(Value::Array(keys.into_iter().map(|k| Value::BulkString(k.into_bytes())).collect())),
+            next => argv[prefix] = next.as_bytes().to_vec(),
+        }
+    }
+}
+
 fn run(con: &mut redis::Connection, argv: &[Vec<u8>]) -> RedisResult<Value> {
+    match argv[0].as_slice() {
+        b"IDEM.SCAN" if argv.len() > 1 => full_scan(con, argv.to_vec(), 1),
+        b"FCALL_RO" if argv.len() > 3 && argv[1] == b"idem_scan" => full_scan(con, argv.to_vec(), 3),
+        _ => run_one(con, argv),
+    }
+}
+
+fn run_one(con: &mut redis::Connection, argv: &[Vec<u8>]) -> RedisResult<Value> {
     let mut cmd = redis::cmd(std::str::from_utf8(&argv[0]).unwrap());
     for arg in &argv[1..] {
         cmd.arg(arg.as_slice());
@@ -434,6 +487,19 @@ fn every_argument_error_reads_the_same() {
         ("get", &["x"]),
         ("once", &[]),
         ("once", &["0"]),
+        ("requeue", &["x"]),
+        ("scan", &[]),
+        ("scan", &["-1"]),
+        ("scan", &["18446744073709551616"]),
+        ("scan", &["0", "COUNT", "0"]),
+        ("scan", &["0", "COUNT", "x"]),
+        ("scan", &["0", "STATE", "stuck"]),
+        ("scan", &["0", "MINTRIES", "0"]),
+        ("scan", &["0", "IDLE", "0"]),
+        ("scan", &["0", "IDLE", "9007199254741"]),
+        ("scan", &["0", "MATCH"]),
+        ("scan", &["0", "idle", "1", "IDLE", "2"]),
+        ("scan", &["0", "TYPE", "hash"]),
     ];
     let mut cons = [module.conn(), library.conn()];
     for (name, args) in cases {

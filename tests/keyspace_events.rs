@@ -140,6 +140,13 @@ fn every_record_write_fires_its_event_and_done_bloom_fires_the_filters() {
 
     assert_eq!(events.of(&mut con, |con| assert_eq!(once(con, "o", 60), 1)), [ev("o", "idem.done")]);
     assert_eq!(events.of(&mut con, |con| assert_eq!(once(con, "o", 60), 0)), []);
+
+    // IDEM.REQUEUE: an event when it gave the work back, none otherwise.
+    let requeue = |con: &mut redis::Connection, key: &str| q(con, "IDEM.REQUEUE", key).map_err(|e| e.to_string());
+    assert_eq!(events.of(&mut con, |con| assert_eq!(requeue(con, "o"), Ok(Value::Int(1)))), [ev("o", "idem.requeue")]);
+    assert_eq!(events.of(&mut con, |con| assert_eq!(requeue(con, "absent"), Ok(Value::Int(0)))), []);
+    assert_eq!(events.of(&mut con, |con| drop(claim_new(con, "live", 30))), [ev("live", "idem.claim")]);
+    assert_eq!(events.of(&mut con, |con| assert!(requeue(con, "live").is_err())), []);
 }
 
 /// The background sweeper's drop of an idle filter's old shard is a write:

@@ -593,7 +593,8 @@ impl Run {
                 let token = self.token_for(&key);
                 Cmd::Extend { key, token, lease: self.rng.range(1, 2) }
             }
-            440..=519 => Cmd::Get { key: self.rec_key() },
+            440..=504 => Cmd::Get { key: self.rec_key() },
+            505..=519 => Cmd::Requeue { key: self.rec_key() },
             520..=549 => Cmd::Once { key: self.rec_key(), retain: self.rng.range(1, 3) },
             550..=584 => {
                 let key = self.filt_key();

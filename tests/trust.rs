@@ -82,6 +82,7 @@ fn writes(token: &str) -> Vec<Vec<String>> {
         vec!["IDEM.RELEASE", "rec", token],
         vec!["IDEM.EXTEND", "rec", token, "10"],
         vec!["IDEM.ONCE", "rec", "10"],
+        vec!["IDEM.REQUEUE", "rec"],
         vec!["IDEM.BF.RESERVE", "f2", "0.01", "100"],
         vec!["IDEM.BF.ADD", "f", "x"],
         vec!["IDEM.BF.MADD", "f", "x", "y"],
@@ -94,8 +95,13 @@ fn writes(token: &str) -> Vec<Vec<String>> {
     .collect()
 }
 
-const READS: [&[&str]; 4] =
-    [&["IDEM.GET", "rec"], &["IDEM.BF.EXISTS", "f", "x"], &["IDEM.BF.MEXISTS", "f", "x", "y"], &["IDEM.BF.INFO", "f"]];
+const READS: [&[&str]; 5] = [
+    &["IDEM.GET", "rec"],
+    &["IDEM.BF.EXISTS", "f", "x"],
+    &["IDEM.BF.MEXISTS", "f", "x", "y"],
+    &["IDEM.BF.INFO", "f"],
+    &["IDEM.SCAN", "0"],
+];
 
 fn strs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
@@ -127,6 +133,8 @@ fn commands_carry_the_acl_categories_of_their_kind() {
         ("IDEM.EXTEND", &["@write", "@fast"]),
         ("IDEM.ONCE", &["@write", "@fast"]),
         ("IDEM.GET", &["@read", "@fast"]),
+        ("IDEM.SCAN", &["@read", "@slow"]),
+        ("IDEM.REQUEUE", &["@write", "@fast"]),
         ("IDEM.BF.RESERVE", &["@write", "@slow"]),
         ("IDEM.BF.ADD", &["@write", "@fast"]),
         ("IDEM.BF.MADD", &["@write", "@slow"]),
@@ -184,7 +192,8 @@ fn documented_acl_rules_give_consumers_and_readers_what_they_need() {
     let mut consumer = user_conn(&s, &mut admin, "idem-consumer", &strs(&consumer_rules));
     for args in writes(&token) {
         let args = strs(&args);
-        if args[0].contains("APPLY") || args[0].contains("LOAD") {
+        // Requeueing is the operators' (idem-operator below), not a consumer's.
+        if args[0].contains("APPLY") || args[0].contains("LOAD") || args[0] == "IDEM.REQUEUE" {
             assert_noperm(&mut consumer, &args);
         } else {
             assert_allowed(&mut consumer, &args);
@@ -201,6 +210,12 @@ fn documented_acl_rules_give_consumers_and_readers_what_they_need() {
     for args in writes(&token) {
         assert_noperm(&mut reader, &strs(&args));
     }
+    let operator_rules = rules_of("idem-operator");
+    let mut operator = user_conn(&s, &mut admin, "idem-operator", &strs(&operator_rules));
+    for args in [&["IDEM.SCAN", "0", "STATE", "released"][..], &["IDEM.GET", "rec"], &["IDEM.REQUEUE", "absent"]] {
+        assert_allowed(&mut operator, args);
+    }
+    assert_noperm(&mut operator, &["IDEM.CLAIM", "rec", "10"]);
 }
 
 #[test]

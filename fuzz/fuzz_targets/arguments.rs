@@ -18,6 +18,8 @@ fuzz_target!(|data: &[u8]| {
     let _ = record::batch::parse_mclaim(&batch[..], now);
     let _ = record::batch::parse_mdone(&batch[..], now, 86_400_000);
     let _ = record::batch::parse_mrelease(&batch[..]);
+    // IDEM.SCAN: keyless too, the cursor at 1.
+    let _ = record::operator::parse_scan(&batch[..]);
     for command in [record::batch::Command::MClaim, record::batch::Command::MDone, record::batch::Command::MRelease] {
         let (keys, bloom) = record::batch::key_positions(&batch[..], command);
         assert!(keys.iter().chain(&bloom).all(|&at| at < batch.len()));

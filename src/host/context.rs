@@ -296,4 +296,39 @@ impl<'call> Ctx<'call> {
         let info = Context::new(self.as_ptr()).server_info(section);
         names.map(|name| info.field(name).and_then(|value| value.to_string_lossy().parse::<u64>().ok()))
     }
+
+    /// One step of `SCAN cursor [MATCH pattern] COUNT count` over this
+    /// context's database: the next cursor and the key names returned.
+    pub fn scan_keys(
+        self,
+        cursor: &[u8],
+        pattern: Option<&[u8]>,
+        count: i64,
+    ) -> Result<(Vec<u8>, Vec<Vec<u8>>), CmdError> {
+        let count = count.to_string();
+        let mut args: Vec<&[u8]> = vec![cursor, b"COUNT", count.as_bytes()];
+        if let Some(pattern) = pattern {
+            args.extend_from_slice(&[b"MATCH", pattern]);
+        }
+        let reply = Context::new(self.as_ptr()).call("SCAN", &args[..]).map_err(|error| {
+            // SCAN's own error keeps its code; anything else gets one.
+            let text = error.to_string();
+            let coded = text
+                .split(' ')
+                .next()
+                .is_some_and(|code| code.len() > 1 && code.bytes().all(|b| b.is_ascii_uppercase()));
+            CmdError::new(if coded { text } else { format!("ERR {text}") })
+        })?;
+        let bytes = |value: &RedisValue| match value {
+            RedisValue::SimpleString(text) | RedisValue::BulkString(text) => Some(text.as_bytes().to_vec()),
+            RedisValue::StringBuffer(bytes) => Some(bytes.clone()),
+            RedisValue::BulkRedisString(text) => Some(text.as_slice().to_vec()),
+            _ => None,
+        };
+        let unexpected = || CmdError::Static(c"ERR unexpected SCAN reply");
+        let RedisValue::Array(parts) = reply else { return Err(unexpected()) };
+        let [next, RedisValue::Array(names)] = &parts[..] else { return Err(unexpected()) };
+        let names = names.iter().map(bytes).collect::<Option<Vec<_>>>().ok_or_else(unexpected)?;
+        Ok((bytes(next).ok_or_else(unexpected)?, names))
+    }
 }

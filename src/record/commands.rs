@@ -33,7 +33,7 @@ fn new_token() -> Token {
 }
 
 /// Stores a transition's write, propagates it and notifies `event`.
-fn store_write(ctx: Ctx, mut slot: OpenRecord, write: Write, event: &'static CStr) {
+pub(super) fn store_write(ctx: Ctx, mut slot: OpenRecord, write: Write, event: &'static CStr) {
     let name = slot.name();
     match write {
         Write::None => return,
@@ -374,7 +374,7 @@ pub fn get(ctx: Ctx, args: &Args) -> CmdResult {
         ctx.reply_null();
         return Ok(());
     };
-    ctx.reply_map(8);
+    ctx.reply_map(9);
     ctx.reply_simple(c"state");
     ctx.reply_simple(record.state_at(now).name());
     ctx.reply_simple(c"attempt");
@@ -394,6 +394,9 @@ pub fn get(ctx: Ctx, args: &Args) -> CmdResult {
         Some(fingerprint) => ctx.reply_bulk(format!("{fingerprint:032x}").as_bytes()),
         None => ctx.reply_null(),
     }
+    // Last, so that readers of the fields before by position still work.
+    ctx.reply_simple(c"tries");
+    ctx.reply_int(record.tries() as i64);
     Ok(())
 }
 

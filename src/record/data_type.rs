@@ -20,7 +20,8 @@ use crate::host::{Arg, Key};
 
 /// Encoding version of the RDB payload; a newer one is refused on load.
 /// 2: the record's format 2 (varints), which format 1 readers refuse.
-pub const ENCODING_VERSION: i32 = 2;
+/// 3: format 3 (the tries base of IDEM.REQUEUE); 2 is still loaded.
+pub const ENCODING_VERSION: i32 = 3;
 
 pub static RECORD_TYPE: RedisType = RedisType::new("idemrecrd", ENCODING_VERSION, methods::<RecordType>());
 

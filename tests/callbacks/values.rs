@@ -96,6 +96,27 @@ pub(super) fn make_records(con: &mut redis::Connection) -> Vec<Case> {
     assert_eq!((status.as_str(), attempt), ("RETRY", 2));
     cases.push(Case::record("rec:retried", "processing", 2, None));
 
+    // The operators' records: requeued (tries base) in each stored phase,
+    // a lease extended (extension time), both boxed where plain ones pack.
+    let requeue = |con: &mut redis::Connection, key: &str| {
+        let n: i64 = redis::cmd("IDEM.REQUEUE").arg(key).query(con).unwrap_or_else(|e| panic!("REQUEUE {key}: {e}"));
+        assert_eq!(n, 1, "IDEM.REQUEUE {key}");
+    };
+    let t = claim_new(con, "rec:requeued", 600);
+    assert_eq!(done(con, "rec:requeued", &t, ("RESULT", "dropped")), Ok(1));
+    requeue(con, "rec:requeued");
+    cases.push(Case::record("rec:requeued", "released", 1, None));
+    let t = claim_new(con, "rec:requeued-done", 600);
+    assert_eq!(release(con, "rec:requeued-done", &t), 1);
+    requeue(con, "rec:requeued-done");
+    let (_, t, attempt) = claim(con, "rec:requeued-done", 600);
+    assert_eq!(attempt, 2);
+    assert_eq!(done(con, "rec:requeued-done", &as_token(&t), NONE), Ok(1));
+    cases.push(Case::record("rec:requeued-done", "done", 2, None));
+    let t = claim_new(con, "rec:extended", 600);
+    assert_eq!(crate::common::commands::extend(con, "rec:extended", &t, 900), Ok(1));
+    cases.push(Case::record("rec:extended", "processing", 1, None));
+
     // Keys whose expiry the user changed: none at all, and a longer one.
     let t = claim_new(con, "rec:persisted", 600);
     assert_eq!(done(con, "rec:persisted", &t, ("RESULT", "kept")), Ok(1));

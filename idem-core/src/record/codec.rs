@@ -12,18 +12,29 @@ use unsigned_varint::encode as varint;
 use super::{Fingerprint, Millis, Phase, Record, Token};
 use crate::decode::{DecodeError, Reader, VARINT_MAX};
 
-/// First byte of every serialized record.
-pub const FORMAT_VERSION: u8 = 2;
+/// First byte of every serialized record. 3 adds the optional tries base
+/// and extension time (flags 8 and 16); format 2, which 0.1 wrote, is read
+/// as a format 3 record without them.
+pub const FORMAT_VERSION: u8 = 3;
+/// The format that came before, still read (RDB files, DUMP payloads).
+const FORMAT_2: u8 = 2;
 
 const HAS_FINGERPRINT: u8 = 1;
 const HAS_RESULT: u8 = 2;
 /// The token is not all zero (done records and never-claimed ones have
 /// none), so its 16 bytes follow.
 const HAS_TOKEN: u8 = 4;
+/// The record was requeued: its tries base follows the four numbers.
+const HAS_TRIES_BASE: u8 = 8;
+/// A processing record's lease was extended: the time follows.
+const HAS_EXTENDED: u8 = 16;
+/// The flags format 2 knows.
+const FORMAT_2_FLAGS: u8 = HAS_FINGERPRINT | HAS_RESULT | HAS_TOKEN;
+const ALL_FLAGS: u8 = FORMAT_2_FLAGS | HAS_TRIES_BASE | HAS_EXTENDED;
 
-/// Most bytes of a record without result: version, phase, flags, four
+/// Most bytes of a record without result: version, phase, flags, six
 /// numbers as varints, token and fingerprint.
-const MAX_FIXED_LEN: usize = 3 + 4 * VARINT_MAX + 16 + 16;
+const MAX_FIXED_LEN: usize = 3 + 6 * VARINT_MAX + 16 + 16;
 
 /// Room to reserve for a record's encoding (at most this many bytes).
 pub fn max_encoded_len(record: &Record) -> usize {
@@ -49,7 +60,8 @@ impl Head {
 }
 
 /// The layout: version, phase, flags, then attempt, claimed_at, lease_end
-/// and done_at as varints (LEB128), then the token, fingerprint and result
+/// and done_at as varints (LEB128), the tries base and the extension time
+/// as varints when not zero, then the token, fingerprint and result
 /// (varint length, bytes) when present. Small on purpose: the encoding is
 /// also the replicated effect, and Redis keeps an argument of up to 44
 /// bytes in one allocation, which a fresh claim's effect fits.
@@ -62,12 +74,20 @@ pub fn encode(record: &Record, out: &mut Vec<u8>) {
     let has_token = record.token != Token::default();
     let flags = (record.fingerprint.is_some() as u8 * HAS_FINGERPRINT)
         | (record.result.is_some() as u8 * HAS_RESULT)
-        | (has_token as u8 * HAS_TOKEN);
+        | (has_token as u8 * HAS_TOKEN)
+        | ((record.tries_base != 0) as u8 * HAS_TRIES_BASE)
+        | ((record.extended_at != 0) as u8 * HAS_EXTENDED);
     let mut head = Head { bytes: [0; MAX_FIXED_LEN + VARINT_MAX], len: 0 };
     head.put(&[FORMAT_VERSION, phase, flags]);
     head.put_varint(record.attempt);
     for time in [record.claimed_at, record.lease_end, record.done_at] {
         head.put_varint(time as u64);
+    }
+    if record.tries_base != 0 {
+        head.put_varint(record.tries_base);
+    }
+    if record.extended_at != 0 {
+        head.put_varint(record.extended_at as u64);
     }
     if has_token {
         head.put(&record.token.0);
@@ -87,9 +107,11 @@ pub fn encode(record: &Record, out: &mut Vec<u8>) {
 
 pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
     let mut input = Reader(bytes);
-    if input.u8()? != FORMAT_VERSION {
-        return Err(DecodeError("unknown record format version"));
-    }
+    let known_flags = match input.u8()? {
+        FORMAT_VERSION => ALL_FLAGS,
+        FORMAT_2 => FORMAT_2_FLAGS,
+        _ => return Err(DecodeError("unknown record format version")),
+    };
     let phase = match input.u8()? {
         0 => Phase::Processing,
         1 => Phase::Released,
@@ -97,13 +119,22 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         _ => return Err(DecodeError("unknown record phase")),
     };
     let flags = input.u8()?;
-    if flags & !(HAS_FINGERPRINT | HAS_RESULT | HAS_TOKEN) != 0 {
+    if flags & !known_flags != 0 {
         return Err(DecodeError("unknown record flags"));
     }
     let attempt = input.varint()?;
     let claimed_at = input.varint_time()?;
     let lease_end = input.varint_time()?;
     let done_at = input.varint_time()?;
+    // Present means not zero: one encoding per record, so digests agree.
+    let tries_base = match flags & HAS_TRIES_BASE {
+        0 => 0,
+        _ => Some(input.varint()?).filter(|&base| base != 0).ok_or(DecodeError("zero tries base marked present"))?,
+    };
+    let extended_at = match flags & HAS_EXTENDED {
+        0 => 0,
+        _ => Some(input.varint_time()?).filter(|&at| at != 0).ok_or(DecodeError("zero extension marked present"))?,
+    };
     let token = match flags & HAS_TOKEN {
         0 => Token::default(),
         _ => Token(input.array()?),
@@ -123,7 +154,8 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         }
     };
     input.finish()?;
-    let record = Record { phase, attempt, claimed_at, lease_end, done_at, token, fingerprint, result };
+    let record =
+        Record { phase, attempt, claimed_at, lease_end, done_at, token, fingerprint, result, tries_base, extended_at };
     check_consistent(&record)?;
     Ok(record)
 }
@@ -137,8 +169,15 @@ fn check_consistent(record: &Record) -> Result<(), DecodeError> {
     if !done && (record.done_at != 0 || record.result.is_some()) {
         return Err(DecodeError("unfinished record with a completion"));
     }
-    if !done && record.attempt == 0 {
+    // A requeued ONCE record is released with attempt 0, and no token.
+    if !done && record.attempt == 0 && record.token != Token::default() {
         return Err(DecodeError("claimed record with attempt 0"));
+    }
+    if record.tries_base > record.attempt {
+        return Err(DecodeError("tries base above the attempt"));
+    }
+    if record.extended_at != 0 && record.phase != Phase::Processing {
+        return Err(DecodeError("extension time on a record not processing"));
     }
     Ok(())
 }
@@ -177,9 +216,14 @@ fn field(bits: u128, shift: u32, width: u32) -> u64 {
     ((bits >> shift) & ((1u128 << width) - 1)) as u64
 }
 
+/// `None` for the rare records: with a result, a fingerprint, a tries
+/// base (requeued) or an extension time (a lease renewed), or numbers too
+/// large.
 pub fn pack(record: &Record) -> Option<Packed> {
     if record.fingerprint.is_some()
         || record.result.is_some()
+        || record.tries_base != 0
+        || record.extended_at != 0
         || !fits_time(record.claimed_at)
         || record.attempt >= 1 << ATTEMPT_BITS
     {
@@ -229,6 +273,8 @@ pub fn unpack(packed: Packed) -> Record {
                 token: Token(from_words([token_low, token_high]).to_le_bytes()),
                 fingerprint: None,
                 result: None,
+                tries_base: 0,
+                extended_at: 0,
             }
         }
     }

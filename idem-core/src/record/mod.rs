@@ -15,6 +15,7 @@
 
 pub mod batch;
 pub mod codec;
+pub mod operator;
 
 use std::ffi::CStr;
 
@@ -137,6 +138,12 @@ pub struct Record {
     pub fingerprint: Option<Fingerprint>,
     /// The result stored by DONE, replayed by CLAIM.
     pub result: Option<Box<[u8]>>,
+    /// The attempt at the latest `IDEM.REQUEUE` (0 when never requeued):
+    /// `MAXTRIES` counts the claims since, `attempt - tries_base`.
+    pub tries_base: u64,
+    /// Processing: when the lease was last extended, 0 when not since the
+    /// claim. Otherwise 0. Kept for [`Record::changed_at`] (`IDLE`).
+    pub extended_at: Millis,
 }
 
 /// How long records live after their last event, from the configs.
@@ -231,6 +238,8 @@ impl Record {
             token,
             fingerprint: args.fingerprint,
             result: None,
+            tries_base: 0,
+            extended_at: 0,
         }
     }
 
@@ -245,6 +254,25 @@ impl Record {
             token: Token::default(),
             fingerprint: None,
             result: result.map(Box::from),
+            tries_base: 0,
+            extended_at: 0,
+        }
+    }
+
+    /// Claims since the latest requeue (`attempt` if never requeued): what
+    /// `MAXTRIES` compares.
+    pub fn tries(&self) -> u64 {
+        self.attempt.saturating_sub(self.tries_base)
+    }
+
+    /// Time of the latest change an operator would call activity: the
+    /// claim or its latest extension, the release (or requeue), the
+    /// completion. A lease lapsing is no change: that is what stuck means.
+    pub fn changed_at(&self) -> Millis {
+        match self.phase {
+            Phase::Processing => self.claimed_at.max(self.extended_at),
+            Phase::Released => self.lease_end,
+            Phase::Done => self.done_at,
         }
     }
 
@@ -270,14 +298,16 @@ impl Record {
         after(self.lease_end, lifetimes.history)
     }
 
+    /// A requeued record holds no token: none, not even all zeros, holds it.
     fn holds(&self, token: Option<Token>) -> bool {
-        token == Some(self.token)
+        token == Some(self.token) && self.token != Token::default()
     }
 
     fn complete(&mut self, now: Millis, result: Option<&[u8]>) {
         self.phase = Phase::Done;
         self.done_at = now;
         self.lease_end = 0;
+        self.extended_at = 0;
         self.token = Token::default();
         self.result = result.map(Box::from);
     }
@@ -311,13 +341,14 @@ pub fn claim(
             (ClaimReply::Busy { lease_left, attempt }, Write::None)
         }
         State::Released | State::Expired => {
-            if args.max_tries.is_some_and(|max| attempt >= max) {
+            if args.max_tries.is_some_and(|max| record.tries() >= max) {
                 return (ClaimReply::Exhausted { attempt }, Write::None);
             }
             let token = next_token();
             let fingerprint = record.fingerprint.or(args.fingerprint);
+            let tries_base = record.tries_base;
             let attempt = attempt.saturating_add(1);
-            *record = Record { fingerprint, ..Record::claimed(now, args, token, attempt) };
+            *record = Record { fingerprint, tries_base, ..Record::claimed(now, args, token, attempt) };
             let expire_at = record.history_end(lifetimes);
             (ClaimReply::Retry { token, attempt }, Write::Update { expire_at })
         }
@@ -357,6 +388,7 @@ pub fn release(record: Option<&mut Record>, token: Option<Token>, now: Millis, l
         Some(record) if record.state_at(now) == State::Processing && record.holds(token) => {
             record.phase = Phase::Released;
             record.lease_end = now;
+            record.extended_at = 0;
             let expire_at = record.history_end(lifetimes);
             (true, Write::Update { expire_at })
         }
@@ -378,11 +410,49 @@ pub fn extend(
         // the token is still the latest claim's.
         Some(record) if record.phase == Phase::Processing && record.holds(token) => {
             record.lease_end = after(now, lease);
+            record.extended_at = now;
             let expire_at = record.history_end(lifetimes);
             (Ok(()), Write::Update { expire_at })
         }
         _ => (Err(()), Write::None),
     }
+}
+
+/// `IDEM.REQUEUE`'s outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequeueReply {
+    /// The record is released now, with its tries restarted (reply `1`).
+    Requeued,
+    /// No record (reply `0`).
+    Absent,
+    /// A live lease: its holder is still at work (an error, nothing changed).
+    Busy,
+}
+
+/// `IDEM.REQUEUE`: gives an expired, released or done record's work back.
+/// It stays released for `history`, keeps its attempt (the next claim's
+/// is higher: the fence keeps rising, where a `DEL` would restart it at
+/// 1), restarts the tries `MAXTRIES` counts, and holds no token, so the
+/// latest claim's holder can no longer complete, extend or release it.
+pub fn requeue(record: Option<&mut Record>, now: Millis, lifetimes: Lifetimes) -> (RequeueReply, Write) {
+    let Some(record) = record else { return (RequeueReply::Absent, Write::None) };
+    if record.state_at(now) == State::Processing {
+        return (RequeueReply::Busy, Write::None);
+    }
+    *record = Record {
+        phase: Phase::Released,
+        attempt: record.attempt,
+        claimed_at: record.claimed_at,
+        lease_end: now,
+        done_at: 0,
+        token: Token::default(),
+        fingerprint: record.fingerprint,
+        result: None,
+        tries_base: record.attempt,
+        extended_at: 0,
+    };
+    let expire_at = record.history_end(lifetimes);
+    (RequeueReply::Requeued, Write::Update { expire_at })
 }
 
 /// `IDEM.ONCE`: mark-if-absent. `true` when the key was absent.

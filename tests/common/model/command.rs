@@ -40,6 +40,9 @@ pub enum Cmd {
     Get {
         key: String,
     },
+    Requeue {
+        key: String,
+    },
     Once {
         key: String,
         retain: i64,
@@ -152,6 +155,7 @@ impl Cmd {
             Release { key, .. }
             | Extend { key, .. }
             | Get { key }
+            | Requeue { key }
             | Once { key, .. }
             | BfReserve { key, .. }
             | BfAdd { key, .. }
@@ -233,6 +237,10 @@ impl Cmd {
             }
             Get { key } => {
                 s("IDEM.GET");
+                s(key);
+            }
+            Requeue { key } => {
+                s("IDEM.REQUEUE");
                 s(key);
             }
             Once { key, retain } => {

@@ -27,6 +27,7 @@ pub struct GetExp {
     pub done_at: i64,
     pub result: Option<Vec<u8>>,
     pub fingerprint: Option<String>,
+    pub tries: i64,
     /// The key's TTL and the module's clock are two readings of the clock,
     /// each anywhere in the step's bracket: `pttl` may be off by up to
     /// (below, above) ms from its value at the module's time.
@@ -245,8 +246,10 @@ pub fn matches(exp: &Exp, v: &Value, m: &mut Matched) -> Result<(), String> {
             Ok(())
         }
         Exp::Get(g) => {
-            let f =
-                fields(v, &["state", "attempt", "lease_ms", "pttl", "claimed_at", "done_at", "result", "fingerprint"])?;
+            let f = fields(
+                v,
+                &["state", "attempt", "lease_ms", "pttl", "claimed_at", "done_at", "result", "fingerprint", "tries"],
+            )?;
             let state = text_of(&f[0]).ok_or("state not a string")?;
             let got = GetExp {
                 state: match state.as_str() {
@@ -263,6 +266,7 @@ pub fn matches(exp: &Exp, v: &Value, m: &mut Matched) -> Result<(), String> {
                 done_at: int_of(&f[5])?,
                 result: bytes_of(&f[6])?,
                 fingerprint: bytes_of(&f[7])?.map(|b| String::from_utf8_lossy(&b).into_owned()),
+                tries: int_of(&f[8])?,
                 pttl_slack: g.pttl_slack,
             };
             let pttl_ok = if g.pttl < 0 {

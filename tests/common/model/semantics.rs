@@ -138,6 +138,7 @@ fn apply_documented(w: &World, db: usize, cmd: &Cmd, t: i64, cfg: &Cfg) -> Vec<(
                     result: None,
                     fingerprint,
                     token: Some(PENDING.to_string()),
+                    tries_base: old.map_or(0, |r| r.tries_base),
                 };
                 let mut w2 = w.clone();
                 put_rec(&mut w2, db, key, r, Some(t + lease_ms + cfg.history_ms));
@@ -173,7 +174,7 @@ fn apply_documented(w: &World, db: usize, cmd: &Cmd, t: i64, cfg: &Cfg) -> Vec<(
                     value: CVal::Ms(r.lease_end - t),
                     attempt: r.attempt,
                 })
-            } else if maxtries.is_some_and(|n| r.attempt >= n) {
+            } else if maxtries.is_some_and(|n| r.attempt - r.tries_base >= n) {
                 same(Exp::Claim { status: "EXHAUSTED", seen_ok: false, value: CVal::Nil, attempt: r.attempt })
             } else {
                 vec![(
@@ -204,6 +205,7 @@ fn apply_documented(w: &World, db: usize, cmd: &Cmd, t: i64, cfg: &Cfg) -> Vec<(
                     result: result.clone(),
                     fingerprint: None,
                     token: None,
+                    tries_base: 0,
                 }),
                 Some(r) if r.phase == Phase::Done => None,
                 Some(r) if r.token.as_deref() == Some(token.as_str()) => {
@@ -243,6 +245,29 @@ fn apply_documented(w: &World, db: usize, cmd: &Cmd, t: i64, cfg: &Cfg) -> Vec<(
             }
             Ok(_) => same(Exp::Int(0)),
         },
+        // Released now, attempt kept, tries restarted, no token: the
+        // latest holder's DONE is STALE.
+        Requeue { key } => match rec_of(w, db, key) {
+            Err(()) => same(wrongtype()),
+            Ok(None) => same(Exp::Int(0)),
+            Ok(Some(r)) if r.phase == Phase::Processing && t < r.lease_end => {
+                same(Exp::Err("ERR the record is processing"))
+            }
+            Ok(Some(r)) => {
+                let mut w2 = w.clone();
+                let r2 = Rec {
+                    phase: Phase::Released,
+                    lease_end: 0,
+                    done_at: 0,
+                    result: None,
+                    token: None,
+                    tries_base: r.attempt,
+                    ..r.clone()
+                };
+                put_rec(&mut w2, db, key, r2, Some(t + cfg.history_ms));
+                vec![(Exp::Int(1), w2)]
+            }
+        },
         Extend { key, token, lease } => match rec_of(w, db, key) {
             Err(()) => same(wrongtype()),
             Ok(Some(r)) if r.phase == Phase::Processing && r.token.as_deref() == Some(token.as_str()) => {
@@ -275,6 +300,7 @@ fn apply_documented(w: &World, db: usize, cmd: &Cmd, t: i64, cfg: &Cfg) -> Vec<(
                     done_at: if r.phase == Phase::Done { r.done_at } else { 0 },
                     result: if r.phase == Phase::Done { r.result.clone() } else { None },
                     fingerprint: r.fingerprint.clone(),
+                    tries: r.attempt - r.tries_base,
                     pttl_slack: (0, 0),
                 })))
             }
@@ -293,6 +319,7 @@ fn apply_documented(w: &World, db: usize, cmd: &Cmd, t: i64, cfg: &Cfg) -> Vec<(
                     result: None,
                     fingerprint: None,
                     token: None,
+                    tries_base: 0,
                 };
                 put_rec(&mut w2, db, key, r, Some(t + retain * 1000));
                 vec![(Exp::Int(1), w2)]

@@ -27,8 +27,12 @@ pub struct Rec {
     pub result: Option<Vec<u8>>,
     /// xxh3-128 of the first granted claim's PAYLOAD, 32 hex digits.
     pub fingerprint: Option<String>,
-    /// The latest claim's token (None for records made by ONCE or a late DONE).
+    /// The latest claim's token (None for records made by ONCE or a late
+    /// DONE, and once requeued).
     pub token: Option<String>,
+    /// The attempt at the latest IDEM.REQUEUE (0 if never): MAXTRIES
+    /// counts the claims since.
+    pub tries_base: i64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

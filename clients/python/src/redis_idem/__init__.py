@@ -32,6 +32,7 @@ from ._errors import (
     WrongTypeError,
 )
 from ._loop import BatchItem, Hooks, Job, Outcome, Settings, Stats
+from ._operator import AsyncOperator, Operator
 from ._protocol import MAX_BATCH
 from ._replies import ClaimReply, DoneReply, Edition, FilterInfo, Record, RecordState, ShardInfo, Status
 from ._sync import Idem
@@ -52,6 +53,7 @@ def idem(client, **kwargs):  # type: ignore[no-untyped-def]
 __all__ = [
     "AsyncIdem",
     "AsyncIdemCommands",
+    "AsyncOperator",
     "BatchItem",
     "BusyError",
     "BytesCodec",
@@ -75,6 +77,7 @@ __all__ = [
     "MismatchError",
     "ModuleRequiredError",
     "NotInstalledError",
+    "Operator",
     "Outcome",
     "Record",
     "RecordError",

@@ -128,6 +128,9 @@ class Record:
     done_at: int
     result: Optional[Value]
     fingerprint: Optional[str]
+    #: Claims since the latest requeue (what MAXTRIES counts); None from a
+    #: server older than IDEM.REQUEUE.
+    tries: Optional[int] = None
 
     @classmethod
     def parse(cls, reply: Any) -> Optional["Record"]:
@@ -144,6 +147,7 @@ class Record:
             done_at=int(f["done_at"]),
             result=f.get("result"),
             fingerprint=None if fingerprint is None else _text(fingerprint),
+            tries=int(f["tries"]) if "tries" in f else None,
         )
 
 
