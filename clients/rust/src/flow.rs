@@ -274,7 +274,7 @@ impl<C> Core<C> {
     }
 }
 
-fn oversize(size: usize) -> BoxError {
+pub(crate) fn oversize(size: usize) -> BoxError {
     format!("the result is {size} bytes, more than the server keeps (idem.max-result)").into()
 }
 

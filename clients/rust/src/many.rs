@@ -3,7 +3,7 @@
 //! successes, one RELEASE batch for the failures) and each key's answer.
 use crate::codec::Codec;
 use crate::error::{BoxError, Error, KeyError, ProcessError};
-use crate::flow::{Backoff, Core, DoneItem, ReleaseItem, Step};
+use crate::flow::{Backoff, Core, DoneItem, ReleaseItem, Step, oversize};
 use crate::options::{DropReason, Job, Outcome, ReleaseReason};
 use crate::reply::{Claim, Done};
 use std::time::Duration;
@@ -121,12 +121,18 @@ impl<T, E> Many<T, E> {
             .collect()
     }
 
-    /// Each key's answer, given the DONE batch's answers.
-    pub fn finish<C>(mut self, core: &Core<C>, dones: Vec<Result<Done, Error>>) -> Vec<KeyOutcome<T, E>> {
-        let pending = std::mem::take(&mut self.dones);
-        for ((p, result), done) in pending.into_iter().zip(dones) {
-            let Pending { index, job, value, mut dropped, .. } = p;
+    /// The DONE batch's answers, one per [`done_items`](Self::done_items):
+    /// the items the server refused as too large are kept, to be sent again
+    /// without their result (the returned items; none: every key settled).
+    pub fn on_dones<C>(&mut self, core: &Core<C>, dones: Vec<Result<Done, Error>>) -> Vec<DoneItem> {
+        for ((p, result), done) in std::mem::take(&mut self.dones).into_iter().zip(dones) {
+            let Pending { index, job, token, value, mut dropped } = p;
             let (status, value, error, stored) = match done {
+                Err(Error::ResultTooLarge(_)) if result.is_some() => {
+                    let dropped = Some((DropReason::Oversize, oversize(result.map_or(0, |r| r.len()))));
+                    self.dones.push((Pending { index, job, token, value, dropped }, None));
+                    continue;
+                }
                 Ok(Done::Completed { result_dropped, .. }) => {
                     if result_dropped && dropped.is_none() {
                         dropped = Some((DropReason::Memory, "dropped under maxmemory".into()));
@@ -150,6 +156,11 @@ impl<T, E> Many<T, E> {
             let item = self.answer(index, status, job.attempt);
             (item.value, item.error, item.result_stored) = (value, error, stored);
         }
+        self.done_items()
+    }
+
+    /// Each key's answer, in order.
+    pub fn finish(self) -> Vec<KeyOutcome<T, E>> {
         self.items.into_iter().map(|item| item.expect("every key answered")).collect()
     }
 }

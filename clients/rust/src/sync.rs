@@ -276,8 +276,12 @@ impl<S: ConnectionSource, C> Idem<S, C> {
             None
         });
         let _ = self.run::<Value>(core.plan_releases(&many.release_items())?); // best effort, as in process
-        let dones = self.run(core.plan_dones(&many.done_items())?);
-        let answers = many.finish(core, dones);
+        let mut items = many.done_items();
+        while !items.is_empty() {
+            let answers = self.run(core.plan_dones(&items)?);
+            items = many.on_dones(core, answers);
+        }
+        let answers = many.finish();
         match panic {
             Some(panic) => resume_unwind(panic),
             None => Ok(answers),

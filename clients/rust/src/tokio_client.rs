@@ -314,8 +314,12 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
         }
         drop(heartbeat);
         let _ = self.run::<Value>(core.plan_releases(&many.release_items())?).await; // best effort
-        let dones = self.run(core.plan_dones(&many.done_items())?).await;
-        Ok(many.finish(core, dones))
+        let mut items = many.done_items();
+        while !items.is_empty() {
+            let answers = self.run(core.plan_dones(&items)?).await;
+            items = many.on_dones(core, answers);
+        }
+        Ok(many.finish())
     }
 }
 
