@@ -129,7 +129,9 @@ pub(crate) fn wait_ms(d: Duration) -> u64 {
 }
 
 fn unsupported(what: &str) -> Error {
-    Error::ModuleRequired(format!("{what} needs the redis-idem module: the Functions edition on this server cannot do it"))
+    Error::ModuleRequired(format!(
+        "{what} needs the redis-idem module: the Functions edition on this server cannot do it"
+    ))
 }
 
 /// The command's name and its leading arguments for one key.
@@ -140,7 +142,12 @@ fn head(edition: Edition, command: &str, function: &str, key: impl ToRedisArgs) 
     }
 }
 
-pub(crate) fn claim(edition: Edition, key: impl ToRedisArgs, lease: Duration, options: &ClaimOptions) -> Result<Cmd, Error> {
+pub(crate) fn claim(
+    edition: Edition,
+    key: impl ToRedisArgs,
+    lease: Duration,
+    options: &ClaimOptions,
+) -> Result<Cmd, Error> {
     let lease = whole_seconds("lease", lease)?;
     let mut cmd = head(edition, "IDEM.CLAIM", "idem_claim", key);
     cmd.arg(lease);

@@ -89,7 +89,10 @@ impl Error {
             _ => {}
         }
         let text = error.to_string();
-        if text.contains("needs the redis-idem module") {
+        // The Functions library's stubs, or an IDEM.* command the server
+        // does not know: the module is not loaded.
+        let unknown_idem = text.contains("unknown command") && text.to_lowercase().contains("'idem.");
+        if text.contains("needs the redis-idem module") || unknown_idem {
             return Error::ModuleRequired(text);
         }
         if text.contains("RESULT is larger than idem.max-result")

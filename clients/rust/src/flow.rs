@@ -100,7 +100,10 @@ impl<C> Core<C> {
     pub fn claim_cmd(&self, key: &str, payload: &Option<Vec<u8>>, backoff: &Backoff) -> Result<(Cmd, bool), Error> {
         let wait = (backoff.waited && self.edition == Edition::Module).then(|| backoff.remaining());
         let wait = wait.filter(|w| cmd::wait_ms(*w) > 0);
-        Ok((cmd::claim(self.edition, key, self.options.lease, &self.claim_options(payload.clone(), wait))?, wait.is_some()))
+        Ok((
+            cmd::claim(self.edition, key, self.options.lease, &self.claim_options(payload.clone(), wait))?,
+            wait.is_some(),
+        ))
     }
 
     /// A claim's answer: work, return, or claim again.
@@ -240,7 +243,8 @@ impl<C> Core<C> {
             Ok(bytes) => (Some(bytes), None),
             Err(dropped) => (None, Some(dropped)),
         };
-        let settle = Settle { job, token, value: Some(value), result, dropped, sends: 1, resent: false, checking: false };
+        let settle =
+            Settle { job, token, value: Some(value), result, dropped, sends: 1, resent: false, checking: false };
         let next = settle.send_done(self, Duration::ZERO);
         (settle, next)
     }
@@ -341,7 +345,9 @@ impl<T> Settle<T> {
                 self.checking = true;
                 Next::Send(cmd::get(core.edition, &self.job.key), Duration::ZERO)
             }
-            Ok(Done::AlreadyDone) | Err(Error::Stale(_)) => self.finish(Err(ProcessError::Idem(core.lease_lost(&self.job)))),
+            Ok(Done::AlreadyDone) | Err(Error::Stale(_)) => {
+                self.finish(Err(ProcessError::Idem(core.lease_lost(&self.job))))
+            }
             Err(Error::ResultTooLarge(_)) if self.result.is_some() => {
                 let size = self.result.take().map_or(0, |r| r.len());
                 self.dropped = Some((DropReason::Oversize, oversize(size)));
@@ -493,7 +499,10 @@ impl<C> Core<C> {
             (0..keys.len()).map(|i| Ok((vec![i], single(i)?, keys[i].to_string()))).collect::<Result<_, Error>>()?
         } else {
             let groups = self.groups(keys, class);
-            groups.into_iter().map(|g| Ok((g.clone(), batch(&g)?, keys[g[0]].to_string()))).collect::<Result<_, Error>>()?
+            groups
+                .into_iter()
+                .map(|g| Ok((g.clone(), batch(&g)?, keys[g[0]].to_string())))
+                .collect::<Result<_, Error>>()?
         };
         Ok(Plan { count: keys.len(), sends, single: single_mode })
     }
@@ -527,7 +536,8 @@ impl<C> Core<C> {
             |i| items[i].result.is_some(),
             |i| self.done_cmd(&items[i].key, &items[i].token, items[i].result.clone()),
             |g| {
-                let pairs: Vec<(&str, String)> = g.iter().map(|&i| (items[i].key.as_str(), items[i].token.clone())).collect();
+                let pairs: Vec<(&str, String)> =
+                    g.iter().map(|&i| (items[i].key.as_str(), items[i].token.clone())).collect();
                 let results: Option<Vec<Vec<u8>>> = items[g[0]]
                     .result
                     .is_some()
@@ -544,7 +554,8 @@ impl<C> Core<C> {
             |_| true,
             |i| Ok(cmd::release(self.edition, &items[i].key, &items[i].token)),
             |g| {
-                let pairs: Vec<(&str, String)> = g.iter().map(|&i| (items[i].key.as_str(), items[i].token.clone())).collect();
+                let pairs: Vec<(&str, String)> =
+                    g.iter().map(|&i| (items[i].key.as_str(), items[i].token.clone())).collect();
                 cmd::mrelease(self.edition, &pairs)
             },
         )

@@ -65,8 +65,7 @@ pub(crate) struct Many<T, E> {
 impl<T, E> Many<T, E> {
     fn answer(&mut self, index: usize, status: KeyStatus, attempt: u64) -> &mut KeyOutcome<T, E> {
         let key = self.keys[index].clone();
-        self.items[index] =
-            Some(KeyOutcome { key, status, value: None, error: None, attempt, result_stored: false });
+        self.items[index] = Some(KeyOutcome { key, status, value: None, error: None, attempt, result_stored: false });
         self.items[index].as_mut().expect("just set")
     }
 

@@ -89,7 +89,12 @@ impl<S: ConnectionSource, C> Idem<S, C> {
     }
 
     /// [`process`](Self::process) with per-call options (the payload).
-    pub fn process_with<T, E, F>(&self, key: &str, call: &ProcessOptions, work: F) -> Result<Outcome<T>, ProcessError<T, E>>
+    pub fn process_with<T, E, F>(
+        &self,
+        key: &str,
+        call: &ProcessOptions,
+        work: F,
+    ) -> Result<Outcome<T>, ProcessError<T, E>>
     where
         C: Codec<T>,
         F: FnOnce(&Job) -> Result<T, E>,

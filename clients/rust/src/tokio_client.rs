@@ -276,7 +276,8 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
 
     pub async fn release_many(&self, items: &[ReleaseItem]) -> Result<Vec<Result<bool, Error>>, Error> {
         let core = &self.inner.core;
-        let items: Vec<ReleaseItem> = items.iter().map(|i| ReleaseItem { key: core.key(&i.key), ..i.clone() }).collect();
+        let items: Vec<ReleaseItem> =
+            items.iter().map(|i| ReleaseItem { key: core.key(&i.key), ..i.clone() }).collect();
         let plan = core.plan_releases(&items)?;
         let answers: Vec<Result<i64, Error>> = self.run(plan).await;
         Ok(answers.into_iter().map(|a| a.map(|n| n == 1)).collect())

@@ -213,7 +213,11 @@ fn check_call(what: &str, expect: &Json, call: &Call, ran: &Ran) {
                 Outcome::Replayed { value, .. } => (None, value.is_some()),
             };
             if let Some(want) = e("status") {
-                assert_eq!(status.map(|s| json!(format!("{s:?}").to_uppercase())).as_ref(), Some(want), "{what}: status");
+                assert_eq!(
+                    status.map(|s| json!(format!("{s:?}").to_uppercase())).as_ref(),
+                    Some(want),
+                    "{what}: status"
+                );
             }
             if let Some(want) = e("result_stored") {
                 assert_eq!(&json!(stored), want, "{what}: result_stored");
@@ -229,7 +233,9 @@ fn check_call(what: &str, expect: &Json, call: &Call, ran: &Ran) {
                 assert_eq!(message, want.as_str(), "{what}: message");
             }
             if let Some(want) = e("error_result") {
-                let ProcessError::Completed { value, .. } = error else { panic!("{what}: no result in {}", short(&error)) };
+                let ProcessError::Completed { value, .. } = error else {
+                    panic!("{what}: no result in {}", short(&error))
+                };
                 assert_eq!(&value.json(), want, "{what}: error_result");
             }
             if let Some(want) = e("attempt") {
@@ -254,7 +260,9 @@ fn check_claim(what: &str, expect: &Json, claim: &Result<Claim, Error>) {
                 assert_eq!(&json!(claim.attempt()), want, "{what}: attempt");
             }
         }
-        Err(error) => assert_eq!(expect.get("error").and_then(Json::as_str), Some(error_name(error)), "{what}: {}", short(&error)),
+        Err(error) => {
+            assert_eq!(expect.get("error").and_then(Json::as_str), Some(error_name(error)), "{what}: {}", short(&error))
+        }
     }
 }
 
@@ -266,7 +274,9 @@ fn check_done(what: &str, expect: &Json, done: &Result<Done, Error>) {
                 assert_eq!(&json!(done.completed()), want, "{what}: completed");
             }
         }
-        Err(error) => assert_eq!(expect.get("error").and_then(Json::as_str), Some(error_name(error)), "{what}: {}", short(&error)),
+        Err(error) => {
+            assert_eq!(expect.get("error").and_then(Json::as_str), Some(error_name(error)), "{what}: {}", short(&error))
+        }
     }
 }
 
@@ -381,11 +391,11 @@ fn run_steps<S: ConnectionSource, X: Servers>(
                 }
                 "open" => gates.open(step["gate"].as_str().unwrap()),
                 "process_many" => {
-                    let keys: Vec<&str> = step["keys"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect();
+                    let keys: Vec<&str> =
+                        step["keys"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect();
                     let ran = Ran::default();
-                    let items = idem
-                        .process_many(&keys, |job| work(&step["work"][job.key()], &gates, &ran, job))
-                        .unwrap();
+                    let items =
+                        idem.process_many(&keys, |job| work(&step["work"][job.key()], &gates, &ran, job)).unwrap();
                     check_many(&what, expect, &items);
                 }
                 "claim" => {
@@ -396,7 +406,8 @@ fn run_steps<S: ConnectionSource, X: Servers>(
                     check_claim(&what, expect, &claim);
                 }
                 "claim_many" => {
-                    let keys: Vec<&str> = step["keys"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect();
+                    let keys: Vec<&str> =
+                        step["keys"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect();
                     let claims = idem.claim_many(&keys, ms(&step["lease_ms"])).unwrap();
                     for (i, claim) in claims.iter().enumerate() {
                         if let (Some(name), Ok(claim)) = (step["as"][i].as_str(), claim) {
@@ -472,7 +483,8 @@ fn run_steps<S: ConnectionSource, X: Servers>(
                     let clients = blocked(&primaries);
                     assert!(!clients.is_empty(), "{what}: nobody blocked");
                     for (server, id) in clients {
-                        let _: i64 = redis::cmd("CLIENT").arg("UNBLOCK").arg(id).arg("ERROR").query(&mut server.conn()).unwrap();
+                        let _: i64 =
+                            redis::cmd("CLIENT").arg("UNBLOCK").arg(id).arg("ERROR").query(&mut server.conn()).unwrap();
                     }
                 }
                 "cut_reply" => proxy.expect("a proxy case").arm(),
@@ -533,7 +545,11 @@ fn run_all<X: Servers>(topology: &str, servers: impl FnOnce() -> X) {
             let proxy = needs_proxy.then(|| proxy::Proxy::start(servers.primaries()[0].port));
             run_case(case, &servers, proxy.as_ref());
         }));
-        eprintln!("conformance {edition} {topology}: {id} {} in {:?}", if result.is_ok() { "passed" } else { "FAILED" }, started.elapsed());
+        eprintln!(
+            "conformance {edition} {topology}: {id} {} in {:?}",
+            if result.is_ok() { "passed" } else { "FAILED" },
+            started.elapsed()
+        );
         if result.is_err() {
             failed.push(id.to_string());
         }
