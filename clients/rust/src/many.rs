@@ -5,7 +5,7 @@ use crate::codec::Codec;
 use crate::error::{BoxError, Error, KeyError, ProcessError};
 use crate::flow::{Backoff, Core, DoneItem, ReleaseItem, Step, oversize};
 use crate::options::{DropReason, Job, Outcome, ReleaseReason};
-use crate::reply::{Claim, Done};
+use crate::reply::{Claim, Done, Record, RecordState};
 use std::time::Duration;
 
 /// How a key of [`process_many`](crate::Idem::process_many) ended.
@@ -45,12 +45,15 @@ pub struct KeyOutcome<T, E> {
     pub result_stored: bool,
 }
 
+/// A work's value waiting for its DONE's answer.
 struct Pending<T> {
     index: usize,
     job: Job,
     token: String,
     value: T,
+    result: Option<Vec<u8>>,
     dropped: Option<(DropReason, BoxError)>,
+    sends: u32,
 }
 
 /// A batch on its way through `process_many`.
@@ -58,7 +61,9 @@ pub(crate) struct Many<T, E> {
     items: Vec<Option<KeyOutcome<T, E>>>,
     keys: Vec<String>,
     jobs: Vec<(usize, Job, String)>,
-    dones: Vec<(Pending<T>, Option<Vec<u8>>)>,
+    dones: Vec<Pending<T>>,
+    /// Resent DONEs answered 0: this job's own completion if IDEM.GET says so.
+    checks: Vec<Pending<T>>,
     releases: Vec<ReleaseItem>,
 }
 
@@ -91,7 +96,7 @@ impl<T, E> Many<T, E> {
                     Ok(bytes) => (Some(bytes), None),
                     Err(dropped) => (None, Some(dropped)),
                 };
-                self.dones.push((Pending { index, job, token, value, dropped }, result));
+                self.dones.push(Pending { index, job, token, value, result, dropped, sends: 1 });
             }
             Err(e) => {
                 core.released(&job, ReleaseReason::Work);
@@ -114,48 +119,94 @@ impl<T, E> Many<T, E> {
     }
 
     pub fn done_items(&self) -> Vec<DoneItem> {
-        self.dones
-            .iter()
-            .map(|(p, result)| DoneItem { key: p.job.key.clone(), token: p.token.clone(), result: result.clone() })
-            .collect()
+        let item =
+            |p: &Pending<T>| DoneItem { key: p.job.key.clone(), token: p.token.clone(), result: p.result.clone() };
+        self.dones.iter().map(item).collect()
     }
 
-    /// The DONE batch's answers, one per [`done_items`](Self::done_items):
-    /// the items the server refused as too large are kept, to be sent again
-    /// without their result (the returned items; none: every key settled).
+    /// The pause before DONEs are sent again after a connection error.
+    pub fn pause(&self) -> Duration {
+        let sends = self.dones.iter().map(|p| p.sends).max().unwrap_or(1);
+        Duration::from_millis(50) * 2u32.pow(sends.clamp(2, 11) - 2)
+    }
+
+    /// The DONE batch's answers, one per [`done_items`](Self::done_items).
+    /// Kept to be sent again (the returned items; none: every key settled
+    /// or to be checked): those refused as too large, without their result,
+    /// and those that failed on the connection, while `done_retries` allow.
     pub fn on_dones<C>(&mut self, core: &Core<C>, dones: Vec<Result<Done, Error>>) -> Vec<DoneItem> {
-        for ((p, result), done) in std::mem::take(&mut self.dones).into_iter().zip(dones) {
-            let Pending { index, job, token, value, mut dropped } = p;
-            let (status, value, error, stored) = match done {
-                Err(Error::ResultTooLarge(_)) if result.is_some() => {
-                    let dropped = Some((DropReason::Oversize, oversize(result.map_or(0, |r| r.len()))));
-                    self.dones.push((Pending { index, job, token, value, dropped }, None));
-                    continue;
+        for (mut p, done) in std::mem::take(&mut self.dones).into_iter().zip(dones) {
+            match done {
+                Err(Error::ResultTooLarge(_)) if p.result.is_some() => {
+                    p.dropped = Some((DropReason::Oversize, oversize(p.result.take().map_or(0, |r| r.len()))));
+                    self.dones.push(p);
                 }
+                Err(e) if e.is_connection_error() && p.sends <= core.options.done_retries => {
+                    p.sends += 1;
+                    self.dones.push(p);
+                }
+                Err(e) if e.is_connection_error() => {
+                    let error = Error::DoneUnconfirmed { key: p.job.key.clone(), cause: Box::new(e) };
+                    self.settled(p, KeyStatus::Error, Some(error));
+                }
+                Ok(Done::AlreadyDone) if p.sends > 1 => self.checks.push(p),
                 Ok(Done::Completed { result_dropped, .. }) => {
-                    if result_dropped && dropped.is_none() {
-                        dropped = Some((DropReason::Memory, "dropped under maxmemory".into()));
+                    if result_dropped && p.dropped.is_none() {
+                        p.dropped = Some((DropReason::Memory, "dropped under maxmemory".into()));
                     }
-                    let stored = result.is_some() && !result_dropped;
-                    match core.completed(&job, value, stored, dropped) {
-                        Ok(outcome) => (KeyStatus::Processed, outcome.into_value(), None, stored),
-                        Err(ProcessError::Completed { value, error }) => {
-                            (KeyStatus::Processed, Some(value), Some(KeyError::Idem(error)), stored)
-                        }
-                        Err(ProcessError::Idem(e) | ProcessError::Work(e)) => {
-                            (KeyStatus::Error, None, Some(KeyError::Idem(e)), false)
-                        }
-                    }
+                    let stored = p.result.is_some() && !result_dropped;
+                    self.completed(core, p, stored);
                 }
                 Ok(Done::AlreadyDone) | Err(Error::Stale(_)) => {
-                    (KeyStatus::Lost, Some(value), Some(KeyError::Idem(core.lease_lost(&job))), false)
+                    let lost = core.lease_lost(&p.job);
+                    self.settled(p, KeyStatus::Lost, Some(lost));
                 }
-                Err(e) => (KeyStatus::Error, Some(value), Some(KeyError::Idem(e)), false),
-            };
-            let item = self.answer(index, status, job.attempt);
-            (item.value, item.error, item.result_stored) = (value, error, stored);
+                Err(e) => self.settled(p, KeyStatus::Error, Some(e)),
+            }
         }
         self.done_items()
+    }
+
+    /// The keys whose resent DONE answered 0, for IDEM.GET.
+    pub fn check_keys(&self) -> Vec<String> {
+        self.checks.iter().map(|p| p.job.key.clone()).collect()
+    }
+
+    /// IDEM.GET's answers, one per [`check_keys`](Self::check_keys): done
+    /// with this job's attempt is this worker's own completion.
+    pub fn on_checks<C>(&mut self, core: &Core<C>, records: Vec<Result<Option<Record>, Error>>) {
+        for (p, record) in std::mem::take(&mut self.checks).into_iter().zip(records) {
+            match record {
+                Ok(Some(r)) if r.state == RecordState::Done && r.attempt == p.job.attempt => {
+                    let stored = p.result.is_some() && r.result == p.result;
+                    self.completed(core, p, stored);
+                }
+                Ok(_) => {
+                    let lost = core.lease_lost(&p.job);
+                    self.settled(p, KeyStatus::Lost, Some(lost));
+                }
+                Err(e) => {
+                    let error = Error::DoneUnconfirmed { key: p.job.key.clone(), cause: Box::new(e) };
+                    self.settled(p, KeyStatus::Error, Some(error));
+                }
+            }
+        }
+    }
+
+    fn completed<C>(&mut self, core: &Core<C>, p: Pending<T>, stored: bool) {
+        let Pending { index, job, value, dropped, .. } = p;
+        let (value, error) = match core.completed(&job, value, stored, dropped) {
+            Ok(outcome) => (outcome.into_value(), None),
+            Err(ProcessError::Completed { value, error }) => (Some(value), Some(error)),
+            Err(ProcessError::Idem(e) | ProcessError::Work(e)) => (None, Some(e)),
+        };
+        let item = self.answer(index, KeyStatus::Processed, job.attempt);
+        (item.value, item.error, item.result_stored) = (value, error.map(KeyError::Idem), stored);
+    }
+
+    fn settled(&mut self, p: Pending<T>, status: KeyStatus, error: Option<Error>) {
+        let item = self.answer(p.index, status, p.job.attempt);
+        (item.value, item.error) = (Some(p.value), error.map(KeyError::Idem));
     }
 
     /// Each key's answer, in order.
@@ -176,6 +227,7 @@ impl<C> Core<C> {
             keys: keys.iter().map(|k| k.to_string()).collect(),
             jobs: Vec::new(),
             dones: Vec::new(),
+            checks: Vec::new(),
             releases: Vec::new(),
         };
         for (index, claim) in claims.into_iter().enumerate() {

@@ -285,7 +285,11 @@ impl<S: ConnectionSource, C> Idem<S, C> {
         while !items.is_empty() {
             let answers = self.run(core.plan_dones(&items)?);
             items = many.on_dones(core, answers);
+            std::thread::sleep(if items.is_empty() { Duration::ZERO } else { many.pause() });
         }
+        let records =
+            many.check_keys().iter().map(|key| decode(self.send(&cmd::get(core.edition, key), key))).collect();
+        many.on_checks(core, records);
         let answers = many.finish();
         match panic {
             Some(panic) => resume_unwind(panic),

@@ -319,7 +319,13 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
         while !items.is_empty() {
             let answers = self.run(core.plan_dones(&items)?).await;
             items = many.on_dones(core, answers);
+            tokio::time::sleep(if items.is_empty() { Duration::ZERO } else { many.pause() }).await;
         }
+        let mut records = Vec::new();
+        for key in many.check_keys() {
+            records.push(decode(self.send(cmd::get(core.edition, &key), &key).await));
+        }
+        many.on_checks(core, records);
         Ok(many.finish())
     }
 }

@@ -3,6 +3,7 @@
 //! module, one single call per key on the Functions edition, the same
 //! answers either way (STALE, 0, payloads, a key given twice).
 mod common;
+mod proxy;
 
 use common::*;
 use redis_idem_client::*;
@@ -108,4 +109,29 @@ async fn async_batches_answer_as_the_sync_ones() {
     let claims = idem.claim_many(&["a", "b"], LEASE).await.unwrap();
     assert_eq!(*claims[0].as_ref().unwrap(), Claim::Done { result: Some(b"ra".to_vec()), attempt: 1 });
     assert!(matches!(claims[1], Ok(Claim::Retry { attempt: 2, .. })));
+}
+
+/// The connection cut after the server ran a batch's DONE, before its
+/// reply: the DONE is sent again, answers 0, and IDEM.GET shows this job's
+/// attempt: processed, not lost.
+#[test]
+fn a_batch_done_whose_reply_is_lost_is_its_own_completion() {
+    let server = Server::start();
+    let proxy = proxy::Proxy::start(server.port);
+    let idem = Idem::new(redis::Client::open(proxy.url()).unwrap()).unwrap();
+    proxy.arm_batch();
+    let items = idem.process_many(&["{c}1", "{c}2"], |job: &Job| Ok::<_, String>(job.key().to_string())).unwrap();
+    // Sent again after the cut, then checked.
+    if server.functions {
+        assert_eq!(server.calls("fcall_ro"), 2, "idem_edition, then one idem_get");
+    } else {
+        assert_eq!((server.calls("idem.mdone"), server.calls("idem.get")), (2, 2), "both keys checked");
+    }
+    for item in &items {
+        assert_eq!((item.status, item.result_stored), (KeyStatus::Processed, true), "{item:?}");
+        let record = idem.get(&item.key).unwrap().unwrap();
+        assert_eq!((record.state, record.result), (RecordState::Done, Some(format!("\"{}\"", item.key).into_bytes())));
+    }
+    let stats = idem.stats();
+    assert_eq!((stats.completed, stats.leases_lost), (2, 0));
 }

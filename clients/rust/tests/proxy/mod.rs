@@ -10,19 +10,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub struct Proxy {
     port: u16,
     armed: Arc<AtomicBool>,
+    batch: Arc<AtomicBool>,
 }
 
-fn is_done(chunk: &[u8]) -> bool {
+/// A chunk with the DONE command (or, for `batch`, also IDEM.MDONE).
+fn is_done(chunk: &[u8], batch: bool) -> bool {
     let text = String::from_utf8_lossy(chunk).to_lowercase();
-    text.contains("idem.done") || text.contains("idem_done")
+    text.contains("idem.done") || text.contains("idem_done") || (batch && text.contains("idem.mdone"))
 }
 
 impl Proxy {
     pub fn start(server_port: u16) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let armed = Arc::new(AtomicBool::new(false));
-        let armed_ = armed.clone();
+        let (armed, batch) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let (armed_, batch_) = (armed.clone(), batch.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { return };
@@ -30,11 +32,12 @@ impl Proxy {
                 let cut = Arc::new(AtomicBool::new(false));
                 let (mut c_in, mut c_out) = (client.try_clone().unwrap(), client);
                 let (mut s_in, mut s_out) = (server.try_clone().unwrap(), server);
-                let (armed, cut_) = (armed_.clone(), cut.clone());
+                let (armed, batch, cut_) = (armed_.clone(), batch_.clone(), cut.clone());
                 std::thread::spawn(move || {
                     let mut buf = [0u8; 65536];
                     while let Ok(n @ 1..) = c_in.read(&mut buf) {
-                        let cutting = is_done(&buf[..n]) && armed.swap(false, Ordering::SeqCst);
+                        let cutting =
+                            is_done(&buf[..n], batch.load(Ordering::SeqCst)) && armed.swap(false, Ordering::SeqCst);
                         if cutting {
                             cut_.store(true, Ordering::SeqCst);
                         }
@@ -59,7 +62,7 @@ impl Proxy {
                 });
             }
         });
-        Proxy { port, armed }
+        Proxy { port, armed, batch }
     }
 
     pub fn url(&self) -> String {
@@ -68,5 +71,12 @@ impl Proxy {
 
     pub fn arm(&self) {
         self.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Arms it for the batch command IDEM.MDONE as well.
+    #[allow(dead_code)] // the conformance runner cuts single DONEs only
+    pub fn arm_batch(&self) {
+        self.batch.store(true, Ordering::SeqCst);
+        self.arm();
     }
 }
