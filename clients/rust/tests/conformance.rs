@@ -1,6 +1,7 @@
 //! clients/conformance/cases.json, read at test time: every case that
 //! applies to this library (its edition, its topology, its needs) run with
-//! the sync `Idem` against real servers: the suite's edition on one server
+//! the sync `Idem` (and the cases that take no time with `AsyncIdem` too)
+//! against real servers: the suite's edition on one server
 //! (`REDIS_IDEM_EDITION`, `REDIS_SERVER`), and the cluster cases on a
 //! 3-node cluster. Cases needing an HTTP middleware are skipped (this
 //! library has none) and named in the output.
@@ -141,7 +142,7 @@ fn options(o: &Json) -> Options {
 
 /// Where a case runs: the servers, and how the runner reaches them.
 trait Servers {
-    type Source: ConnectionSource + Clone;
+    type Source: ConnectionSource + AsyncConnectionSource + Clone;
     fn source(&self) -> Self::Source;
     fn raw(&self) -> Box<dyn ConnectionLike>;
     fn primaries(&self) -> Vec<&Server>;
@@ -313,33 +314,143 @@ fn check_many(what: &str, expect: &Json, items: &[KeyOutcome<Out, String>]) {
     }
 }
 
-fn run_case<X: Servers>(case: &Json, servers: &X, proxy: Option<&proxy::Proxy>) {
+type Work<'a> = &'a (dyn Fn(&Job) -> Result<Out, String> + Sync);
+
+/// The library's calls the runner makes: on the sync `Idem`, or on
+/// `AsyncIdem` driven by a runtime (`Blocking`).
+trait Loop: Sync {
+    fn process(&self, key: &str, call: &ProcessOptions, work: Work) -> Call;
+    fn process_many(&self, keys: &[&str], work: Work) -> Vec<KeyOutcome<Out, String>>;
+    fn claim(&self, key: &str, lease: Duration) -> Result<Claim, Error>;
+    fn claim_many(&self, keys: &[&str], lease: Duration) -> Vec<Result<Claim, Error>>;
+    fn done(&self, key: &str, token: &str, options: &DoneOptions) -> Result<Done, Error>;
+    fn done_many(&self, items: &[DoneItem]) -> Vec<Result<Done, Error>>;
+    fn release(&self, key: &str, token: &str) -> bool;
+    fn release_many(&self, items: &[ReleaseItem]) -> Vec<Result<bool, Error>>;
+    fn get(&self, key: &str) -> Option<Record>;
+    fn stats(&self) -> Stats;
+    fn edition(&self) -> Edition;
+}
+
+impl<S: ConnectionSource> Loop for Idem<S> {
+    fn process(&self, key: &str, call: &ProcessOptions, work: Work) -> Call {
+        self.process_with(key, call, work)
+    }
+    fn process_many(&self, keys: &[&str], work: Work) -> Vec<KeyOutcome<Out, String>> {
+        Idem::process_many(self, keys, work).unwrap()
+    }
+    fn claim(&self, key: &str, lease: Duration) -> Result<Claim, Error> {
+        Idem::claim(self, key, lease, &ClaimOptions::new())
+    }
+    fn claim_many(&self, keys: &[&str], lease: Duration) -> Vec<Result<Claim, Error>> {
+        Idem::claim_many(self, keys, lease).unwrap()
+    }
+    fn done(&self, key: &str, token: &str, options: &DoneOptions) -> Result<Done, Error> {
+        Idem::done(self, key, token, options)
+    }
+    fn done_many(&self, items: &[DoneItem]) -> Vec<Result<Done, Error>> {
+        Idem::done_many(self, items).unwrap()
+    }
+    fn release(&self, key: &str, token: &str) -> bool {
+        Idem::release(self, key, token).unwrap()
+    }
+    fn release_many(&self, items: &[ReleaseItem]) -> Vec<Result<bool, Error>> {
+        Idem::release_many(self, items).unwrap()
+    }
+    fn get(&self, key: &str) -> Option<Record> {
+        Idem::get(self, key).unwrap()
+    }
+    fn stats(&self) -> Stats {
+        Idem::stats(self)
+    }
+    fn edition(&self) -> Edition {
+        Idem::edition(self)
+    }
+}
+
+struct Blocking<S: AsyncConnectionSource> {
+    idem: AsyncIdem<S>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl<S: AsyncConnectionSource> Loop for Blocking<S> {
+    fn process(&self, key: &str, call: &ProcessOptions, work: Work) -> Call {
+        self.runtime.block_on(self.idem.process_with(key, call, |job| async move { work(&job) }))
+    }
+    fn process_many(&self, keys: &[&str], work: Work) -> Vec<KeyOutcome<Out, String>> {
+        self.runtime.block_on(self.idem.process_many(keys, |job| async move { work(&job) })).unwrap()
+    }
+    fn claim(&self, key: &str, lease: Duration) -> Result<Claim, Error> {
+        self.runtime.block_on(self.idem.claim(key, lease, &ClaimOptions::new()))
+    }
+    fn claim_many(&self, keys: &[&str], lease: Duration) -> Vec<Result<Claim, Error>> {
+        self.runtime.block_on(self.idem.claim_many(keys, lease)).unwrap()
+    }
+    fn done(&self, key: &str, token: &str, options: &DoneOptions) -> Result<Done, Error> {
+        self.runtime.block_on(self.idem.done(key, token, options))
+    }
+    fn done_many(&self, items: &[DoneItem]) -> Vec<Result<Done, Error>> {
+        self.runtime.block_on(self.idem.done_many(items)).unwrap()
+    }
+    fn release(&self, key: &str, token: &str) -> bool {
+        self.runtime.block_on(self.idem.release(key, token)).unwrap()
+    }
+    fn release_many(&self, items: &[ReleaseItem]) -> Vec<Result<bool, Error>> {
+        self.runtime.block_on(self.idem.release_many(items)).unwrap()
+    }
+    fn get(&self, key: &str) -> Option<Record> {
+        self.runtime.block_on(self.idem.get(key)).unwrap()
+    }
+    fn stats(&self) -> Stats {
+        self.idem.stats()
+    }
+    fn edition(&self) -> Edition {
+        self.idem.edition()
+    }
+}
+
+fn run_case<X: Servers>(case: &Json, servers: &X, proxy: Option<&proxy::Proxy>, asynchronous: bool) {
     let id = case["id"].as_str().unwrap();
     for server in servers.primaries() {
         let _: () = redis::cmd("FLUSHALL").query(&mut server.conn()).unwrap();
     }
     let mut raw = servers.raw();
-    let idem = match proxy {
-        Some(proxy) => {
-            let client = redis::Client::open(proxy.url()).unwrap();
-            // Through the proxy: only standalone cases need it.
-            let idem = Idem::with_options(client, options(&case["options"])).unwrap();
-            run_steps(id, case, &idem, servers, &mut *raw, Some(proxy));
-            return;
+    let options = options(&case["options"]);
+    // Through the proxy: only standalone cases need it.
+    let via_proxy = proxy.map(|proxy| redis::Client::open(proxy.url()).unwrap());
+    if asynchronous {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        match via_proxy {
+            Some(client) => {
+                let idem = runtime.block_on(AsyncIdem::with_options(client, options)).unwrap();
+                run_steps(id, case, &Blocking { idem, runtime }, servers, &mut *raw, proxy);
+            }
+            None => {
+                let idem = runtime.block_on(AsyncIdem::with_options(servers.source(), options)).unwrap();
+                run_steps(id, case, &Blocking { idem, runtime }, servers, &mut *raw, proxy);
+            }
         }
-        None => Idem::with_options(servers.source(), options(&case["options"])).unwrap(),
-    };
-    run_steps(id, case, &idem, servers, &mut *raw, None);
+    } else {
+        match via_proxy {
+            Some(client) => {
+                run_steps(id, case, &Idem::with_options(client, options).unwrap(), servers, &mut *raw, proxy)
+            }
+            None => {
+                let idem = Idem::with_options(servers.source(), options).unwrap();
+                run_steps(id, case, &idem, servers, &mut *raw, proxy);
+            }
+        }
+    }
 }
 
 fn calls(servers: &[&Server], command: &str) -> i64 {
     servers.iter().map(|s| s.calls(command)).sum()
 }
 
-fn run_steps<S: ConnectionSource, X: Servers>(
+fn run_steps<L: Loop, X: Servers>(
     id: &str,
     case: &Json,
-    idem: &Idem<S>,
+    idem: &L,
     servers: &X,
     raw: &mut dyn ConnectionLike,
     proxy: Option<&proxy::Proxy>,
@@ -356,7 +467,7 @@ fn run_steps<S: ConnectionSource, X: Servers>(
             Some(p) => ProcessOptions::new().payload(p),
             None => ProcessOptions::new(),
         };
-        idem.process_with(key, &call, |job| work(&step["work"], &gates, ran, job))
+        idem.process(key, &call, &|job| work(&step["work"], &gates, ran, job))
     };
     std::thread::scope(|scope| {
         let mut started: HashMap<String, (std::thread::ScopedJoinHandle<Call>, Arc<Ran>)> = HashMap::new();
@@ -394,12 +505,11 @@ fn run_steps<S: ConnectionSource, X: Servers>(
                     let keys: Vec<&str> =
                         step["keys"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect();
                     let ran = Ran::default();
-                    let items =
-                        idem.process_many(&keys, |job| work(&step["work"][job.key()], &gates, &ran, job)).unwrap();
+                    let items = idem.process_many(&keys, &|job| work(&step["work"][job.key()], &gates, &ran, job));
                     check_many(&what, expect, &items);
                 }
                 "claim" => {
-                    let claim = idem.claim(key, ms(&step["lease_ms"]), &ClaimOptions::new());
+                    let claim = idem.claim(key, ms(&step["lease_ms"]));
                     if let (Some(name), Ok(claim)) = (step["as"].as_str(), &claim) {
                         tokens.insert(name.into(), claim.token().unwrap().into());
                     }
@@ -408,7 +518,7 @@ fn run_steps<S: ConnectionSource, X: Servers>(
                 "claim_many" => {
                     let keys: Vec<&str> =
                         step["keys"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect();
-                    let claims = idem.claim_many(&keys, ms(&step["lease_ms"])).unwrap();
+                    let claims = idem.claim_many(&keys, ms(&step["lease_ms"]));
                     for (i, claim) in claims.iter().enumerate() {
                         if let (Some(name), Ok(claim)) = (step["as"][i].as_str(), claim) {
                             tokens.insert(name.into(), claim.token().unwrap().into());
@@ -437,13 +547,13 @@ fn run_steps<S: ConnectionSource, X: Servers>(
                             }
                         })
                         .collect();
-                    let dones = idem.done_many(&items).unwrap();
+                    let dones = idem.done_many(&items);
                     for (i, done) in dones.iter().enumerate() {
                         check_done(&format!("{what} item {i}"), &expect[i], done);
                     }
                 }
                 "release" => {
-                    let released = idem.release(key, &tokens[step["token"].as_str().unwrap()]).unwrap();
+                    let released = idem.release(key, &tokens[step["token"].as_str().unwrap()]);
                     assert_eq!(Some(&json!(released)), expect.get("released"), "{what}");
                 }
                 "release_many" => {
@@ -453,13 +563,13 @@ fn run_steps<S: ConnectionSource, X: Servers>(
                         .iter()
                         .map(|item| ReleaseItem::new(item[0].as_str().unwrap(), &tokens[item[1].as_str().unwrap()]))
                         .collect();
-                    let released = idem.release_many(&items).unwrap();
+                    let released = idem.release_many(&items);
                     for (i, r) in released.iter().enumerate() {
                         assert_eq!(Some(&json!(r.as_ref().unwrap())), expect[i].get("released"), "{what} {i}");
                     }
                 }
                 "get" => {
-                    let record = idem.get(key).unwrap();
+                    let record = idem.get(key);
                     match record {
                         None => assert!(expect.is_null(), "{what}: no record, expected {expect}"),
                         Some(record) => {
@@ -539,19 +649,21 @@ fn run_all<X: Servers>(topology: &str, servers: impl FnOnce() -> X) {
     let mut failed = Vec::new();
     for case in &run {
         let id = case["id"].as_str().unwrap();
-        let started = Instant::now();
         let needs_proxy = case["needs"].as_array().unwrap().contains(&json!("proxy"));
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            let proxy = needs_proxy.then(|| proxy::Proxy::start(servers.primaries()[0].port));
-            run_case(case, &servers, proxy.as_ref());
-        }));
-        eprintln!(
-            "conformance {edition} {topology}: {id} {} in {:?}",
-            if result.is_ok() { "passed" } else { "FAILED" },
-            started.elapsed()
-        );
-        if result.is_err() {
-            failed.push(id.to_string());
+        // AsyncIdem too, on the cases that take no time (no sleeps).
+        let cheap = !case.to_string().contains("sleep");
+        for asynchronous in [false, true].into_iter().filter(|a| !a || cheap) {
+            let started = Instant::now();
+            let result = catch_unwind(AssertUnwindSafe(|| {
+                let proxy = needs_proxy.then(|| proxy::Proxy::start(servers.primaries()[0].port));
+                run_case(case, &servers, proxy.as_ref(), asynchronous);
+            }));
+            let (api, ok) = (if asynchronous { "AsyncIdem" } else { "Idem" }, result.is_ok());
+            let outcome = if ok { "passed" } else { "FAILED" };
+            eprintln!("conformance {edition} {topology} {api}: {id} {outcome} in {:?}", started.elapsed());
+            if !ok {
+                failed.push(format!("{id} ({api})"));
+            }
         }
     }
     assert!(failed.is_empty(), "conformance cases failed on {edition} {topology}: {failed:?}");
