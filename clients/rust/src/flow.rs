@@ -51,7 +51,9 @@ impl Backoff {
     /// The next pause: doubling from 10 ms to 1 s, jittered, never past the
     /// holder's lease end (the key may be free then) nor the deadline.
     fn pause(&mut self, lease_left: Duration) -> Duration {
-        let jitter = 0.75 + f64::from(Instant::now().elapsed().subsec_nanos() % 500) / 1000.0;
+        // 75% to 125%, from the clock's nanoseconds: pollers started together drift apart.
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let jitter = 0.75 + f64::from(nanos.subsec_nanos() % 500) / 1000.0;
         let pause = self.next.mul_f64(jitter).min(lease_left.max(Duration::from_millis(1))).min(self.remaining());
         self.next = (self.next * 2).min(Duration::from_secs(1));
         pause
