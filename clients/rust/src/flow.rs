@@ -1,9 +1,9 @@
 //! The consumer loop's decisions, shared by the sync [`Idem`](crate::Idem)
 //! and the async [`AsyncIdem`](crate::AsyncIdem), without I/O: which claim
 //! to send and what its answer means ([`Step`]), how a work's value is
-//! settled ([`Settle`], a `Next` from each reply), how a batch is split into
-//! commands ([`Plan`]) and what `process_many` makes of its answers
-//! ([`Many`]). The front ends only send and wait.
+//! settled ([`Settle`], a `Next` from each reply), and how a batch is split
+//! into commands ([`Plan`]); many.rs reads `process_many`'s answers. The
+//! front ends only send and wait.
 use crate::cmd::{self, ClaimOptions, DoneOptions, Edition, MAX_BATCH};
 use crate::codec::Codec;
 use crate::commands::{decode, decode_each, extended};
