@@ -11,7 +11,7 @@
 //! and gets its result.
 
 use redis_idem_client::redis; // the redis crate's version the client is built on
-use redis_idem_client::{Attempt, Idem, Options, Outcome};
+use redis_idem_client::{Idem, Job, Options, Outcome};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -38,25 +38,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let idem = Idem::with_options(client.clone(), Options::new().prefix("example:rust:").wait(Duration::from_secs(5)))?;
     let admin = Mutex::new(client.get_connection()?); // for the demo's look at INFO idem
     let worked = Mutex::new(Vec::new());
-    // The work; `attempt.number` is a fencing number for downstream writes.
-    let work = |business_id: u32, _attempt: &Attempt| -> Result<String, String> {
+    // The work; `job.attempt()` is a fencing number for downstream writes.
+    let work = |business_id: u32, _job: &Job| -> Result<String, String> {
         worked.lock().unwrap().push(business_id);
         Ok(format!("charged {business_id}"))
     };
     // Slow work: until the other copy waits on the server (checked, so that
     // the demo does not depend on timing), or 5 s if it never does.
-    let slow_work = |business_id: u32, attempt: &Attempt| -> Result<String, String> {
+    let slow_work = |business_id: u32, job: &Job| -> Result<String, String> {
         let deadline = Instant::now() + Duration::from_secs(5);
         while waits(&mut admin.lock().unwrap()).map_err(|e| e.to_string())?.0 == 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
-        work(business_id, attempt)
+        work(business_id, job)
     };
-    let handle = |business_id: u32, slow: bool| {
-        idem.process(&business_id.to_string(), |attempt: &Attempt| {
-            if slow { slow_work(business_id, attempt) } else { work(business_id, attempt) }
-        })
-    };
+    let handle =
+        |business_id: u32, slow: bool| {
+            idem.process(&business_id.to_string(), |job: &Job| {
+                if slow { slow_work(business_id, job) } else { work(business_id, job) }
+            })
+        };
     let (mut processed, mut duplicates) = (0, 0);
     let waited_before = waits(&mut admin.lock().unwrap())?.1;
     // Every message is delivered twice, as at-least-once queues do: the odd

@@ -19,7 +19,7 @@ impl Edition {
     /// `COMMAND INFO IDEM.CLAIM` (a description where the module is loaded,
     /// nil where not), then `FCALL_RO idem_edition 0`. A server with both
     /// uses the module.
-    pub fn detect_cmds() -> (Cmd, Cmd) {
+    pub(crate) fn detect_cmds() -> (Cmd, Cmd) {
         (
             redis::cmd("COMMAND").arg("INFO").arg("IDEM.CLAIM").to_owned(),
             redis::cmd("FCALL_RO").arg("idem_edition").arg(0).to_owned(),
@@ -114,9 +114,13 @@ impl DoneOptions {
     }
 }
 
-/// Whole seconds, at least 1, rounded up: the commands take seconds.
-pub(crate) fn seconds(d: Duration) -> u64 {
-    (d.as_millis().div_ceil(1000) as u64).max(1)
+/// A duration the server takes in whole seconds (>= 1): refused before
+/// sending when it is not one.
+pub(crate) fn whole_seconds(what: &str, d: Duration) -> Result<u64, Error> {
+    if d.subsec_nanos() != 0 || d.as_secs() == 0 {
+        return Err(Error::InvalidArgument(format!("{what} must be whole seconds, at least 1, not {d:?}")));
+    }
+    Ok(d.as_secs())
 }
 
 /// Milliseconds for WAIT, at most the server's one hour.
@@ -125,7 +129,9 @@ pub(crate) fn wait_ms(d: Duration) -> u64 {
 }
 
 fn unsupported(what: &str) -> Error {
-    Error::Unsupported(format!("{what} needs the redis-idem module: the Functions edition on this server cannot do it"))
+    Error::ModuleRequired(format!(
+        "{what} needs the redis-idem module: the Functions edition on this server cannot do it"
+    ))
 }
 
 /// The command's name and its leading arguments for one key.
@@ -136,9 +142,15 @@ fn head(edition: Edition, command: &str, function: &str, key: impl ToRedisArgs) 
     }
 }
 
-pub fn claim(edition: Edition, key: impl ToRedisArgs, lease: Duration, options: &ClaimOptions) -> Result<Cmd, Error> {
+pub(crate) fn claim(
+    edition: Edition,
+    key: impl ToRedisArgs,
+    lease: Duration,
+    options: &ClaimOptions,
+) -> Result<Cmd, Error> {
+    let lease = whole_seconds("lease", lease)?;
     let mut cmd = head(edition, "IDEM.CLAIM", "idem_claim", key);
-    cmd.arg(seconds(lease));
+    cmd.arg(lease);
     if let Some(payload) = &options.payload {
         cmd.arg("PAYLOAD").arg(payload);
     }
@@ -160,14 +172,14 @@ pub fn claim(edition: Edition, key: impl ToRedisArgs, lease: Duration, options: 
     Ok(cmd)
 }
 
-pub fn done(edition: Edition, key: impl ToRedisArgs, token: &str, options: &DoneOptions) -> Result<Cmd, Error> {
+pub(crate) fn done(edition: Edition, key: impl ToRedisArgs, token: &str, options: &DoneOptions) -> Result<Cmd, Error> {
     let mut cmd = head(edition, "IDEM.DONE", "idem_done", key);
     cmd.arg(token);
     if let Some(result) = &options.result {
         cmd.arg("RESULT").arg(result);
     }
     if let Some(retain) = options.retain {
-        cmd.arg("RETAIN").arg(seconds(retain));
+        cmd.arg("RETAIN").arg(whole_seconds("retain", retain)?);
     }
     if let Some(filter) = &options.bloom {
         if edition == Edition::Functions {
@@ -178,23 +190,25 @@ pub fn done(edition: Edition, key: impl ToRedisArgs, token: &str, options: &Done
     Ok(cmd)
 }
 
-pub fn release(edition: Edition, key: impl ToRedisArgs, token: &str) -> Cmd {
+pub(crate) fn release(edition: Edition, key: impl ToRedisArgs, token: &str) -> Cmd {
     head(edition, "IDEM.RELEASE", "idem_release", key).arg(token).to_owned()
 }
 
-pub fn extend(edition: Edition, key: impl ToRedisArgs, token: &str, lease: Duration) -> Cmd {
-    head(edition, "IDEM.EXTEND", "idem_extend", key).arg(token).arg(seconds(lease)).to_owned()
+pub(crate) fn extend(edition: Edition, key: impl ToRedisArgs, token: &str, lease: Duration) -> Result<Cmd, Error> {
+    let lease = whole_seconds("lease", lease)?;
+    Ok(head(edition, "IDEM.EXTEND", "idem_extend", key).arg(token).arg(lease).to_owned())
 }
 
-pub fn get(edition: Edition, key: impl ToRedisArgs) -> Cmd {
+pub(crate) fn get(edition: Edition, key: impl ToRedisArgs) -> Cmd {
     match edition {
         Edition::Module => redis::cmd("IDEM.GET").arg(key).to_owned(),
         Edition::Functions => redis::cmd("FCALL_RO").arg("idem_get").arg(1).arg(key).to_owned(),
     }
 }
 
-pub fn once(edition: Edition, key: impl ToRedisArgs, retain: Duration) -> Cmd {
-    head(edition, "IDEM.ONCE", "idem_once", key).arg(seconds(retain)).to_owned()
+pub(crate) fn once(edition: Edition, key: impl ToRedisArgs, retain: Duration) -> Result<Cmd, Error> {
+    let retain = whole_seconds("retain", retain)?;
+    Ok(head(edition, "IDEM.ONCE", "idem_once", key).arg(retain).to_owned())
 }
 
 /// At most this many keys in one batch command (the server's limit).
@@ -202,19 +216,19 @@ pub const MAX_BATCH: usize = 10_000;
 
 fn batch_guard(edition: Edition, what: &str, count: usize) -> Result<(), Error> {
     if edition == Edition::Functions {
-        return Err(Error::Unsupported(format!(
-            "{what} needs the redis-idem module: the Functions edition has no batch commands; call the single command once per key"
+        return Err(Error::ModuleRequired(format!(
+            "{what} needs the redis-idem module: the Functions edition has no batch commands (the batch helpers send one command per key)"
         )));
     }
     if count == 0 || count > MAX_BATCH {
-        return Err(Error::Unsupported(format!("{what} takes 1 to {MAX_BATCH} keys, not {count}")));
+        return Err(Error::InvalidArgument(format!("{what} takes 1 to {MAX_BATCH} keys, not {count}")));
     }
     Ok(())
 }
 
 /// `IDEM.MCLAIM lease numkeys key... [PAYLOADS p...] [MAXTRIES n] [BLOOM f]`;
 /// `payloads`, when given, has one per key.
-pub fn mclaim<K: ToRedisArgs>(
+pub(crate) fn mclaim<K: ToRedisArgs>(
     edition: Edition,
     keys: &[K],
     lease: Duration,
@@ -224,9 +238,11 @@ pub fn mclaim<K: ToRedisArgs>(
 ) -> Result<Cmd, Error> {
     batch_guard(edition, "IDEM.MCLAIM", keys.len())?;
     let mut cmd = redis::cmd("IDEM.MCLAIM");
-    cmd.arg(seconds(lease)).arg(keys.len()).arg(keys);
+    cmd.arg(whole_seconds("lease", lease)?).arg(keys.len()).arg(keys);
     if let Some(payloads) = payloads {
-        assert_eq!(payloads.len(), keys.len(), "one payload per key");
+        if payloads.len() != keys.len() {
+            return Err(Error::InvalidArgument(format!("{} payloads for {} keys", payloads.len(), keys.len())));
+        }
         cmd.arg("PAYLOADS").arg(payloads);
     }
     if let Some(n) = max_tries {
@@ -240,7 +256,7 @@ pub fn mclaim<K: ToRedisArgs>(
 
 /// `IDEM.MDONE numkeys key token... [RESULTS r...] [RETAIN s] [BLOOM f]`;
 /// `results`, when given, has one per key.
-pub fn mdone<K: ToRedisArgs>(
+pub(crate) fn mdone<K: ToRedisArgs>(
     edition: Edition,
     keys_tokens: &[(K, String)],
     results: Option<&[Vec<u8>]>,
@@ -254,11 +270,13 @@ pub fn mdone<K: ToRedisArgs>(
         cmd.arg(key).arg(token);
     }
     if let Some(results) = results {
-        assert_eq!(results.len(), keys_tokens.len(), "one result per key");
+        if results.len() != keys_tokens.len() {
+            return Err(Error::InvalidArgument(format!("{} results for {} keys", results.len(), keys_tokens.len())));
+        }
         cmd.arg("RESULTS").arg(results);
     }
     if let Some(retain) = retain {
-        cmd.arg("RETAIN").arg(seconds(retain));
+        cmd.arg("RETAIN").arg(whole_seconds("retain", retain)?);
     }
     if let Some(filter) = bloom {
         cmd.arg("BLOOM").arg(filter);
@@ -267,7 +285,7 @@ pub fn mdone<K: ToRedisArgs>(
 }
 
 /// `IDEM.MRELEASE numkeys key token...`
-pub fn mrelease<K: ToRedisArgs>(edition: Edition, keys_tokens: &[(K, String)]) -> Result<Cmd, Error> {
+pub(crate) fn mrelease<K: ToRedisArgs>(edition: Edition, keys_tokens: &[(K, String)]) -> Result<Cmd, Error> {
     batch_guard(edition, "IDEM.MRELEASE", keys_tokens.len())?;
     let mut cmd = redis::cmd("IDEM.MRELEASE");
     cmd.arg(keys_tokens.len());

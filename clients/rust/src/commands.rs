@@ -45,7 +45,7 @@ pub(crate) fn extended(reply: RedisResult<Value>) -> Result<(), Error> {
 }
 
 /// Asks the server which edition it has, on a sync connection.
-pub fn detect_edition(con: &mut dyn ConnectionLike) -> Result<Edition, Error> {
+pub(crate) fn detect_edition(con: &mut dyn ConnectionLike) -> Result<Edition, Error> {
     let (info, edition) = Edition::detect_cmds();
     let info = con.req_command(&info);
     Edition::from_replies(info, || con.req_command(&edition))
@@ -53,7 +53,7 @@ pub fn detect_edition(con: &mut dyn ConnectionLike) -> Result<Edition, Error> {
 
 /// Asks the server which edition it has, on an async connection.
 #[cfg(feature = "tokio")]
-pub async fn detect_edition_async<C: redis::aio::ConnectionLike + Send>(con: &mut C) -> Result<Edition, Error> {
+pub(crate) async fn detect_edition_async<C: redis::aio::ConnectionLike + Send>(con: &mut C) -> Result<Edition, Error> {
     let (info, edition) = Edition::detect_cmds();
     let info = con.req_packed_command(&info).await;
     let edition = con.req_packed_command(&edition).await;
@@ -92,7 +92,7 @@ pub trait IdemCommands: ConnectionLike + Sized {
     }
     /// `IDEM.EXTEND key token lease`; STALE is [`Error::Stale`].
     fn idem_extend<K: ToRedisArgs>(&mut self, key: K, token: &str, lease: Duration) -> Result<(), Error> {
-        extended(self.req_command(&cmd::extend(Edition::Module, key, token, lease)))
+        extended(self.req_command(&cmd::extend(Edition::Module, key, token, lease)?))
     }
     /// `IDEM.GET key`: None when the key has no record.
     fn idem_get<K: ToRedisArgs>(&mut self, key: K) -> Result<Option<Record>, Error> {
@@ -100,7 +100,7 @@ pub trait IdemCommands: ConnectionLike + Sized {
     }
     /// `IDEM.ONCE key retain`: true when the key was absent and is now done.
     fn idem_once<K: ToRedisArgs>(&mut self, key: K, retain: Duration) -> Result<bool, Error> {
-        flag(self.req_command(&cmd::once(Edition::Module, key, retain)))
+        flag(self.req_command(&cmd::once(Edition::Module, key, retain)?))
     }
     /// `IDEM.MCLAIM` on keys of one slot (at most 10000): one answer per
     /// key. [`Idem::claim_batch`](crate::Idem::claim_batch) splits any set.
@@ -191,7 +191,7 @@ mod r#async {
             lease: Duration,
         ) -> impl Future<Output = Result<(), Error>> + Send {
             let cmd = cmd::extend(Edition::Module, key, token, lease);
-            async move { extended(send(self, Ok(cmd)).await?) }
+            async move { extended(send(self, cmd).await?) }
         }
         fn idem_get<K: ToRedisArgs>(&mut self, key: K) -> impl Future<Output = Result<Option<Record>, Error>> + Send {
             let cmd = cmd::get(Edition::Module, key);
@@ -203,7 +203,7 @@ mod r#async {
             retain: Duration,
         ) -> impl Future<Output = Result<bool, Error>> + Send {
             let cmd = cmd::once(Edition::Module, key, retain);
-            async move { flag(send(self, Ok(cmd)).await?) }
+            async move { flag(send(self, cmd).await?) }
         }
         fn idem_mclaim<K: ToRedisArgs>(
             &mut self,

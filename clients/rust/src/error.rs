@@ -1,7 +1,6 @@
-//! The errors of this crate: the module's own (STALE, the Functions
-//! edition's refusals) as variants, the consumer loop's outcomes that are
-//! not a result (MISMATCH, EXHAUSTED, still BUSY, a lost lease), and
-//! redis-rs's errors for everything else.
+//! The errors of this crate, one variant per name of docs/clients.md's
+//! table, and the error of the consumer loop, which also carries the work's
+//! own failure and, once the work has returned, its value.
 use std::time::Duration;
 
 /// A boxed error, as codecs return it.
@@ -12,44 +11,67 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 #[non_exhaustive]
 pub enum Error {
     /// The connection or the server failed, or answered an error this
-    /// crate has no variant for (WRONGTYPE, a syntax error, ...).
+    /// crate has no variant for (a syntax error, ...).
     #[error(transparent)]
     Redis(#[from] redis::RedisError),
-    /// `STALE`: the token no longer holds the claim (DONE or EXTEND after
-    /// another claim took the key).
-    #[error("STALE {0}")]
-    Stale(String),
-    /// The key was claimed before with another payload: it was reused for
-    /// different content. Reject the message.
-    #[error("idempotency key {key:?} was used before with another payload (attempt {attempt})")]
-    Mismatch { key: String, attempt: u64 },
-    /// `MAXTRIES` is used up: dead-letter the message.
-    #[error("idempotency key {key:?} exhausted its tries (attempt {attempt})")]
-    Exhausted { key: String, attempt: u64 },
-    /// Another worker still holds the key after the configured wait: do not
+    /// Still busy when the wait ended: another worker holds the key. Do not
     /// acknowledge the message; it comes back later.
     #[error("idempotency key {key:?} is still being processed by another worker ({lease_left:?} left on its lease)")]
-    Busy { key: String, lease_left: Duration, attempt: u64 },
-    /// This worker's claim was taken over (its lease lapsed and another
-    /// worker claimed the key): its result was not recorded, the other
-    /// worker's will be.
+    Busy { key: String, lease_left: Duration },
+    /// The key was claimed with another payload: it was reused for
+    /// different content. Reject the message.
+    #[error("idempotency key {key:?} was used before with another payload")]
+    Mismatch { key: String },
+    /// `max_tries` tries used: dead-letter the message.
+    #[error("idempotency key {key:?} exhausted its tries")]
+    Exhausted { key: String },
+    /// This worker's lease lapsed and another worker claimed the key: its
+    /// result is not the one kept.
     #[error("the claim on {key:?} (attempt {attempt}) was lost: its lease lapsed and another worker took the key over")]
     LeaseLost { key: String, attempt: u64 },
-    /// The record was completed, without its result, because the result was
-    /// larger than the server keeps (`idem.max-result`); only returned with
-    /// [`OversizePolicy::CompleteAndError`](crate::OversizePolicy::CompleteAndError).
-    #[error("the result for {key:?} is {size} bytes, more than the server keeps: the record was completed without it")]
-    ResultTooLarge { key: String, size: usize },
-    /// The edition on the server cannot do this (the Functions edition has
-    /// no WAIT, BLOOM, batch commands or INFO counters).
+    /// The record was completed without the result: the codec failed, or
+    /// the result was too large under [`Oversize::Error`](crate::Oversize::Error).
+    #[error("the record {key:?} was completed without its result: {cause}")]
+    ResultNotStored {
+        key: String,
+        #[source]
+        cause: BoxError,
+    },
+    /// A hook panicked: before the work the claim was released, after it
+    /// the record is completed.
+    #[error("a hook failed on {key:?}: {message}")]
+    Hook { key: String, message: String },
+    /// `DONE` could not be confirmed after `done_retries` sends. Do not
+    /// acknowledge the message: its redelivery replays or retries.
+    #[error("the completion of {key:?} could not be confirmed: {cause}")]
+    DoneUnconfirmed {
+        key: String,
+        #[source]
+        cause: Box<Error>,
+    },
+    /// `STALE` from `EXTEND` or `DONE`: the token no longer holds the claim.
+    #[error("STALE {0}")]
+    Stale(String),
+    /// The key holds a value of another type.
+    #[error("WRONGTYPE {0}")]
+    WrongType(String),
+    /// The server refused `RESULT` as larger than `idem.max-result`.
     #[error("{0}")]
-    Unsupported(String),
+    ResultTooLarge(String),
+    /// The Functions edition cannot do this (`WAIT`, `BLOOM`, the raw batch
+    /// commands).
+    #[error("{0}")]
+    ModuleRequired(String),
     /// Neither the module nor the Functions library is on the server.
     #[error(
         "redis-idem is not on this server: load the module (loadmodule libredis_idem.so) or the Functions library (FUNCTION LOAD REPLACE < functions/idem.lua)"
     )]
     NotInstalled,
-    /// A result could not be encoded or a stored one decoded.
+    /// An argument the server would refuse, refused before sending (a
+    /// lease that is not whole seconds, a batch of the wrong size, ...).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A stored result could not be decoded.
     #[error("result codec: {0}")]
     Codec(#[source] BoxError),
     /// A reply of a shape no version of redis-idem sends.
@@ -60,57 +82,78 @@ pub enum Error {
 impl Error {
     /// Sorts a server error into this crate's variants.
     pub(crate) fn from_server(error: redis::RedisError) -> Error {
-        if error.code() == Some("STALE") {
-            return Error::Stale(error.detail().unwrap_or_default().to_string());
+        let detail = || error.detail().unwrap_or_default().to_string();
+        match error.code() {
+            Some("STALE") => return Error::Stale(detail()),
+            Some("WRONGTYPE") => return Error::WrongType(detail()),
+            _ => {}
         }
         let text = error.to_string();
-        if text.contains("needs the redis-idem module") {
-            return Error::Unsupported(
-                error.detail().map_or(text.clone(), |d| format!("{} {d}", error.code().unwrap_or("ERR"))),
-            );
+        // The Functions library's stubs, or an IDEM.* command the server
+        // does not know: the module is not loaded.
+        let unknown_idem = text.contains("unknown command") && text.to_lowercase().contains("'idem.");
+        if text.contains("needs the redis-idem module") || unknown_idem {
+            return Error::ModuleRequired(text);
+        }
+        if text.contains("RESULT is larger than idem.max-result")
+            || (text.contains("RESULT") && text.contains("over proto-max-bulk-len"))
+        {
+            return Error::ResultTooLarge(text);
         }
         Error::Redis(error)
     }
 
-    /// True for an error that a DONE with a smaller (or no) RESULT avoids.
-    pub(crate) fn is_result_too_large(&self) -> bool {
-        match self {
-            Error::Redis(e) => {
-                let text = e.to_string();
-                text.contains("RESULT is larger than idem.max-result")
-                    || (text.contains("RESULT") && text.contains("over proto-max-bulk-len"))
-            }
-            _ => false,
-        }
-    }
-
-    /// Errors of the connection rather than of the command: worth one more
-    /// try on a fresh connection.
+    /// Errors of the connection rather than of the command: the command may
+    /// or may not have run; worth sending again on a fresh connection.
     pub(crate) fn is_connection_error(&self) -> bool {
         matches!(self, Error::Redis(e) if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.is_unrecoverable_error())
     }
+
+    /// A claim that wrote nothing and may be sent again: `TRYAGAIN` (the
+    /// record is moving between nodes) or `UNBLOCKED` (a waiter unblocked
+    /// by a failover, a resharding or `CLIENT UNBLOCK`).
+    pub(crate) fn is_claim_retryable(&self) -> bool {
+        matches!(self, Error::Redis(e) if matches!(e.code(), Some("TRYAGAIN" | "UNBLOCKED")))
+    }
 }
 
-/// The error of [`Idem::process`](crate::Idem::process): the work's own, or
-/// this crate's.
+/// The error of [`Idem::process`](crate::Idem::process).
 #[derive(Debug, thiserror::Error)]
-pub enum ProcessError<E> {
-    /// The work failed; its claim was released (`RELEASE`), so a redelivery
-    /// retries at once (attempt + 1).
-    #[error("the work failed: {0}")]
+pub enum ProcessError<T, E> {
+    /// The work failed; its claim was released at once, so a redelivery
+    /// retries (attempt + 1).
+    #[error("the work failed")]
     Work(E),
-    /// Claiming or completing failed, or the claim's answer was not one to
-    /// work on (MISMATCH, EXHAUSTED, still BUSY, a lost lease).
+    /// Before the work returned: claiming failed, or the claim's answer was
+    /// not one to work on (`Busy`, `Mismatch`, `Exhausted`), or the run
+    /// hook panicked (`Hook`, the claim released). Or after it, with no
+    /// value to give: `LeaseLost`.
     #[error(transparent)]
     Idem(#[from] Error),
+    /// The work returned `value`, and the record is completed or was never
+    /// to be this worker's, but something after the work failed:
+    /// `ResultNotStored`, `Hook` (the done hook), `DoneUnconfirmed`.
+    #[error("{error}")]
+    Completed { value: T, error: Error },
 }
 
-impl<E> ProcessError<E> {
+impl<T, E> ProcessError<T, E> {
     /// This crate's error, if it was one.
     pub fn idem(&self) -> Option<&Error> {
         match self {
-            ProcessError::Idem(e) => Some(e),
+            ProcessError::Idem(e) | ProcessError::Completed { error: e, .. } => Some(e),
             ProcessError::Work(_) => None,
         }
     }
+}
+
+/// A key's error in [`Idem::process_many`](crate::Idem::process_many).
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError<E> {
+    /// The work failed on this key; its claim was released.
+    #[error("the work failed")]
+    Work(E),
+    /// This crate's error for this key.
+    #[error(transparent)]
+    Idem(#[from] Error),
 }

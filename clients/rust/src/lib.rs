@@ -1,9 +1,9 @@
 //! A client for redis-idem (idempotent message consumption in Redis) on
-//! redis-rs: the module's commands as typed methods on any connection
-//! ([`IdemCommands`], [`AsyncIdemCommands`]), their replies as types
-//! ([`Claim`], [`Done`], [`Record`]), and the consumer loop as one call,
-//! sync ([`Idem::process`]) and tokio ([`AsyncIdem::process`]), on one
-//! server or a cluster, on the module or the Functions edition.
+//! redis-rs: the consumer loop as one call, sync ([`Idem::process`]) and
+//! tokio ([`AsyncIdem::process`]), its batch form ([`Idem::process_many`]),
+//! on one server or a cluster, on the module or the Functions edition; the
+//! commands as typed methods on any connection ([`IdemCommands`],
+//! [`AsyncIdemCommands`]) and their replies as types.
 //!
 //! See the README for the loop's guarantees and choices.
 #![warn(missing_debug_implementations)]
@@ -12,11 +12,12 @@
 /// version of its types (`redis_idem_client::redis::Client`).
 pub use redis;
 
-pub mod cmd;
+mod cmd;
 mod codec;
 mod commands;
 mod error;
 mod flow;
+mod many;
 mod options;
 mod reply;
 mod source;
@@ -29,15 +30,17 @@ pub use cmd::{ClaimOptions, DoneOptions, Edition, MAX_BATCH};
 pub use codec::JsonCodec;
 pub use codec::{BytesCodec, Codec, DefaultCodec};
 #[cfg(feature = "tokio")]
-pub use commands::{AsyncIdemCommands, detect_edition_async};
-pub use commands::{IdemCommands, detect_edition};
-pub use error::{BoxError, Error, ProcessError};
-pub use options::{Attempt, Event, Hook, Options, Outcome, OversizePolicy, ProcessOptions, Stats};
+pub use commands::AsyncIdemCommands;
+pub use commands::IdemCommands;
+pub use error::{BoxError, Error, KeyError, ProcessError};
+pub use flow::{DoneItem, ReleaseItem};
+pub use many::{KeyOutcome, KeyStatus};
+pub use options::{DropReason, Event, Hook, Job, Options, Outcome, Oversize, ProcessOptions, ReleaseReason, Stats};
 pub use reply::{Claim, Done, Granted, Record, RecordState};
 #[cfg(feature = "tokio")]
 pub use source::AsyncConnectionSource;
 pub use source::ConnectionSource;
-pub use sync::{BatchOutcomes, Idem};
+pub use sync::Idem;
 #[cfg(feature = "tokio")]
 pub use tokio_client::AsyncIdem;
 

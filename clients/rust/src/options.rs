@@ -1,8 +1,8 @@
-//! What an [`Idem`](crate::Idem) instance is configured with, what the
-//! consumer loop reports, and the counters that tell a replay from a first
-//! run.
+//! What an [`Idem`](crate::Idem) instance is configured with, the job a
+//! work is given, what the consumer loop reports, and its counters.
 use crate::cmd::Edition;
-use crate::reply::{Done, Granted};
+use crate::error::Error;
+use crate::reply::Granted;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -12,42 +12,66 @@ use std::time::Duration;
 /// complete the record, so the work is never done again: only the replay
 /// loses the result.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum OversizePolicy {
+pub enum Oversize {
     /// Complete the record without its result: the call returns the value
-    /// with `result_stored: false`, later claims replay `None`.
+    /// with `result_stored: false`; later claims replay `None`.
     #[default]
-    CompleteWithoutResult,
-    /// Complete the record without its result, and return
-    /// [`Error::ResultTooLarge`](crate::Error::ResultTooLarge).
-    CompleteAndError,
+    Complete,
+    /// Complete the record without its result, then return
+    /// [`Error::ResultNotStored`] (in [`ProcessError::Completed`](crate::ProcessError::Completed), with the value).
+    Error,
 }
 
-/// Something the consumer loop did, for a hook (metrics, logs).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Why a completion was recorded without its result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    /// Larger than the server keeps.
+    Oversize,
+    /// The codec could not encode it.
+    Unserializable,
+    /// The server dropped it under `maxmemory` (`DONE` answered 3 or 7).
+    Memory,
+}
+
+/// Why a claim was given back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReleaseReason {
+    /// The work returned an error.
+    Work,
+    /// The work panicked (the panic is resumed after the release).
+    Panic,
+    /// The run hook panicked.
+    Hook,
+}
+
+/// Something the consumer loop did, for the one hook ([`Options::on_event`]).
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum Event<'a> {
-    /// A claim was granted: the work runs (a first run when `Granted::New`).
-    Claimed { key: &'a str, granted: Granted, attempt: u64 },
-    /// The key was already done: its stored result is replayed, the work
-    /// does not run.
-    Replayed { key: &'a str, attempt: u64 },
-    /// Another worker holds the key: this call waits for it.
-    Waiting { key: &'a str, lease_left: Duration },
-    /// The work's result was recorded.
-    Completed { key: &'a str, attempt: u64, done: Done },
-    /// The work failed and its claim was given back.
-    Released { key: &'a str, attempt: u64 },
-    /// The result was too large to keep: the record was completed without it.
-    ResultOmitted { key: &'a str, size: usize },
-    /// The claim was taken over by another worker.
-    LeaseLost { key: &'a str, attempt: u64 },
+    /// A claim was granted; the work runs next. A panic here releases the
+    /// claim and fails the call with [`Error::Hook`].
+    Run { job: &'a Job },
+    /// The key was done: its stored result is replayed, the work does not run.
+    Replay { key: &'a str, attempt: u64 },
+    /// Another worker holds the key: this call waits (once per call).
+    Busy { key: &'a str, lease_left: Duration },
+    /// This worker's completion was recorded. A panic here leaves the
+    /// record done and fails the call with [`Error::Hook`], carrying the value.
+    Done { job: &'a Job, result_stored: bool },
+    /// The claim was given back.
+    Release { job: &'a Job, reason: ReleaseReason },
+    /// The lease was found lost (by the heartbeat or by `DONE`), once per job.
+    LeaseLost { job: &'a Job },
+    /// The completion was recorded without its result.
+    ResultDropped { job: &'a Job, reason: DropReason },
 }
 
-/// A hook called with every [`Event`].
+/// The hook called with every [`Event`].
 pub type Hook = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
 
 /// The configuration of an [`Idem`](crate::Idem) or
-/// [`AsyncIdem`](crate::AsyncIdem), builder style.
+/// [`AsyncIdem`](crate::AsyncIdem), builder style; checked when the
+/// instance is made.
 #[derive(Clone)]
 pub struct Options {
     pub(crate) prefix: String,
@@ -58,7 +82,8 @@ pub struct Options {
     pub(crate) max_tries: Option<u32>,
     pub(crate) bloom: Option<String>,
     pub(crate) max_result: Option<usize>,
-    pub(crate) oversize: OversizePolicy,
+    pub(crate) oversize: Oversize,
+    pub(crate) done_retries: u32,
     pub(crate) edition: Option<Edition>,
     pub(crate) hook: Option<Hook>,
 }
@@ -74,7 +99,8 @@ impl Default for Options {
             max_tries: None,
             bloom: None,
             max_result: None,
-            oversize: OversizePolicy::default(),
+            oversize: Oversize::default(),
+            done_retries: 5,
             edition: None,
             hook: None,
         }
@@ -93,6 +119,7 @@ impl std::fmt::Debug for Options {
             .field("bloom", &self.bloom)
             .field("max_result", &self.max_result)
             .field("oversize", &self.oversize)
+            .field("done_retries", &self.done_retries)
             .field("edition", &self.edition)
             .field("hook", &self.hook.is_some())
             .finish()
@@ -104,60 +131,62 @@ impl Options {
         Options::default()
     }
     /// Put before every key (a tenant, a service): `"tenant-a:"` makes
-    /// `order:1` the record `tenant-a:order:1`, so two tenants never
-    /// replay each other's results. In a cluster, a hash tag in the key
-    /// still decides its slot.
+    /// `order:1` the record `tenant-a:order:1`. In a cluster, a hash tag
+    /// in the key still decides its slot.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
     }
-    /// How long a claim is held without a heartbeat (whole seconds, rounded
-    /// up; default 30 s). The heartbeat renews it while the work runs, so
-    /// it bounds how soon a crashed worker's key is retried.
+    /// How long a claim is held between heartbeats (whole seconds, at
+    /// least 1; default 30 s).
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
     }
-    /// How often the heartbeat sends EXTEND (default: a third of the lease).
+    /// Time between `IDEM.EXTEND`s while the work runs (default a third of
+    /// the lease; zero: no heartbeat).
     pub fn heartbeat(mut self, every: Duration) -> Self {
         self.heartbeat = Some(every);
         self
     }
-    /// How long a copy that finds the key BUSY waits for the holder's
-    /// result before [`Error::Busy`](crate::Error::Busy) (default 10 s;
-    /// zero: do not wait). WAIT on the module, polling with backoff on the
-    /// Functions edition.
+    /// How long a duplicate waits for the copy in flight before
+    /// [`Error::Busy`] (default 10 s; zero: do not wait).
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
     }
-    /// How long a done record is kept (`RETAIN`; else the server's
-    /// `idem.retain`, one day by default).
+    /// How long a done record is kept (`RETAIN`, whole seconds; else the
+    /// server's `idem.retain`).
     pub fn retain(mut self, retain: Duration) -> Self {
         self.retain = Some(retain);
         self
     }
-    /// After this many attempts a key is [`Error::Exhausted`](crate::Error::Exhausted).
+    /// `MAXTRIES`: after this many tries a claim is [`Error::Exhausted`].
     pub fn max_tries(mut self, n: u32) -> Self {
         self.max_tries = Some(n);
         self
     }
     /// A date-sharded Bloom filter remembering completed keys beyond their
-    /// records' retention (module only; in a cluster it must share the
-    /// records' slot).
+    /// records' retention (module only).
     pub fn bloom(mut self, filter_key: impl Into<String>) -> Self {
         self.bloom = Some(filter_key.into());
         self
     }
-    /// Results larger than this many bytes are not sent at all (the
-    /// [`OversizePolicy`] applies). Without it, the server's
-    /// `idem.max-result` decides.
+    /// Results larger than this many bytes are not sent at all ([`Oversize`]
+    /// applies). Without it the server's `idem.max-result` decides.
     pub fn max_result(mut self, bytes: usize) -> Self {
         self.max_result = Some(bytes);
         self
     }
-    pub fn oversize(mut self, policy: OversizePolicy) -> Self {
+    /// The policy for a result too large to keep (default [`Oversize::Complete`]).
+    pub fn oversize(mut self, policy: Oversize) -> Self {
         self.oversize = policy;
+        self
+    }
+    /// How often `IDEM.DONE` is sent again after a connection error
+    /// (default 5; 50 ms doubling between them).
+    pub fn done_retries(mut self, n: u32) -> Self {
+        self.done_retries = n;
         self
     }
     /// Skip asking the server which edition it has.
@@ -165,119 +194,139 @@ impl Options {
         self.edition = Some(edition);
         self
     }
-    /// Called with every [`Event`] of the consumer loop.
+    /// The hook, called with every [`Event`].
     pub fn on_event(mut self, hook: impl Fn(&Event<'_>) + Send + Sync + 'static) -> Self {
         self.hook = Some(Arc::new(hook));
         self
     }
 
+    /// Zero when there is no heartbeat.
     pub(crate) fn heartbeat_interval(&self) -> Duration {
-        self.heartbeat
-            .unwrap_or(Duration::from_secs(crate::cmd::seconds(self.lease)) / 3)
-            .max(Duration::from_millis(100))
+        self.heartbeat.unwrap_or(self.lease / 3)
+    }
+
+    /// The durations the server takes in whole seconds, refused otherwise.
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        crate::cmd::whole_seconds("lease", self.lease)?;
+        if let Some(retain) = self.retain {
+            crate::cmd::whole_seconds("retain", retain)?;
+        }
+        if self.max_tries == Some(0) {
+            return Err(Error::InvalidArgument("max_tries must be at least 1".into()));
+        }
+        Ok(())
     }
 }
 
-/// Counters of the consumer loop, since the instance was made.
+/// Counters of the consumer loop, since the instance was made
+/// (docs/clients.md's table).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// Work that ran on a NEW claim.
+    /// Claims granted `NEW`: the work was given its first try.
     pub first_runs: u64,
-    /// Work that ran on a RETRY (an earlier attempt failed or crashed) or a
-    /// SEEN claim.
+    /// Claims granted `RETRY` or `SEEN`.
     pub retries: u64,
-    /// Calls answered from a done record: the work did not run.
+    /// Calls answered with a stored completion, after a wait too.
     pub replays: u64,
-    /// Calls that found the key busy and waited.
+    /// Calls that met a busy key and waited: once per call.
     pub waits: u64,
-    /// Results recorded.
+    /// Calls (or batch keys) that ended [`Error::Busy`].
+    pub busy: u64,
+    /// This worker's completions recorded by `DONE`.
     pub completed: u64,
-    /// Claims released after the work failed.
+    /// Claims given back after a failed work or hook.
     pub released: u64,
-    /// Claims lost to another worker.
+    /// Leases found lost (by a heartbeat or by `DONE`), once per job.
     pub leases_lost: u64,
-    /// Completions without the result (too large).
-    pub results_omitted: u64,
-    /// EXTENDs sent by heartbeats.
+    /// Completions recorded without their result.
+    pub results_dropped: u64,
+    /// [`Error::Mismatch`] answers.
+    pub mismatches: u64,
+    /// [`Error::Exhausted`] answers.
+    pub exhausted: u64,
+    /// Heartbeat extensions that succeeded.
     pub extends: u64,
 }
 
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub first_runs: AtomicU64,
-    pub retries: AtomicU64,
-    pub replays: AtomicU64,
-    pub waits: AtomicU64,
-    pub completed: AtomicU64,
-    pub released: AtomicU64,
-    pub leases_lost: AtomicU64,
-    pub results_omitted: AtomicU64,
-    pub extends: AtomicU64,
-}
-
-impl Counters {
-    pub fn snapshot(&self) -> Stats {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        Stats {
-            first_runs: get(&self.first_runs),
-            retries: get(&self.retries),
-            replays: get(&self.replays),
-            waits: get(&self.waits),
-            completed: get(&self.completed),
-            released: get(&self.released),
-            leases_lost: get(&self.leases_lost),
-            results_omitted: get(&self.results_omitted),
-            extends: get(&self.extends),
+macro_rules! counters {
+    ($($name:ident),*) => {
+        #[derive(Default)]
+        pub(crate) struct Counters { $(pub $name: AtomicU64,)* }
+        impl Counters {
+            pub fn snapshot(&self) -> Stats {
+                Stats { $($name: self.$name.load(Ordering::Relaxed),)* }
+            }
         }
-    }
+    };
 }
+counters!(
+    first_runs,
+    retries,
+    replays,
+    waits,
+    busy,
+    completed,
+    released,
+    leases_lost,
+    results_dropped,
+    mismatches,
+    exhausted,
+    extends
+);
 
 pub(crate) fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
-/// The claim a piece of work runs under, handed to it.
+/// One claimed key, given to the work.
 #[derive(Clone, Debug)]
-pub struct Attempt {
+pub struct Job {
+    pub(crate) key: String,
+    pub(crate) attempt: u64,
+    pub(crate) status: Granted,
+    pub(crate) lost: Arc<AtomicBool>,
+}
+
+impl Job {
     /// The fencing number: 1 on the first claim of a key, +1 with each
     /// claim. A downstream store can refuse writes with a lower number than
     /// it has seen, so a worker whose lease lapsed cannot overwrite its
     /// successor's effects.
-    pub number: u64,
+    pub fn attempt(&self) -> u64 {
+        self.attempt
+    }
     /// How the claim was granted: `Retry` when an earlier attempt failed or
     /// crashed (it may have partly run), `Seen` when the Bloom filter
     /// thinks the key completed before (verify before applying effects).
-    pub granted: Granted,
-    /// The record's key (with the prefix).
-    pub key: String,
-    pub(crate) lost: Arc<AtomicBool>,
-}
-
-impl Attempt {
-    /// True once the heartbeat found the claim taken over: the result will
-    /// be refused; long work may stop early.
-    pub fn lease_lost(&self) -> bool {
+    pub fn status(&self) -> Granted {
+        self.status
+    }
+    /// True once the lease was found lost while the work ran: its result
+    /// will be refused; long work may stop early.
+    pub fn lost(&self) -> bool {
         self.lost.load(Ordering::Relaxed)
+    }
+    /// The record's key (with the prefix).
+    pub fn key(&self) -> &str {
+        &self.key
     }
 }
 
 /// What [`Idem::process`](crate::Idem::process) did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome<T> {
-    /// The work ran under this claim and its result was recorded.
+    /// The work ran under this claim and its completion was recorded: the
+    /// work's own value.
     Completed {
         value: T,
         attempt: u64,
-        granted: Granted,
-        /// The DONE's answer (`AlreadyDone` when the record was completed
-        /// first by someone else, or by this call's own retried DONE).
-        done: Done,
-        /// False when the result was too large to keep, or the server's
-        /// memory was full: a replay of this key gets `None`.
+        status: Granted,
+        /// False when the result was not kept (too large, or the server's
+        /// memory was full): a replay of this key gets `None`.
         result_stored: bool,
     },
-    /// The key was done already: the stored result (None when none was
-    /// kept). The work did not run.
+    /// The key was done already: the codec's decoding of the stored result
+    /// (`None` when none was kept). The work did not run.
     Replayed { value: Option<T>, attempt: u64 },
 }
 
@@ -309,8 +358,7 @@ impl<T> Outcome<T> {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProcessOptions {
     /// The message's content: a later delivery of the key with other
-    /// content is [`Error::Mismatch`](crate::Error::Mismatch) (payload
-    /// validation; only a 128-bit hash is kept).
+    /// content is [`Error::Mismatch`].
     pub payload: Option<Vec<u8>>,
 }
 

@@ -1,14 +1,15 @@
-//! The sync client: [`Idem`], the consumer loop as one call, the commands of
-//! either edition, batches.
+//! The sync client: [`Idem`]. Every decision is [`flow`](crate::flow)'s;
+//! this sends, waits and runs the heartbeat in a thread.
 use crate::cmd::{self, ClaimOptions, DoneOptions, Edition};
 use crate::codec::{Codec, DefaultCodec};
-use crate::commands::{decode, decode_each, detect_edition, extended, flag};
+use crate::commands::{decode, detect_edition, extended, flag};
 use crate::error::{Error, ProcessError};
-use crate::flow::{Backoff, Core, Step, batches};
-use crate::options::{Attempt, Counters, Options, Outcome, ProcessOptions, Stats};
+use crate::flow::{Backoff, Core, DoneItem, Next, Plan, ReleaseItem, Step};
+use crate::many::KeyOutcome;
+use crate::options::{Counters, Job, Options, Outcome, ProcessOptions, ReleaseReason, Stats};
 use crate::reply::{Claim, Done, Record};
 use crate::source::ConnectionSource;
-use redis::{Cmd, RedisResult, Value};
+use redis::{Cmd, FromRedisValue, RedisResult, Value};
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::Mutex;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -16,58 +17,11 @@ use std::time::Duration;
 
 /// A redis-idem client on a connection source (`redis::Client` or
 /// `redis::cluster::ClusterClient`), for any number of threads.
-///
-/// ```no_run
-/// use redis_idem_client::{Idem, Options};
-/// # fn charge(order: &str, attempt: u64) -> Result<String, std::io::Error> { Ok(String::new()) }
-/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let idem = Idem::with_options(redis::Client::open("redis://127.0.0.1/")?, Options::new().prefix("shop:"))?;
-/// let receipt = idem.process("order:1001", |attempt| charge("1001", attempt.number))?;
-/// println!("{:?} (replayed: {})", receipt.value(), receipt.is_replay());
-/// # Ok(()) }
-/// ```
 pub struct Idem<S: ConnectionSource, C = DefaultCodec> {
     source: S,
     core: Core<C>,
     pool: Mutex<Vec<S::Connection>>,
 }
-
-/// A connection of the pool, back in it when dropped unless it failed.
-struct Pooled<'a, S: ConnectionSource, C> {
-    idem: &'a Idem<S, C>,
-    con: Option<S::Connection>,
-}
-
-impl<S: ConnectionSource, C> Pooled<'_, S, C> {
-    fn con(&mut self) -> &mut S::Connection {
-        self.con.as_mut().expect("a pooled connection")
-    }
-    /// Sends a command to `key`'s node; a connection error drops the
-    /// connection instead of pooling it.
-    fn send(&mut self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
-        let reply = self.idem.source.route(self.con(), cmd, key.as_bytes());
-        if let Err(e) = &reply
-            && (e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.is_unrecoverable_error())
-        {
-            self.con = None;
-        }
-        reply
-    }
-}
-
-impl<S: ConnectionSource, C> Drop for Pooled<'_, S, C> {
-    fn drop(&mut self) {
-        if let Some(con) = self.con.take()
-            && let Ok(mut pool) = self.idem.pool.lock()
-            && pool.len() < 64
-        {
-            pool.push(con);
-        }
-    }
-}
-
-/// One answer per key of [`Idem::process_batch`], in order.
-pub type BatchOutcomes<T, E> = Vec<Result<Outcome<T>, ProcessError<E>>>;
 
 impl<S: ConnectionSource> Idem<S, DefaultCodec> {
     /// A client with the default [`Options`]; asks the server which edition
@@ -84,17 +38,15 @@ impl<S: ConnectionSource> Idem<S, DefaultCodec> {
 impl<S: ConnectionSource, C> Idem<S, C> {
     /// A client storing results with `codec`.
     pub fn with_codec(source: S, options: Options, codec: C) -> Result<Self, Error> {
-        let response_timeout = options.wait.min(Duration::from_secs(3600)) + Duration::from_secs(5);
-        let mut con = source.connect(response_timeout)?;
-        let edition = match options.edition {
+        options.check()?;
+        let cluster = source.is_cluster();
+        let core = Core { edition: Edition::Module, options, counters: Counters::default(), codec, cluster };
+        let mut con = source.connect(core.response_timeout())?;
+        let edition = match core.options.edition {
             Some(edition) => edition,
             None => detect_edition(&mut con)?,
         };
-        Ok(Idem {
-            source,
-            core: Core { edition, options, counters: Counters::default(), codec },
-            pool: Mutex::new(vec![con]),
-        })
+        Ok(Idem { source, core: Core { edition, ..core }, pool: Mutex::new(vec![con]) })
     }
 
     /// The edition this client uses.
@@ -102,47 +54,36 @@ impl<S: ConnectionSource, C> Idem<S, C> {
         self.core.edition
     }
 
-    pub fn options(&self) -> &Options {
-        &self.core.options
-    }
-
     /// The consumer loop's counters so far.
     pub fn stats(&self) -> Stats {
         self.core.counters.snapshot()
     }
 
-    /// The record key for `key` (the prefix put before it).
-    pub fn key(&self, key: &str) -> String {
-        self.core.key(key)
-    }
-
-    fn connection(&self) -> Result<Pooled<'_, S, C>, Error> {
+    /// Sends `cmd` to `key`'s node on a pooled connection; a connection
+    /// that failed is dropped, so the next command gets a fresh one.
+    fn send(&self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
         let pooled = self.pool.lock().ok().and_then(|mut pool| pool.pop());
-        let con = match pooled {
+        let mut con = match pooled {
             Some(con) => con,
             None => self.source.connect(self.core.response_timeout())?,
         };
-        Ok(Pooled { idem: self, con: Some(con) })
+        let reply = self.source.route(&mut con, cmd, key.as_bytes());
+        let failed = reply.as_ref().is_err_and(|e| Error::Redis(e.clone()).is_connection_error());
+        if !failed
+            && let Ok(mut pool) = self.pool.lock()
+            && pool.len() < 64
+        {
+            pool.push(con);
+        }
+        reply
     }
 
-    fn send(&self, cmd: &Cmd, key: &str) -> Result<RedisResult<Value>, Error> {
-        Ok(self.connection()?.send(cmd, key))
-    }
-
-    /// Runs `work` once for `key`, however often it is called for it.
-    ///
-    /// Claims the key. On NEW, RETRY or SEEN runs `work` with the
-    /// [`Attempt`] (its `number` is the fencing number) while a thread
-    /// renews the lease (EXTEND every [`Options::heartbeat`]), then records
-    /// its result (DONE, encoded by the codec), or gives the claim back
-    /// (RELEASE) when it returns an error or panics. On DONE returns the
-    /// stored result without running `work`. On BUSY waits for the holder
-    /// (up to [`Options::wait`]) and returns its result. MISMATCH,
-    /// EXHAUSTED, a key still BUSY and a lost lease are errors.
-    pub fn process<T, E, F>(&self, key: &str, work: F) -> Result<Outcome<T>, ProcessError<E>>
+    /// Runs `work` once for `key`, however often it is called for it:
+    /// docs/clients.md's "What process does", in the README.
+    pub fn process<T, E, F>(&self, key: &str, work: F) -> Result<Outcome<T>, ProcessError<T, E>>
     where
         C: Codec<T>,
-        F: FnOnce(&Attempt) -> Result<T, E>,
+        F: FnOnce(&Job) -> Result<T, E>,
     {
         self.process_with(key, &ProcessOptions::default(), work)
     }
@@ -153,295 +94,207 @@ impl<S: ConnectionSource, C> Idem<S, C> {
         key: &str,
         call: &ProcessOptions,
         work: F,
-    ) -> Result<Outcome<T>, ProcessError<E>>
+    ) -> Result<Outcome<T>, ProcessError<T, E>>
     where
         C: Codec<T>,
-        F: FnOnce(&Attempt) -> Result<T, E>,
+        F: FnOnce(&Job) -> Result<T, E>,
     {
-        let key = self.core.key(key);
-        let mut backoff = Backoff::new(self.core.options.wait);
-        let (attempt, token) = loop {
-            let options = self.core.loop_claim_options(call, &backoff);
-            let cmd = cmd::claim(self.core.edition, &key, self.core.options.lease, &options)?;
-            let claim = self.send(&cmd, &key).and_then(decode);
-            match self.core.on_claim(&key, claim, &mut backoff)? {
-                Step::Work(attempt, token) => break (attempt, token),
+        let core = &self.core;
+        let key = core.key(key);
+        let mut backoff = Backoff::new(core.options.wait);
+        let (job, token) = loop {
+            let (cmd, _) = core.claim_cmd(&key, &call.payload, &backoff)?;
+            match core.on_claim(&key, decode(self.send(&cmd, &key)), &mut backoff)? {
+                Step::Work(job, token) => break (job, token),
                 Step::Return(outcome) => return Ok(outcome),
                 Step::Again(pause) => std::thread::sleep(pause),
             }
         };
-        let ran = std::thread::scope(|scope| {
-            let (stop, stopped) = mpsc::channel::<()>();
-            let heartbeat = scope.spawn(|| self.heartbeat(&attempt, &token, stopped));
-            let ran = catch_unwind(AssertUnwindSafe(|| work(&attempt)));
-            drop(stop);
-            let _ = heartbeat.join();
-            ran
-        });
-        match ran {
-            Ok(Ok(value)) => self.complete(&attempt, &token, value),
+        if let Err(hook) = core.before_work(&job) {
+            self.give_back(&job, &token, ReleaseReason::Hook);
+            return Err(hook.into());
+        }
+        let jobs = [(job, token)];
+        let ran = self.with_heartbeat(&jobs, || catch_unwind(AssertUnwindSafe(|| work(&jobs[0].0))));
+        let [(job, token)] = jobs;
+        let value = match ran {
+            Ok(Ok(value)) => value,
             Ok(Err(error)) => {
-                self.give_back(&attempt, &token);
-                Err(ProcessError::Work(error))
+                self.give_back(&job, &token, ReleaseReason::Work);
+                return Err(ProcessError::Work(error));
             }
             Err(panic) => {
-                self.give_back(&attempt, &token);
+                self.give_back(&job, &token, ReleaseReason::Panic);
                 resume_unwind(panic)
             }
-        }
-    }
-
-    /// EXTEND every beat until `stopped` closes or the claim is lost.
-    fn heartbeat(&self, attempt: &Attempt, token: &str, stopped: mpsc::Receiver<()>) {
-        let extend = cmd::extend(self.core.edition, &attempt.key, token, self.core.options.lease);
+        };
+        let (mut settle, mut next) = core.settle(job, token, value);
         loop {
-            match stopped.recv_timeout(self.core.options.heartbeat_interval()) {
-                Err(RecvTimeoutError::Timeout) => {}
-                _ => return,
-            }
-            let reply = self.send(&extend, &attempt.key).and_then(extended);
-            if !self.core.on_extend(attempt, reply) {
-                return;
+            match next {
+                Next::Send(cmd, pause) => {
+                    std::thread::sleep(pause);
+                    next = settle.on_reply(core, self.send(&cmd, settle.key()));
+                }
+                Next::Finish(outcome) => return outcome,
             }
         }
     }
 
-    fn complete<T, E>(&self, attempt: &Attempt, token: &str, value: T) -> Result<Outcome<T>, ProcessError<E>>
+    /// Runs `f` while a thread EXTENDs every job's claim each beat.
+    fn with_heartbeat<R>(&self, jobs: &[(Job, String)], f: impl FnOnce() -> R) -> R
     where
-        C: Codec<T>,
+        C: Sync,
     {
-        let (cmd, mut omitted, size) = self.core.done_cmd(&attempt.key, token, &value)?;
-        let (mut done, mut retried) = self.done_retrying(&cmd, &attempt.key);
-        if matches!(&done, Err(e) if e.is_result_too_large()) {
-            omitted = Some(size);
-            (done, retried) =
-                self.done_retrying(&self.core.done_without_result_cmd(&attempt.key, token)?, &attempt.key);
-        }
-        self.core.on_done(attempt, value, done, omitted, retried)
+        let Some((every, extends)) = self.core.heartbeat(jobs) else { return f() };
+        std::thread::scope(|scope| {
+            let (stop, stopped) = mpsc::channel::<()>();
+            scope.spawn(move || {
+                let mut live: Vec<bool> = vec![true; jobs.len()];
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
+                    for (i, (job, _)) in jobs.iter().enumerate() {
+                        live[i] = live[i] && self.core.on_extend(job, self.send(&extends[i], &job.key));
+                    }
+                }
+            });
+            let ran = f();
+            drop(stop);
+            ran
+        })
     }
 
-    /// DONE, once more on a fresh connection if the connection failed (a
-    /// DONE that went through answers 0 the second time).
-    fn done_retrying(&self, cmd: &Cmd, key: &str) -> (Result<Done, Error>, bool) {
-        match self.send(cmd, key).and_then(decode) {
-            Err(e) if e.is_connection_error() => (self.send(cmd, key).and_then(decode), true),
-            other => (other, false),
-        }
-    }
-
-    fn give_back(&self, attempt: &Attempt, token: &str) {
+    fn give_back(&self, job: &Job, token: &str, reason: ReleaseReason) {
         // Best effort: if it fails the lease lapses and the key is retried.
-        let _ = self.send(&cmd::release(self.core.edition, &attempt.key, token), &attempt.key);
-        self.core.on_released(attempt);
+        let _ = self.send(&self.core.release_cmd(job, token), &job.key);
+        self.core.released(job, reason);
     }
 
     // --- the commands, on the edition the server has (keys get the prefix) ---
 
-    /// `IDEM.CLAIM` / `idem_claim`. WAIT and BLOOM are refused on the
-    /// Functions edition ([`Error::Unsupported`]).
+    /// `IDEM.CLAIM` / `idem_claim`. WAIT and BLOOM are
+    /// [`Error::ModuleRequired`] on the Functions edition.
     pub fn claim(&self, key: &str, lease: Duration, options: &ClaimOptions) -> Result<Claim, Error> {
         let key = self.core.key(key);
-        decode(self.send(&cmd::claim(self.core.edition, &key, lease, options)?, &key)?)
+        decode(self.send(&cmd::claim(self.core.edition, &key, lease, options)?, &key))
     }
 
     pub fn done(&self, key: &str, token: &str, options: &DoneOptions) -> Result<Done, Error> {
         let key = self.core.key(key);
-        decode(self.send(&cmd::done(self.core.edition, &key, token, options)?, &key)?)
+        decode(self.send(&cmd::done(self.core.edition, &key, token, options)?, &key))
     }
 
     pub fn release(&self, key: &str, token: &str) -> Result<bool, Error> {
         let key = self.core.key(key);
-        flag(self.send(&cmd::release(self.core.edition, &key, token), &key)?)
+        flag(self.send(&cmd::release(self.core.edition, &key, token), &key))
     }
 
     pub fn extend(&self, key: &str, token: &str, lease: Duration) -> Result<(), Error> {
         let key = self.core.key(key);
-        extended(self.send(&cmd::extend(self.core.edition, &key, token, lease), &key)?)
+        extended(self.send(&cmd::extend(self.core.edition, &key, token, lease)?, &key))
     }
 
     pub fn get(&self, key: &str) -> Result<Option<Record>, Error> {
         let key = self.core.key(key);
-        decode(self.send(&cmd::get(self.core.edition, &key), &key)?)
+        decode(self.send(&cmd::get(self.core.edition, &key), &key))
     }
 
     pub fn once(&self, key: &str, retain: Duration) -> Result<bool, Error> {
         let key = self.core.key(key);
-        flag(self.send(&cmd::once(self.core.edition, &key, retain), &key)?)
+        flag(self.send(&cmd::once(self.core.edition, &key, retain)?, &key))
     }
 
     // --- batches ---
 
-    /// Claims many keys with the instance's lease, MAXTRIES and BLOOM: one
-    /// answer per key, in order. `IDEM.MCLAIM` per slot (in a cluster) and
-    /// per 10000 keys; one `idem_claim` per key on the Functions edition.
-    /// No WAIT: a BUSY key answers BUSY.
-    pub fn claim_batch(&self, keys: &[&str], payloads: Option<&[Vec<u8>]>) -> Result<Vec<Result<Claim, Error>>, Error> {
-        if payloads.is_some_and(|p| p.len() != keys.len()) {
-            return Err(Error::Unsupported("claim_batch takes one payload per key".into()));
-        }
+    fn run<R: FromRedisValue>(&self, plan: Plan) -> Vec<Result<R, Error>> {
+        let replies = plan.sends.iter().map(|(_, cmd, route)| self.send(cmd, route)).collect();
+        plan.gather(replies)
+    }
+
+    /// Claims many keys with the instance's MAXTRIES and BLOOM, no WAIT:
+    /// one answer per key, in order, a key's error failing only that key.
+    pub fn claim_many(&self, keys: &[&str], lease: Duration) -> Result<Vec<Result<Claim, Error>>, Error> {
+        self.claim_many_with(keys, lease, None)
+    }
+
+    /// [`claim_many`](Self::claim_many) with one payload per key.
+    pub fn claim_many_with(
+        &self,
+        keys: &[&str],
+        lease: Duration,
+        payloads: Option<&[Vec<u8>]>,
+    ) -> Result<Vec<Result<Claim, Error>>, Error> {
         let keys: Vec<String> = keys.iter().map(|k| self.core.key(k)).collect();
-        let opts = &self.core.options;
-        if self.core.edition == Edition::Functions {
-            return Ok(keys
-                .iter()
-                .enumerate()
-                .map(|(i, key)| {
-                    let options = ClaimOptions {
-                        payload: payloads.map(|p| p[i].clone()),
-                        max_tries: opts.max_tries,
-                        bloom: opts.bloom.clone(),
-                        wait: None,
-                    };
-                    decode(self.send(&cmd::claim(self.core.edition, key, opts.lease, &options)?, key)?)
-                })
-                .collect());
-        }
-        let mut answers: Vec<Option<Result<Claim, Error>>> = (0..keys.len()).map(|_| None).collect();
-        for group in batches(&keys, self.source.is_cluster()) {
-            let group_keys: Vec<&str> = group.iter().map(|&i| keys[i].as_str()).collect();
-            let group_payloads: Option<Vec<Vec<u8>>> = payloads.map(|p| group.iter().map(|&i| p[i].clone()).collect());
-            let cmd = cmd::mclaim(
-                self.core.edition,
-                &group_keys,
-                opts.lease,
-                group_payloads.as_deref(),
-                opts.max_tries,
-                opts.bloom.as_deref(),
-            )?;
-            let each = decode_each(self.send(&cmd, group_keys[0])?, group.len())?;
-            for (i, answer) in group.into_iter().zip(each) {
-                answers[i] = Some(answer);
-            }
-        }
-        Ok(answers.into_iter().map(|a| a.expect("every key answered")).collect())
+        Ok(self.run(self.core.plan_claims(&keys, lease, payloads)?))
     }
 
-    /// Completes many claims (key, token, result) with the instance's
-    /// RETAIN and BLOOM: one answer per key, in order. `IDEM.MDONE` per slot
-    /// and per 10000 keys (results given and not given in separate calls);
-    /// one `idem_done` per key on the Functions edition.
-    pub fn complete_batch(&self, items: &[(&str, &str, Option<Vec<u8>>)]) -> Result<Vec<Result<Done, Error>>, Error> {
-        let keys: Vec<String> = items.iter().map(|(k, _, _)| self.core.key(k)).collect();
-        let opts = &self.core.options;
-        if self.core.edition == Edition::Functions {
-            return Ok(items
-                .iter()
-                .zip(&keys)
-                .map(|((_, token, result), key)| {
-                    let options =
-                        DoneOptions { result: result.clone(), retain: opts.retain, bloom: opts.bloom.clone() };
-                    decode(self.send(&cmd::done(self.core.edition, key, token, &options)?, key)?)
-                })
-                .collect());
-        }
-        let mut answers: Vec<Option<Result<Done, Error>>> = (0..keys.len()).map(|_| None).collect();
-        for with_result in [true, false] {
-            let picked: Vec<usize> = (0..items.len()).filter(|&i| items[i].2.is_some() == with_result).collect();
-            let picked_keys: Vec<String> = picked.iter().map(|&i| keys[i].clone()).collect();
-            for group in batches(&picked_keys, self.source.is_cluster()) {
-                let group: Vec<usize> = group.into_iter().map(|j| picked[j]).collect();
-                let pairs: Vec<(&str, String)> =
-                    group.iter().map(|&i| (keys[i].as_str(), items[i].1.to_string())).collect();
-                let results: Option<Vec<Vec<u8>>> =
-                    with_result.then(|| group.iter().map(|&i| items[i].2.clone().unwrap_or_default()).collect());
-                let cmd =
-                    cmd::mdone(self.core.edition, &pairs, results.as_deref(), opts.retain, opts.bloom.as_deref())?;
-                let each = decode_each(self.send(&cmd, pairs[0].0)?, group.len())?;
-                for (i, answer) in group.into_iter().zip(each) {
-                    answers[i] = Some(answer);
-                }
-            }
-        }
-        Ok(answers.into_iter().map(|a| a.expect("every key answered")).collect())
+    /// Completes many claims with the instance's RETAIN and BLOOM: one
+    /// answer per item, in order.
+    pub fn done_many(&self, items: &[DoneItem]) -> Result<Vec<Result<Done, Error>>, Error> {
+        let items: Vec<DoneItem> = items.iter().map(|i| DoneItem { key: self.core.key(&i.key), ..i.clone() }).collect();
+        Ok(self.run(self.core.plan_dones(&items)?))
     }
 
-    /// Releases many claims (key, token): one answer per key, in order.
-    pub fn release_batch(&self, items: &[(&str, &str)]) -> Result<Vec<Result<bool, Error>>, Error> {
-        let keys: Vec<String> = items.iter().map(|(k, _)| self.core.key(k)).collect();
-        if self.core.edition == Edition::Functions {
-            return Ok(items
-                .iter()
-                .zip(&keys)
-                .map(|((_, token), key)| flag(self.send(&cmd::release(self.core.edition, key, token), key)?))
-                .collect());
-        }
-        let mut answers: Vec<Option<Result<bool, Error>>> = (0..keys.len()).map(|_| None).collect();
-        for group in batches(&keys, self.source.is_cluster()) {
-            let pairs: Vec<(&str, String)> =
-                group.iter().map(|&i| (keys[i].as_str(), items[i].1.to_string())).collect();
-            let cmd = cmd::mrelease(self.core.edition, &pairs)?;
-            let each: Vec<Result<i64, Error>> = decode_each(self.send(&cmd, pairs[0].0)?, group.len())?;
-            for (i, answer) in group.into_iter().zip(each) {
-                answers[i] = Some(answer.map(|n| n == 1));
-            }
-        }
-        Ok(answers.into_iter().map(|a| a.expect("every key answered")).collect())
+    /// Releases many claims: one answer per item (true: released), in order.
+    pub fn release_many(&self, items: &[ReleaseItem]) -> Result<Vec<Result<bool, Error>>, Error> {
+        let items: Vec<ReleaseItem> =
+            items.iter().map(|i| ReleaseItem { key: self.core.key(&i.key), ..i.clone() }).collect();
+        let answers: Vec<Result<i64, Error>> = self.run(self.core.plan_releases(&items)?);
+        Ok(answers.into_iter().map(|a| a.map(|n| n == 1)).collect())
     }
 
-    /// Runs `work` for each key of a batch that is not done yet: one
-    /// [`claim_batch`](Self::claim_batch), the work key by key (no
-    /// heartbeat: the instance's lease must cover the whole batch), then
-    /// one [`complete_batch`](Self::complete_batch) for the results and one
-    /// [`release_batch`](Self::release_batch) for the failures. One answer
-    /// per key, in order; a BUSY key is [`Error::Busy`] at once.
-    pub fn process_batch<T, E, F>(&self, keys: &[&str], mut work: F) -> Result<BatchOutcomes<T, E>, Error>
+    /// Claims the keys, runs `work` for each granted key in order (one
+    /// heartbeat for the batch), completes the successes in one DONE batch
+    /// and releases the failures in one RELEASE batch: one answer per key.
+    pub fn process_many<T, E, F>(&self, keys: &[&str], work: F) -> Result<Vec<KeyOutcome<T, E>>, Error>
     where
         C: Codec<T>,
-        F: FnMut(&Attempt) -> Result<T, E>,
+        F: FnMut(&Job) -> Result<T, E>,
     {
-        let claims = self.claim_batch(keys, None)?;
-        let mut answers: Vec<Option<Result<Outcome<T>, ProcessError<E>>>> = (0..keys.len()).map(|_| None).collect();
-        let (mut to_complete, mut values, mut to_release) = (Vec::new(), Vec::new(), Vec::new());
-        for (i, claim) in claims.into_iter().enumerate() {
-            let key = self.core.key(keys[i]);
-            let mut no_wait = Backoff::new(Duration::ZERO);
-            match claim.and_then(|claim| self.core.on_claim::<T>(&key, Ok(claim), &mut no_wait)) {
-                Ok(Step::Work(attempt, token)) => match work(&attempt) {
-                    Ok(value) => {
-                        let bytes = self.core.codec.encode(&value).map_err(Error::Codec);
-                        match bytes {
-                            Ok(bytes) => {
-                                to_complete.push((i, attempt, token, bytes));
-                                values.push(value);
-                            }
-                            Err(e) => {
-                                to_release.push((i, attempt, token));
-                                answers[i] = Some(Err(e.into()));
-                            }
-                        }
+        self.process_many_with(keys, None, work)
+    }
+
+    /// [`process_many`](Self::process_many) with one payload per key.
+    pub fn process_many_with<T, E, F>(
+        &self,
+        keys: &[&str],
+        payloads: Option<&[Vec<u8>]>,
+        mut work: F,
+    ) -> Result<Vec<KeyOutcome<T, E>>, Error>
+    where
+        C: Codec<T>,
+        F: FnMut(&Job) -> Result<T, E>,
+    {
+        let core = &self.core;
+        let claims = self.claim_many_with(keys, core.options.lease, payloads)?;
+        let mut many = core.many(keys, claims);
+        let jobs = many.jobs();
+        let mut todo = many.take_jobs().into_iter();
+        let panic = self.with_heartbeat(&jobs, || {
+            while let Some(job) = todo.next() {
+                match catch_unwind(AssertUnwindSafe(|| work(&job.1))) {
+                    Ok(ran) => many.ran(core, job, ran),
+                    Err(panic) => {
+                        many.panicked(core, std::iter::once(job).chain(todo.by_ref()).collect());
+                        return Some(panic);
                     }
-                    Err(e) => {
-                        to_release.push((i, attempt, token));
-                        answers[i] = Some(Err(ProcessError::Work(e)));
-                    }
-                },
-                Ok(Step::Return(outcome)) => answers[i] = Some(Ok(outcome)),
-                Ok(Step::Again(_)) => unreachable!("no waiting in a batch"),
-                Err(e) => answers[i] = Some(Err(e.into())),
+                }
             }
+            None
+        });
+        let _ = self.run::<Value>(core.plan_releases(&many.release_items())?); // best effort, as in process
+        let mut items = many.done_items();
+        while !items.is_empty() {
+            let answers = self.run(core.plan_dones(&items)?);
+            items = many.on_dones(core, answers);
+            std::thread::sleep(if items.is_empty() { Duration::ZERO } else { many.pause() });
         }
-        if !to_release.is_empty() {
-            let items: Vec<(&str, &str)> = to_release.iter().map(|(i, _, token)| (keys[*i], token.as_str())).collect();
-            let _ = self.release_batch(&items); // best effort, as in process
-            for (_, attempt, _) in &to_release {
-                self.core.on_released(attempt);
-            }
+        let records =
+            many.check_keys().iter().map(|key| decode(self.send(&cmd::get(core.edition, key), key))).collect();
+        many.on_checks(core, records);
+        let answers = many.finish();
+        match panic {
+            Some(panic) => resume_unwind(panic),
+            None => Ok(answers),
         }
-        if !to_complete.is_empty() {
-            let max = self.core.options.max_result;
-            let items: Vec<(&str, &str, Option<Vec<u8>>)> = to_complete
-                .iter()
-                .map(|(i, _, token, bytes)| {
-                    (keys[*i], token.as_str(), max.is_none_or(|max| bytes.len() <= max).then(|| bytes.clone()))
-                })
-                .collect();
-            let dones = self.complete_batch(&items)?;
-            for (((i, attempt, _, bytes), value), done) in to_complete.into_iter().zip(values).zip(dones) {
-                let omitted = max.filter(|max| bytes.len() > *max).map(|_| bytes.len());
-                answers[i] = Some(self.core.on_done(&attempt, value, done, omitted, false));
-            }
-        }
-        Ok(answers.into_iter().map(|a| a.expect("every key answered")).collect())
     }
 }
 
@@ -449,9 +302,4 @@ impl<S: ConnectionSource, C> std::fmt::Debug for Idem<S, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Idem").field("edition", &self.core.edition).field("options", &self.core.options).finish()
     }
-}
-
-#[allow(dead_code)]
-fn assert_send_sync<S: ConnectionSource>(idem: Idem<S>) -> impl Send + Sync {
-    idem
 }

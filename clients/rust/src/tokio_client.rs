@@ -1,14 +1,16 @@
-//! The tokio client: [`AsyncIdem`], the same API as [`Idem`](crate::Idem)
-//! with `async` calls; the heartbeat is a tokio task.
+//! The tokio client: [`AsyncIdem`], the same calls as [`Idem`](crate::Idem)
+//! with `async`; every decision is [`flow`](crate::flow)'s, the heartbeat
+//! a tokio task.
 use crate::cmd::{self, ClaimOptions, DoneOptions, Edition};
 use crate::codec::{Codec, DefaultCodec};
-use crate::commands::{decode, decode_each, detect_edition_async, extended, flag};
+use crate::commands::{decode, detect_edition_async, extended, flag};
 use crate::error::{Error, ProcessError};
-use crate::flow::{Backoff, Core, Step, batches};
-use crate::options::{Attempt, Counters, Options, Outcome, ProcessOptions, Stats};
+use crate::flow::{Backoff, Core, DoneItem, Next, Plan, ReleaseItem, Step};
+use crate::many::KeyOutcome;
+use crate::options::{Counters, Job, Options, Outcome, ProcessOptions, ReleaseReason, Stats};
 use crate::reply::{Claim, Done, Record};
 use crate::source::AsyncConnectionSource;
-use redis::{Cmd, RedisResult, Value};
+use redis::{Cmd, FromRedisValue, RedisResult, Value};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,17 +19,8 @@ use std::time::Duration;
 /// `cluster-async`) `redis::cluster::ClusterClient`. Cheap to clone; one
 /// instance serves any number of tasks.
 ///
-/// Commands share one multiplexed connection; a claim that waits (WAIT)
-/// takes a connection of its own, so that it does not hold up the others.
-///
-/// ```no_run
-/// use redis_idem_client::{AsyncIdem, Options};
-/// # async fn charge(order: &str, attempt: u64) -> Result<String, std::io::Error> { Ok(String::new()) }
-/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// let idem = AsyncIdem::with_options(redis::Client::open("redis://127.0.0.1/")?, Options::new().prefix("shop:")).await?;
-/// let receipt = idem.process("order:1001", |attempt| async move { charge("1001", attempt.number).await }).await?;
-/// # Ok(()) }
-/// ```
+/// Commands share one multiplexed connection (made again after it
+/// failed); a claim that waits (WAIT) takes a connection of its own.
 pub struct AsyncIdem<S: AsyncConnectionSource, C = DefaultCodec> {
     inner: Arc<Inner<S, C>>,
 }
@@ -41,17 +34,19 @@ impl<S: AsyncConnectionSource, C> Clone for AsyncIdem<S, C> {
 struct Inner<S: AsyncConnectionSource, C> {
     source: S,
     core: Core<C>,
-    shared: S::Connection,
+    shared: Mutex<Option<S::Connection>>,
     waiting: Mutex<Vec<S::Connection>>,
 }
 
-/// Aborts the heartbeat task when the call ends, however it ends (an error,
+/// Stops the heartbeat task when the call ends, however it ends (an error,
 /// a panic of the work, the call's future dropped).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
-        self.0.abort();
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
     }
 }
 
@@ -68,40 +63,51 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
     /// A client storing results with `codec`; asks the server which edition
     /// it has unless [`Options::edition`] says.
     pub async fn with_codec(source: S, options: Options, codec: C) -> Result<Self, Error> {
-        let core =
-            Core { edition: options.edition.unwrap_or(Edition::Module), options, counters: Counters::default(), codec };
+        options.check()?;
+        let cluster = source.is_cluster();
+        let core = Core { edition: Edition::Module, options, counters: Counters::default(), codec, cluster };
         let mut shared = source.connect(core.response_timeout()).await?;
         let edition = match core.options.edition {
             Some(edition) => edition,
             None => detect_edition_async(&mut shared).await?,
         };
         let core = Core { edition, ..core };
-        Ok(AsyncIdem { inner: Arc::new(Inner { source, core, shared, waiting: Mutex::new(Vec::new()) }) })
+        let (shared, waiting) = (Mutex::new(Some(shared)), Mutex::new(Vec::new()));
+        Ok(AsyncIdem { inner: Arc::new(Inner { source, core, shared, waiting }) })
     }
 
     pub fn edition(&self) -> Edition {
         self.inner.core.edition
     }
 
-    pub fn options(&self) -> &Options {
-        &self.inner.core.options
-    }
-
     pub fn stats(&self) -> Stats {
         self.inner.core.counters.snapshot()
     }
 
-    pub fn key(&self, key: &str) -> String {
-        self.inner.core.key(key)
-    }
-
+    /// On the shared connection, made again after a connection error.
     async fn send(&self, cmd: Cmd, key: &str) -> RedisResult<Value> {
-        let mut con = self.inner.shared.clone();
-        self.inner.source.route(&mut con, cmd, key.as_bytes().to_vec()).await
+        let shared = self.inner.shared.lock().ok().and_then(|con| con.clone());
+        let mut con = match shared {
+            Some(con) => con,
+            None => {
+                let con = self.inner.source.connect(self.inner.core.response_timeout()).await?;
+                if let Ok(mut shared) = self.inner.shared.lock() {
+                    *shared = Some(con.clone());
+                }
+                con
+            }
+        };
+        let reply = self.inner.source.route(&mut con, cmd, key.as_bytes().to_vec()).await;
+        if reply.as_ref().is_err_and(|e| Error::Redis(e.clone()).is_connection_error())
+            && let Ok(mut shared) = self.inner.shared.lock()
+        {
+            *shared = None;
+        }
+        reply
     }
 
     /// A claim that may block (WAIT), on a connection of its own.
-    async fn send_waiting(&self, cmd: Cmd, key: &str) -> Result<RedisResult<Value>, Error> {
+    async fn send_waiting(&self, cmd: Cmd, key: &str) -> RedisResult<Value> {
         let pooled = self.inner.waiting.lock().ok().and_then(|mut pool| pool.pop());
         let mut con = match pooled {
             Some(con) => con,
@@ -114,18 +120,17 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
         {
             pool.push(con);
         }
-        Ok(reply)
+        reply
     }
 
-    /// Runs `work` once for `key`, however often it is called for it: as
-    /// [`Idem::process`](crate::Idem::process), with the heartbeat in a
+    /// As [`Idem::process`](crate::Idem::process), with the heartbeat in a
     /// tokio task. If the work panics or the call's future is dropped, the
     /// heartbeat stops and the claim lapses at the end of its lease (the
     /// next claim is a RETRY).
-    pub async fn process<T, E, F, Fut>(&self, key: &str, work: F) -> Result<Outcome<T>, ProcessError<E>>
+    pub async fn process<T, E, F, Fut>(&self, key: &str, work: F) -> Result<Outcome<T>, ProcessError<T, E>>
     where
         C: Codec<T>,
-        F: FnOnce(Attempt) -> Fut,
+        F: FnOnce(Job) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
         self.process_with(key, &ProcessOptions::default(), work).await
@@ -136,221 +141,192 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
         key: &str,
         call: &ProcessOptions,
         work: F,
-    ) -> Result<Outcome<T>, ProcessError<E>>
+    ) -> Result<Outcome<T>, ProcessError<T, E>>
     where
         C: Codec<T>,
-        F: FnOnce(Attempt) -> Fut,
+        F: FnOnce(Job) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
         let core = &self.inner.core;
         let key = core.key(key);
         let mut backoff = Backoff::new(core.options.wait);
-        let (attempt, token) = loop {
-            let options = core.loop_claim_options(call, &backoff);
-            let cmd = cmd::claim(core.edition, &key, core.options.lease, &options)?;
-            let reply =
-                if options.wait.is_some() { self.send_waiting(cmd, &key).await? } else { self.send(cmd, &key).await };
+        let (job, token) = loop {
+            let (cmd, waits) = core.claim_cmd(&key, &call.payload, &backoff)?;
+            let reply = if waits { self.send_waiting(cmd, &key).await } else { self.send(cmd, &key).await };
             match core.on_claim(&key, decode(reply), &mut backoff)? {
-                Step::Work(attempt, token) => break (attempt, token),
+                Step::Work(job, token) => break (job, token),
                 Step::Return(outcome) => return Ok(outcome),
                 Step::Again(pause) => tokio::time::sleep(pause).await,
             }
         };
-        let heartbeat = AbortOnDrop(tokio::spawn(self.clone().heartbeat(attempt.clone(), token.clone())));
-        let ran = work(attempt.clone()).await;
+        if let Err(hook) = core.before_work(&job) {
+            self.give_back(&job, &token, ReleaseReason::Hook).await;
+            return Err(hook.into());
+        }
+        let heartbeat = self.heartbeat(vec![(job.clone(), token.clone())]);
+        let ran = work(job.clone()).await;
         drop(heartbeat);
-        match ran {
-            Ok(value) => self.complete(&attempt, &token, value).await,
+        let value = match ran {
+            Ok(value) => value,
             Err(error) => {
-                // Best effort: if it fails the lease lapses and the key is retried.
-                let _ = self.send(cmd::release(core.edition, &attempt.key, &token), &attempt.key).await;
-                core.on_released(&attempt);
-                Err(ProcessError::Work(error))
+                self.give_back(&job, &token, ReleaseReason::Work).await;
+                return Err(ProcessError::Work(error));
             }
-        }
-    }
-
-    async fn heartbeat(self, attempt: Attempt, token: String) {
-        let core = &self.inner.core;
-        let every = core.options.heartbeat_interval();
+        };
+        let (mut settle, mut next) = core.settle(job, token, value);
         loop {
-            tokio::time::sleep(every).await;
-            let extend = cmd::extend(core.edition, &attempt.key, &token, core.options.lease);
-            let reply = extended(self.send(extend, &attempt.key).await);
-            if !core.on_extend(&attempt, reply) {
-                return;
+            match next {
+                Next::Send(cmd, pause) => {
+                    tokio::time::sleep(pause).await;
+                    next = settle.on_reply(core, self.send(cmd, settle.key()).await);
+                }
+                Next::Finish(outcome) => return outcome,
             }
         }
     }
 
-    async fn complete<T, E>(&self, attempt: &Attempt, token: &str, value: T) -> Result<Outcome<T>, ProcessError<E>>
-    where
-        C: Codec<T>,
-    {
-        let core = &self.inner.core;
-        let (cmd, mut omitted, size) = core.done_cmd(&attempt.key, token, &value)?;
-        let (mut done, mut retried) = self.done_retrying(cmd, &attempt.key).await;
-        if matches!(&done, Err(e) if e.is_result_too_large()) {
-            omitted = Some(size);
-            (done, retried) =
-                self.done_retrying(core.done_without_result_cmd(&attempt.key, token)?, &attempt.key).await;
-        }
-        core.on_done(attempt, value, done, omitted, retried)
+    /// A task EXTENDing every job's claim each beat, until dropped.
+    fn heartbeat(&self, jobs: Vec<(Job, String)>) -> AbortOnDrop {
+        let Some((every, extends)) = self.inner.core.heartbeat(&jobs) else { return AbortOnDrop(None) };
+        let idem = self.clone();
+        AbortOnDrop(Some(tokio::spawn(async move {
+            let mut live: Vec<bool> = vec![true; jobs.len()];
+            loop {
+                tokio::time::sleep(every).await;
+                for (i, (job, _)) in jobs.iter().enumerate() {
+                    if live[i] {
+                        live[i] = idem.inner.core.on_extend(job, idem.send(extends[i].clone(), &job.key).await);
+                    }
+                }
+            }
+        })))
     }
 
-    async fn done_retrying(&self, cmd: Cmd, key: &str) -> (Result<Done, Error>, bool) {
-        match decode(self.send(cmd.clone(), key).await) {
-            Err(e) if e.is_connection_error() => (decode(self.send(cmd, key).await), true),
-            other => (other, false),
-        }
+    async fn give_back(&self, job: &Job, token: &str, reason: ReleaseReason) {
+        // Best effort: if it fails the lease lapses and the key is retried.
+        let _ = self.send(self.inner.core.release_cmd(job, token), &job.key).await;
+        self.inner.core.released(job, reason);
     }
 
     // --- the commands, on the edition the server has (keys get the prefix) ---
 
     pub async fn claim(&self, key: &str, lease: Duration, options: &ClaimOptions) -> Result<Claim, Error> {
-        let key = self.key(key);
+        let key = self.inner.core.key(key);
         let cmd = cmd::claim(self.edition(), &key, lease, options)?;
-        let reply = if options.wait.is_some_and(|w| !w.is_zero()) {
-            self.send_waiting(cmd, &key).await?
-        } else {
-            self.send(cmd, &key).await
-        };
-        decode(reply)
+        let waits = options.wait.is_some_and(|w| cmd::wait_ms(w) > 0);
+        decode(if waits { self.send_waiting(cmd, &key).await } else { self.send(cmd, &key).await })
     }
 
     pub async fn done(&self, key: &str, token: &str, options: &DoneOptions) -> Result<Done, Error> {
-        let key = self.key(key);
+        let key = self.inner.core.key(key);
         decode(self.send(cmd::done(self.edition(), &key, token, options)?, &key).await)
     }
 
     pub async fn release(&self, key: &str, token: &str) -> Result<bool, Error> {
-        let key = self.key(key);
+        let key = self.inner.core.key(key);
         flag(self.send(cmd::release(self.edition(), &key, token), &key).await)
     }
 
     pub async fn extend(&self, key: &str, token: &str, lease: Duration) -> Result<(), Error> {
-        let key = self.key(key);
-        extended(self.send(cmd::extend(self.edition(), &key, token, lease), &key).await)
+        let key = self.inner.core.key(key);
+        extended(self.send(cmd::extend(self.edition(), &key, token, lease)?, &key).await)
     }
 
     pub async fn get(&self, key: &str) -> Result<Option<Record>, Error> {
-        let key = self.key(key);
+        let key = self.inner.core.key(key);
         decode(self.send(cmd::get(self.edition(), &key), &key).await)
     }
 
     pub async fn once(&self, key: &str, retain: Duration) -> Result<bool, Error> {
-        let key = self.key(key);
-        flag(self.send(cmd::once(self.edition(), &key, retain), &key).await)
+        let key = self.inner.core.key(key);
+        flag(self.send(cmd::once(self.edition(), &key, retain)?, &key).await)
     }
 
     // --- batches, as Idem's ---
 
-    pub async fn claim_batch(
+    async fn run<R: FromRedisValue>(&self, plan: Plan) -> Vec<Result<R, Error>> {
+        let mut replies = Vec::with_capacity(plan.sends.len());
+        for (_, cmd, route) in &plan.sends {
+            replies.push(self.send(cmd.clone(), route).await);
+        }
+        plan.gather(replies)
+    }
+
+    pub async fn claim_many(&self, keys: &[&str], lease: Duration) -> Result<Vec<Result<Claim, Error>>, Error> {
+        self.claim_many_with(keys, lease, None).await
+    }
+
+    pub async fn claim_many_with(
+        &self,
+        keys: &[&str],
+        lease: Duration,
+        payloads: Option<&[Vec<u8>]>,
+    ) -> Result<Vec<Result<Claim, Error>>, Error> {
+        let keys: Vec<String> = keys.iter().map(|k| self.inner.core.key(k)).collect();
+        let plan = self.inner.core.plan_claims(&keys, lease, payloads)?;
+        Ok(self.run(plan).await)
+    }
+
+    pub async fn done_many(&self, items: &[DoneItem]) -> Result<Vec<Result<Done, Error>>, Error> {
+        let core = &self.inner.core;
+        let items: Vec<DoneItem> = items.iter().map(|i| DoneItem { key: core.key(&i.key), ..i.clone() }).collect();
+        let plan = core.plan_dones(&items)?;
+        Ok(self.run(plan).await)
+    }
+
+    pub async fn release_many(&self, items: &[ReleaseItem]) -> Result<Vec<Result<bool, Error>>, Error> {
+        let core = &self.inner.core;
+        let items: Vec<ReleaseItem> =
+            items.iter().map(|i| ReleaseItem { key: core.key(&i.key), ..i.clone() }).collect();
+        let plan = core.plan_releases(&items)?;
+        let answers: Vec<Result<i64, Error>> = self.run(plan).await;
+        Ok(answers.into_iter().map(|a| a.map(|n| n == 1)).collect())
+    }
+
+    /// As [`Idem::process_many`](crate::Idem::process_many); a panicking
+    /// work unwinds the call, and the batch's claims lapse with their lease.
+    pub async fn process_many<T, E, F, Fut>(&self, keys: &[&str], work: F) -> Result<Vec<KeyOutcome<T, E>>, Error>
+    where
+        C: Codec<T>,
+        F: FnMut(Job) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.process_many_with(keys, None, work).await
+    }
+
+    pub async fn process_many_with<T, E, F, Fut>(
         &self,
         keys: &[&str],
         payloads: Option<&[Vec<u8>]>,
-    ) -> Result<Vec<Result<Claim, Error>>, Error> {
-        if payloads.is_some_and(|p| p.len() != keys.len()) {
-            return Err(Error::Unsupported("claim_batch takes one payload per key".into()));
-        }
+        mut work: F,
+    ) -> Result<Vec<KeyOutcome<T, E>>, Error>
+    where
+        C: Codec<T>,
+        F: FnMut(Job) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
         let core = &self.inner.core;
-        let opts = &core.options;
-        let keys: Vec<String> = keys.iter().map(|k| core.key(k)).collect();
-        if core.edition == Edition::Functions {
-            let mut answers = Vec::with_capacity(keys.len());
-            for (i, key) in keys.iter().enumerate() {
-                let options = ClaimOptions {
-                    payload: payloads.map(|p| p[i].clone()),
-                    max_tries: opts.max_tries,
-                    bloom: opts.bloom.clone(),
-                    wait: None,
-                };
-                answers.push(match cmd::claim(core.edition, key, opts.lease, &options) {
-                    Ok(cmd) => decode(self.send(cmd, key).await),
-                    Err(e) => Err(e),
-                });
-            }
-            return Ok(answers);
+        let claims = self.claim_many_with(keys, core.options.lease, payloads).await?;
+        let mut many = core.many(keys, claims);
+        let heartbeat = self.heartbeat(many.jobs());
+        for job in many.take_jobs() {
+            let ran = work(job.1.clone()).await;
+            many.ran(core, job, ran);
         }
-        let mut answers: Vec<Option<Result<Claim, Error>>> = (0..keys.len()).map(|_| None).collect();
-        for group in batches(&keys, self.inner.source.is_cluster()) {
-            let group_keys: Vec<&str> = group.iter().map(|&i| keys[i].as_str()).collect();
-            let group_payloads: Option<Vec<Vec<u8>>> = payloads.map(|p| group.iter().map(|&i| p[i].clone()).collect());
-            let cmd = cmd::mclaim(
-                core.edition,
-                &group_keys,
-                opts.lease,
-                group_payloads.as_deref(),
-                opts.max_tries,
-                opts.bloom.as_deref(),
-            )?;
-            let each = decode_each(self.send(cmd, group_keys[0]).await, group.len())?;
-            for (i, answer) in group.into_iter().zip(each) {
-                answers[i] = Some(answer);
-            }
+        drop(heartbeat);
+        let _ = self.run::<Value>(core.plan_releases(&many.release_items())?).await; // best effort
+        let mut items = many.done_items();
+        while !items.is_empty() {
+            let answers = self.run(core.plan_dones(&items)?).await;
+            items = many.on_dones(core, answers);
+            tokio::time::sleep(if items.is_empty() { Duration::ZERO } else { many.pause() }).await;
         }
-        Ok(answers.into_iter().map(|a| a.expect("every key answered")).collect())
-    }
-
-    pub async fn complete_batch(
-        &self,
-        items: &[(&str, &str, Option<Vec<u8>>)],
-    ) -> Result<Vec<Result<Done, Error>>, Error> {
-        let core = &self.inner.core;
-        let opts = &core.options;
-        let keys: Vec<String> = items.iter().map(|(k, _, _)| core.key(k)).collect();
-        if core.edition == Edition::Functions {
-            let mut answers = Vec::with_capacity(keys.len());
-            for ((_, token, result), key) in items.iter().zip(&keys) {
-                let options = DoneOptions { result: result.clone(), retain: opts.retain, bloom: opts.bloom.clone() };
-                answers.push(match cmd::done(core.edition, key, token, &options) {
-                    Ok(cmd) => decode(self.send(cmd, key).await),
-                    Err(e) => Err(e),
-                });
-            }
-            return Ok(answers);
+        let mut records = Vec::new();
+        for key in many.check_keys() {
+            records.push(decode(self.send(cmd::get(core.edition, &key), &key).await));
         }
-        let mut answers: Vec<Option<Result<Done, Error>>> = (0..keys.len()).map(|_| None).collect();
-        for with_result in [true, false] {
-            let picked: Vec<usize> = (0..items.len()).filter(|&i| items[i].2.is_some() == with_result).collect();
-            let picked_keys: Vec<String> = picked.iter().map(|&i| keys[i].clone()).collect();
-            for group in batches(&picked_keys, self.inner.source.is_cluster()) {
-                let group: Vec<usize> = group.into_iter().map(|j| picked[j]).collect();
-                let pairs: Vec<(&str, String)> =
-                    group.iter().map(|&i| (keys[i].as_str(), items[i].1.to_string())).collect();
-                let results: Option<Vec<Vec<u8>>> =
-                    with_result.then(|| group.iter().map(|&i| items[i].2.clone().unwrap_or_default()).collect());
-                let cmd = cmd::mdone(core.edition, &pairs, results.as_deref(), opts.retain, opts.bloom.as_deref())?;
-                let each = decode_each(self.send(cmd, pairs[0].0).await, group.len())?;
-                for (i, answer) in group.into_iter().zip(each) {
-                    answers[i] = Some(answer);
-                }
-            }
-        }
-        Ok(answers.into_iter().map(|a| a.expect("every key answered")).collect())
-    }
-
-    pub async fn release_batch(&self, items: &[(&str, &str)]) -> Result<Vec<Result<bool, Error>>, Error> {
-        let core = &self.inner.core;
-        let keys: Vec<String> = items.iter().map(|(k, _)| core.key(k)).collect();
-        if core.edition == Edition::Functions {
-            let mut answers = Vec::with_capacity(keys.len());
-            for ((_, token), key) in items.iter().zip(&keys) {
-                answers.push(flag(self.send(cmd::release(core.edition, key, token), key).await));
-            }
-            return Ok(answers);
-        }
-        let mut answers: Vec<Option<Result<bool, Error>>> = (0..keys.len()).map(|_| None).collect();
-        for group in batches(&keys, self.inner.source.is_cluster()) {
-            let pairs: Vec<(&str, String)> =
-                group.iter().map(|&i| (keys[i].as_str(), items[i].1.to_string())).collect();
-            let cmd = cmd::mrelease(core.edition, &pairs)?;
-            let each: Vec<Result<i64, Error>> = decode_each(self.send(cmd, pairs[0].0).await, group.len())?;
-            for (i, answer) in group.into_iter().zip(each) {
-                answers[i] = Some(answer.map(|n| n == 1));
-            }
-        }
-        Ok(answers.into_iter().map(|a| a.expect("every key answered")).collect())
+        many.on_checks(core, records);
+        Ok(many.finish())
     }
 }
 

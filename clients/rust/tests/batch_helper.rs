@@ -1,7 +1,9 @@
-//! The batch helper: `IDEM.MCLAIM` / `IDEM.MDONE` / `IDEM.MRELEASE` in
-//! chunks of at most 10000 keys on the module, one single call per key on
-//! the Functions edition, the same answers either way.
+//! The batch helpers beyond the conformance cases: `IDEM.MCLAIM` /
+//! `IDEM.MDONE` / `IDEM.MRELEASE` in chunks of at most 10000 keys on the
+//! module, one single call per key on the Functions edition, the same
+//! answers either way (STALE, 0, payloads, a key given twice).
 mod common;
+mod proxy;
 
 use common::*;
 use redis_idem_client::*;
@@ -19,11 +21,11 @@ fn a_batch_answers_each_key_as_the_single_command_would() {
     let _: () = redis::cmd("SET").arg("b:string").arg("x").query(&mut server.conn()).unwrap();
     let before = server.calls("idem.mclaim");
 
-    let claims = idem.claim_batch(&["n1", "done", "busy", "string", "n2"], None).unwrap();
+    let claims = idem.claim_many(&["n1", "done", "busy", "string", "n2"], LEASE).unwrap();
     assert!(matches!(claims[0], Ok(Claim::New { attempt: 1, .. })), "{claims:?}");
     assert_eq!(claims[1].as_ref().unwrap(), &Claim::Done { result: Some(b"kept".to_vec()), attempt: 1 });
     assert!(matches!(claims[2], Ok(Claim::Busy { attempt: 1, .. })), "{claims:?}");
-    assert!(matches!(&claims[3], Err(Error::Redis(e)) if e.code() == Some("WRONGTYPE")), "{claims:?}");
+    assert!(matches!(&claims[3], Err(Error::WrongType(_))), "{claims:?}");
     assert!(matches!(claims[4], Ok(Claim::New { .. })), "{claims:?}");
     if !server.functions {
         assert_eq!(server.calls("idem.mclaim") - before, 1, "one IDEM.MCLAIM for the batch");
@@ -32,11 +34,11 @@ fn a_batch_answers_each_key_as_the_single_command_would() {
     let token = |i: usize| claims[i].as_ref().unwrap().token().unwrap().to_string();
     let (t0, t4, stale) = (token(0), token(4), "0".repeat(32));
     let dones = idem
-        .complete_batch(&[
-            ("n1", &t0, Some(b"r1".to_vec())),
-            ("busy", &stale, None),
-            ("n2", &t4, None),
-            ("done", &stale, Some(b"x".to_vec())),
+        .done_many(&[
+            DoneItem::new("n1", &t0).result("r1"),
+            DoneItem::new("busy", &stale),
+            DoneItem::new("n2", &t4),
+            DoneItem::new("done", &stale).result("x"),
         ])
         .unwrap();
     assert!(dones[0].as_ref().unwrap().completed(), "{dones:?}");
@@ -46,15 +48,20 @@ fn a_batch_answers_each_key_as_the_single_command_would() {
     assert_eq!(idem.get("n1").unwrap().unwrap().result.as_deref(), Some(&b"r1"[..]));
     assert_eq!(idem.get("n2").unwrap().unwrap().result, None);
 
-    let released = idem.release_batch(&[("busy", busy.token().unwrap()), ("busy", busy.token().unwrap())]).unwrap();
+    let released = idem
+        .release_many(&[
+            ReleaseItem::new("busy", busy.token().unwrap()),
+            ReleaseItem::new("busy", busy.token().unwrap()),
+        ])
+        .unwrap();
     assert_eq!(released.into_iter().map(Result::unwrap).collect::<Vec<_>>(), [true, false]);
 
     // Payloads, one per key: a reused key with other content is MISMATCH.
     let payloads = vec![b"a".to_vec(), b"b".to_vec()];
-    let first = idem.claim_batch(&["p1", "p2"], Some(&payloads)).unwrap();
+    let first = idem.claim_many_with(&["p1", "p2"], LEASE, Some(&payloads)).unwrap();
     assert!(first.iter().all(|c| c.as_ref().unwrap().token().is_some()));
     let swapped = vec![b"b".to_vec(), b"b".to_vec()];
-    let again = idem.claim_batch(&["p1", "p2"], Some(&swapped)).unwrap();
+    let again = idem.claim_many_with(&["p1", "p2"], LEASE, Some(&swapped)).unwrap();
     assert_eq!(*again[0].as_ref().unwrap(), Claim::Mismatch { attempt: 1 });
     assert!(matches!(again[1], Ok(Claim::Busy { .. })));
 }
@@ -66,12 +73,11 @@ fn more_than_10000_keys_go_in_chunks() {
     let names: Vec<String> = (0..10_001).map(|i| format!("many:{i}")).collect();
     let keys: Vec<&str> = names.iter().map(String::as_str).collect();
     let before = (server.calls("idem.mclaim"), server.calls("idem.mdone"), server.calls("fcall"));
-    let claims = idem.claim_batch(&keys, None).unwrap();
+    let claims = idem.claim_many(&keys, LEASE).unwrap();
     assert_eq!(claims.len(), 10_001);
     let tokens: Vec<String> = claims.iter().map(|c| c.as_ref().unwrap().token().expect("NEW").to_string()).collect();
-    let items: Vec<(&str, &str, Option<Vec<u8>>)> =
-        keys.iter().zip(&tokens).map(|(k, t)| (*k, t.as_str(), Some(k.as_bytes().to_vec()))).collect();
-    let dones = idem.complete_batch(&items).unwrap();
+    let items: Vec<DoneItem> = keys.iter().zip(&tokens).map(|(k, t)| DoneItem::new(*k, t).result(*k)).collect();
+    let dones = idem.done_many(&items).unwrap();
     assert!(dones.iter().all(|d| d.as_ref().unwrap().completed()));
     assert_eq!(idem.get("many:10000").unwrap().unwrap().result.as_deref(), Some(&b"many:10000"[..]));
     if server.functions {
@@ -85,45 +91,47 @@ fn more_than_10000_keys_go_in_chunks() {
     }
 }
 
-#[test]
-fn process_batch_runs_the_keys_not_done_yet() {
-    let server = Server::start();
-    let idem = Idem::new(server.client()).unwrap();
-    idem.process("pb:2", |_: &Attempt| Ok::<_, String>("earlier".to_string())).unwrap();
-    let mut ran = Vec::new();
-    let answers = idem
-        .process_batch(&["pb:1", "pb:2", "pb:3"], |attempt: &Attempt| {
-            ran.push(attempt.key.clone());
-            if attempt.key == "pb:3" { Err("refused") } else { Ok(format!("now {}", attempt.key)) }
-        })
-        .unwrap();
-    assert_eq!(ran, ["pb:1", "pb:3"]);
-    assert_eq!(answers[0].as_ref().unwrap().value().map(String::as_str), Some("now pb:1"));
-    assert_eq!(*answers[1].as_ref().unwrap(), Outcome::Replayed { value: Some("earlier".to_string()), attempt: 1 });
-    assert!(matches!(answers[2], Err(ProcessError::Work("refused"))));
-    assert_eq!(idem.get("pb:3").unwrap().unwrap().state, RecordState::Released);
-    let again =
-        idem.process_batch(&["pb:1", "pb:3"], |a: &Attempt| Ok::<_, String>(format!("retry {}", a.number))).unwrap();
-    assert!(again[0].as_ref().unwrap().is_replay());
-    assert_eq!(again[1].as_ref().unwrap().value().map(String::as_str), Some("retry 2"));
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_batches_answer_as_the_sync_ones() {
     let server = Server::start();
     let idem = AsyncIdem::new(server.client()).await.unwrap();
-    let claims = idem.claim_batch(&["a", "b", "a"], None).await.unwrap();
+    let claims = idem.claim_many(&["a", "b", "a"], LEASE).await.unwrap();
     assert!(matches!(claims[0], Ok(Claim::New { .. })));
     assert!(matches!(claims[1], Ok(Claim::New { .. })));
     // A key given twice: its second occurrence sees the first's claim.
     assert!(matches!(claims[2], Ok(Claim::Busy { .. })), "{claims:?}");
     let ta = claims[0].as_ref().unwrap().token().unwrap();
     let tb = claims[1].as_ref().unwrap().token().unwrap();
-    let dones = idem.complete_batch(&[("a", ta, Some(b"ra".to_vec()))]).await.unwrap();
+    let dones = idem.done_many(&[DoneItem::new("a", ta).result("ra")]).await.unwrap();
     assert!(dones[0].as_ref().unwrap().completed());
-    let released = idem.release_batch(&[("b", tb)]).await.unwrap();
+    let released = idem.release_many(&[ReleaseItem::new("b", tb)]).await.unwrap();
     assert!(released[0].as_ref().unwrap());
-    let claims = idem.claim_batch(&["a", "b"], None).await.unwrap();
+    let claims = idem.claim_many(&["a", "b"], LEASE).await.unwrap();
     assert_eq!(*claims[0].as_ref().unwrap(), Claim::Done { result: Some(b"ra".to_vec()), attempt: 1 });
     assert!(matches!(claims[1], Ok(Claim::Retry { attempt: 2, .. })));
+}
+
+/// The connection cut after the server ran a batch's DONE, before its
+/// reply: the DONE is sent again, answers 0, and IDEM.GET shows this job's
+/// attempt: processed, not lost.
+#[test]
+fn a_batch_done_whose_reply_is_lost_is_its_own_completion() {
+    let server = Server::start();
+    let proxy = proxy::Proxy::start(server.port);
+    let idem = Idem::new(redis::Client::open(proxy.url()).unwrap()).unwrap();
+    proxy.arm_batch();
+    let items = idem.process_many(&["{c}1", "{c}2"], |job: &Job| Ok::<_, String>(job.key().to_string())).unwrap();
+    // Sent again after the cut, then checked.
+    if server.functions {
+        assert_eq!(server.calls("fcall_ro"), 2, "idem_edition, then one idem_get");
+    } else {
+        assert_eq!((server.calls("idem.mdone"), server.calls("idem.get")), (2, 2), "both keys checked");
+    }
+    for item in &items {
+        assert_eq!((item.status, item.result_stored), (KeyStatus::Processed, true), "{item:?}");
+        let record = idem.get(&item.key).unwrap().unwrap();
+        assert_eq!((record.state, record.result), (RecordState::Done, Some(format!("\"{}\"", item.key).into_bytes())));
+    }
+    let stats = idem.stats();
+    assert_eq!((stats.completed, stats.leases_lost), (2, 0));
 }

@@ -83,19 +83,16 @@ fn every_claim_status_done_release_extend_get_once() {
     // Another type's key: WRONGTYPE as a redis error.
     let _: () = redis::cmd("SET").arg("plain").arg("x").query(&mut server.conn()).unwrap();
     let wrong = idem.claim("plain", LEASE, &plain).unwrap_err();
-    assert!(matches!(&wrong, Error::Redis(e) if e.code() == Some("WRONGTYPE")), "{wrong:?}");
+    assert!(matches!(&wrong, Error::WrongType(_)), "{wrong:?}");
 }
 
 #[test]
 fn get_decodes_resp2_and_resp3_alike() {
     let server = Server::start();
-    let edition = if server.functions { Edition::Functions } else { Edition::Module };
-    let mut con = server.conn();
-    let _: redis::Value =
-        cmd::claim(edition, "g", LEASE, &ClaimOptions::new().payload("p")).unwrap().query(&mut con).unwrap();
-    let get = cmd::get(edition, "g");
-    let resp2: Record = get.query(&mut con).unwrap();
-    let resp3: Record = get.query(&mut server.conn_resp3()).unwrap();
+    let resp2 = Idem::new(server.client()).unwrap();
+    resp2.claim("g", LEASE, &ClaimOptions::new().payload("p")).unwrap();
+    let resp3 = Idem::new(redis::Client::open(format!("{}?protocol=resp3", server.url())).unwrap()).unwrap();
+    let (resp2, resp3) = (resp2.get("g").unwrap().unwrap(), resp3.get("g").unwrap().unwrap());
     assert_eq!((resp2.state, resp2.attempt, &resp2.fingerprint), (resp3.state, resp3.attempt, &resp3.fingerprint));
     assert_eq!(resp2.claimed_at, resp3.claimed_at);
 }
@@ -122,11 +119,11 @@ fn done_reports_what_it_dropped_and_seen_comes_from_the_filter() {
     if server.functions {
         let refused = idem.claim("s", LEASE, &ClaimOptions::new().bloom("f")).unwrap_err();
         assert!(
-            matches!(&refused, Error::Unsupported(m) if m.contains("BLOOM needs the redis-idem module")),
+            matches!(&refused, Error::ModuleRequired(m) if m.contains("BLOOM needs the redis-idem module")),
             "{refused:?}"
         );
         let refused = idem.claim("s", LEASE, &ClaimOptions::new().wait(Duration::from_secs(1))).unwrap_err();
-        assert!(matches!(&refused, Error::Unsupported(m) if m.contains("WAIT")), "{refused:?}");
+        assert!(matches!(&refused, Error::ModuleRequired(m) if m.contains("WAIT")), "{refused:?}");
         return;
     }
     let mut con = server.conn();
@@ -167,7 +164,7 @@ fn wait_gets_the_holders_result_or_refuses_clearly() {
     let holder = idem.claim("w", LEASE, &ClaimOptions::new()).unwrap();
     let wait = ClaimOptions::new().wait(Duration::from_secs(10));
     if server.functions {
-        assert!(matches!(idem.claim("w", LEASE, &wait), Err(Error::Unsupported(_))));
+        assert!(matches!(idem.claim("w", LEASE, &wait), Err(Error::ModuleRequired(_))));
         return;
     }
     std::thread::scope(|scope| {
@@ -200,7 +197,7 @@ async fn async_commands_answer_as_the_sync_ones() {
     if server.functions {
         assert!(matches!(
             idem.claim("a3", LEASE, &plain.clone().wait(Duration::from_secs(1))).await,
-            Err(Error::Unsupported(_))
+            Err(Error::ModuleRequired(_))
         ));
         return;
     }

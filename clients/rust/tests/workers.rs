@@ -18,8 +18,8 @@ fn child_worker() {
     let Ok(url) = std::env::var(CHILD_URL) else { return };
     let idem =
         Idem::with_options(redis::Client::open(url).unwrap(), Options::new().lease(Duration::from_secs(2))).unwrap();
-    let _ = idem.process("killed", |attempt: &Attempt| {
-        assert_eq!(attempt.number, 1);
+    let _ = idem.process("killed", |attempt: &Job| {
+        assert_eq!(attempt.attempt(), 1);
         std::thread::sleep(Duration::from_secs(120)); // until killed
         Ok::<_, String>("the child never finishes".to_string())
     });
@@ -52,12 +52,12 @@ fn a_killed_worker_is_retried_once_its_lease_lapses() {
     // It waits for the dead worker's lease (2 s) to lapse, well within 10 s.
     let next = Idem::with_options(server.client(), Options::new().wait(Duration::from_secs(10))).unwrap();
     let outcome = next
-        .process("killed", |attempt: &Attempt| {
-            assert_eq!((attempt.number, attempt.granted), (2, Granted::Retry));
+        .process("killed", |attempt: &Job| {
+            assert_eq!((attempt.attempt(), attempt.status()), (2, Granted::Retry));
             Ok::<_, String>("done by the next worker".to_string())
         })
         .unwrap();
-    assert!(matches!(&outcome, Outcome::Completed { attempt: 2, granted: Granted::Retry, .. }), "{outcome:?}");
+    assert!(matches!(&outcome, Outcome::Completed { attempt: 2, status: Granted::Retry, .. }), "{outcome:?}");
     assert_eq!(next.stats().waits, 1, "it waited for the dead worker's lease");
 }
 
@@ -70,19 +70,19 @@ fn heartbeat_keeps_a_30_second_job_alive_under_a_2_second_lease() {
     let idem = Idem::with_options(server.client(), Options::new().lease(Duration::from_secs(2))).unwrap();
     let probe = Idem::with_options(server.client(), Options::new().wait(Duration::ZERO)).unwrap();
     let outcome = idem
-        .process("long", |attempt: &Attempt| {
+        .process("long", |attempt: &Job| {
             let start = Instant::now();
             while start.elapsed() < Duration::from_secs(30) {
                 std::thread::sleep(Duration::from_secs(1));
                 // Another worker finds the key still held, all along.
                 let claim = probe.claim("long", Duration::from_secs(2), &ClaimOptions::new()).unwrap();
                 assert!(matches!(claim, Claim::Busy { attempt: 1, .. }), "after {:?}: {claim:?}", start.elapsed());
-                assert!(!attempt.lease_lost());
+                assert!(!attempt.lost());
             }
             Ok::<_, String>("30 s of work".to_string())
         })
         .unwrap();
-    assert!(matches!(outcome, Outcome::Completed { attempt: 1, granted: Granted::New, .. }), "{outcome:?}");
+    assert!(matches!(outcome, Outcome::Completed { attempt: 1, status: Granted::New, .. }), "{outcome:?}");
     assert!(idem.stats().extends >= 40, "{:?}", idem.stats());
 }
 
