@@ -71,7 +71,7 @@ build: deps
 test: deps build lint fuzz-smoke test-prometheus test-rust
 	@$(MAKE) --no-print-directory test-redis8
 	@$(MAKE) --no-print-directory test-valkey
-	@$(MAKE) --no-print-directory -j3 --output-sync=target test-clients
+	@$(MAKE) --no-print-directory -j4 --output-sync=target test-clients
 
 test-rust: deps build pyenv clients
 	$(CARGO) test --profile test-release --no-fail-fast --workspace
