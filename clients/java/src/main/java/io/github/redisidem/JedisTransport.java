@@ -3,9 +3,13 @@ package io.github.redisidem;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
 import java.util.concurrent.CompletableFuture;
 import redis.clients.jedis.AbstractPipeline;
 import redis.clients.jedis.CommandArguments;
+import redis.clients.jedis.Connection;
+import redis.clients.jedis.ConnectionPool;
 import redis.clients.jedis.JedisCluster;
 import redis.clients.jedis.RedisClusterClient;
 import redis.clients.jedis.Response;
@@ -97,6 +101,59 @@ public final class JedisTransport implements Transport {
             return out;
         }
         return reply;
+    }
+
+    /** A cluster's nodes that answer ROLE as a primary, each reached through its own pool. */
+    @Override
+    @SuppressWarnings("deprecation")
+    public List<Transport> primaries() {
+        if (!cluster) return List.of(this);
+        Map<String, ConnectionPool> nodes = jedis instanceof JedisCluster c ? c.getClusterNodes() : ((RedisClusterClient) jedis).getClusterNodes();
+        List<Transport> out = new ArrayList<>();
+        for (ConnectionPool pool : new TreeMap<>(nodes).values()) {
+            try (Connection c = pool.getResource()) {
+                List<?> role = (List<?>) c.executeCommand(new CommandArguments(() -> "ROLE".getBytes(StandardCharsets.UTF_8)));
+                if (!"master".equals(new String((byte[]) role.get(0), StandardCharsets.UTF_8))) continue;
+            }
+            out.add(new Node(pool));
+        }
+        return out;
+    }
+
+    /** One node of a cluster: a command sent on a connection of its pool. */
+    private record Node(ConnectionPool pool) implements Transport {
+        @Override
+        public CompletableFuture<Object> send(RedisCommand command) {
+            try (Connection c = pool.getResource()) {
+                return CompletableFuture.completedFuture(normalise(c.executeCommand(arguments(command))));
+            } catch (JedisDataException e) {
+                return CompletableFuture.failedFuture(ServerException.of(e.getMessage()));
+            } catch (RuntimeException e) {
+                return CompletableFuture.failedFuture(e);
+            }
+        }
+
+        @Override
+        public CompletableFuture<List<Object>> sendAll(List<RedisCommand> commands) {
+            List<Object> out = new ArrayList<>();
+            for (RedisCommand command : commands) {
+                try {
+                    out.add(Core.join(send(command)));
+                } catch (ServerException e) {
+                    out.add(e);
+                }
+            }
+            return CompletableFuture.completedFuture(out);
+        }
+
+        @Override
+        public boolean cluster() {
+            return false;
+        }
+
+        /** Nothing to close: the pool is the cluster client's. */
+        @Override
+        public void close() {}
     }
 
     @Override
