@@ -6,6 +6,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
 import java.util.concurrent.CompletableFuture;
+import java.util.function.Supplier;
 import redis.clients.jedis.AbstractPipeline;
 import redis.clients.jedis.CommandArguments;
 import redis.clients.jedis.Connection;
@@ -56,8 +57,13 @@ public final class JedisTransport implements Transport {
 
     @Override
     public CompletableFuture<Object> send(RedisCommand command) {
+        return reply(() -> jedis.executeCommand(arguments(command)));
+    }
+
+    /** A call's reply as the Transport's types, an error reply as a ServerException. */
+    private static CompletableFuture<Object> reply(Supplier<Object> call) {
         try {
-            return CompletableFuture.completedFuture(normalise(jedis.executeCommand(arguments(command))));
+            return CompletableFuture.completedFuture(normalise(call.get()));
         } catch (JedisDataException e) {
             return CompletableFuture.failedFuture(ServerException.of(e.getMessage()));
         } catch (RuntimeException e) {
@@ -124,13 +130,11 @@ public final class JedisTransport implements Transport {
     private record Node(ConnectionPool pool) implements Transport {
         @Override
         public CompletableFuture<Object> send(RedisCommand command) {
-            try (Connection c = pool.getResource()) {
-                return CompletableFuture.completedFuture(normalise(c.executeCommand(arguments(command))));
-            } catch (JedisDataException e) {
-                return CompletableFuture.failedFuture(ServerException.of(e.getMessage()));
-            } catch (RuntimeException e) {
-                return CompletableFuture.failedFuture(e);
-            }
+            return reply(() -> {
+                try (Connection c = pool.getResource()) {
+                    return c.executeCommand(arguments(command));
+                }
+            });
         }
 
         @Override
