@@ -24,7 +24,8 @@ for (const edition of configs) {
 
     for (const kind of ['ioredis', 'node-redis']) {
       test(`${kind}: a dead letter listed by scan, requeued, then completed with a higher attempt`, async () => {
-        const idem = await connect(kind, server, { prefix: `${kind}:op:` });
+        const prefix = `${kind}:op[1]*:`; // glob characters: matched as they are
+        const idem = await connect(kind, server, { prefix });
         try {
           assert.equal(await idem.edition(), edition);
           for (let i = 1; i <= 2; i++) {
@@ -34,8 +35,11 @@ for (const edition of configs) {
           const live = await idem.claim('live', 60000);
           const done = await idem.claim('done', 60000);
           await idem.done('done', done.token, { result: '"r"' });
-          await idem.raw('SET', `${kind}:op:plain`, 'x');
+          await idem.raw('SET', `${prefix}plain`, 'x');
           await idem.raw('SET', 'elsewhere', 'x'); // outside the prefix: never listed
+          const decoy = await connect(kind, server, { prefix: `${kind}:op1x:` }); // a record the prefix as an unescaped glob would match
+          await decoy.claim('decoy', 60000);
+          await decoy.end();
 
           assert.deepEqual(await sorted(idem.scan({ count: 5 })), ['dead', 'done', 'live']);
           assert.deepEqual(await sorted(idem.scan({ state: 'released', minTries: 2 })), ['dead']);
