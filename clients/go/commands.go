@@ -102,6 +102,9 @@ type Record struct {
 	Result []byte
 	// Fingerprint of the payload as 32 hex digits, "" when none.
 	Fingerprint string
+	// Tries are the claims since the latest requeue (what MaxTries counts);
+	// nil from a module older than IDEM.REQUEUE.
+	Tries *int64
 }
 
 // ClaimArgs are IDEM.CLAIM's options.
@@ -398,6 +401,10 @@ func (i *Idem) Get(ctx context.Context, key string) (*Record, error) {
 		r.Result = []byte(s)
 	}
 	r.Fingerprint = str(fields["fingerprint"])
+	if v, ok := fields["tries"]; ok && v != nil {
+		n := num(v)
+		r.Tries = &n
+	}
 	return r, nil
 }
 

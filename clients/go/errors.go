@@ -36,6 +36,9 @@ var (
 	ErrResultTooLarge = errors.New("idem: result too large")
 	// ErrModuleRequired: the Functions edition cannot do this.
 	ErrModuleRequired = errors.New("idem: needs the redis-idem module")
+	// ErrLiveLease: Requeue was refused: the record is processing with a
+	// live lease (its holder is still at work); nothing changed.
+	ErrLiveLease = errors.New("idem: the record's lease is live")
 	// ErrNotInstalled: the server has neither the module nor the functions.
 	ErrNotInstalled = errors.New("idem: neither the redis-idem module nor its functions are installed")
 )
@@ -192,6 +195,15 @@ func (e *ModuleRequiredError) Error() string { return e.Message }
 // Is makes errors.Is(err, ErrModuleRequired) true.
 func (e *ModuleRequiredError) Is(target error) bool { return target == ErrModuleRequired }
 
+// LiveLeaseError is ErrLiveLease with the server's text.
+type LiveLeaseError struct{ Message string }
+
+// Error is the message.
+func (e *LiveLeaseError) Error() string { return e.Message }
+
+// Is makes errors.Is(err, ErrLiveLease) true.
+func (e *LiveLeaseError) Is(target error) bool { return target == ErrLiveLease }
+
 // serverError names a reply error of the server, or returns err as it is.
 func serverError(err error) error {
 	var rerr redis.Error
@@ -208,6 +220,8 @@ func serverError(err error) error {
 		return &ResultTooLargeError{msg}
 	case strings.Contains(msg, "needs the redis-idem module"):
 		return &ModuleRequiredError{msg}
+	case strings.Contains(msg, "processing with a live lease"):
+		return &LiveLeaseError{msg}
 	}
 	return err
 }
@@ -219,7 +233,7 @@ func isConnError(err error) bool {
 	if err == nil || errors.As(err, &rerr) || errors.Is(err, redis.Nil) {
 		return false
 	}
-	for _, named := range []error{ErrStale, ErrWrongType, ErrResultTooLarge, ErrModuleRequired} {
+	for _, named := range []error{ErrStale, ErrWrongType, ErrResultTooLarge, ErrModuleRequired, ErrLiveLease} {
 		if errors.Is(err, named) {
 			return false
 		}

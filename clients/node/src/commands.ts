@@ -14,6 +14,7 @@ import type {
   FilterInfo,
   RecordInfo,
   ReserveOptions,
+  ScanOptions,
 } from './types.js';
 
 function moduleOnly(what: string): never {
@@ -131,7 +132,27 @@ export function parseGet(reply: unknown): RecordInfo | null {
     doneAt: int(fields.get('done_at')),
     result: bytes(opt('result')),
     fingerprint: fingerprint === null ? null : text(fingerprint),
+    tries: opt('tries') === null ? null : int(fields.get('tries')),
   };
+}
+
+export const requeueArgs = (edition: Edition, key: Arg): Arg[] => command(edition, 'IDEM.REQUEUE', 'idem_requeue', key, []);
+
+/** One step of IDEM.SCAN (FCALL_RO idem_scan 0 ..., which takes no key); `match` is the stored keys' glob. */
+export function scanArgs(edition: Edition, cursor: string, o: ScanOptions = {}): Arg[] {
+  const rest: Arg[] = [cursor];
+  if (o.match !== undefined) rest.push('MATCH', o.match);
+  if (o.count !== undefined) rest.push('COUNT', o.count);
+  if (o.state !== undefined) rest.push('STATE', o.state);
+  if (o.minTries !== undefined) rest.push('MINTRIES', o.minTries);
+  if (o.idle !== undefined) rest.push('IDLE', seconds(o.idle, 'idle'));
+  return edition === 'functions' ? ['FCALL_RO', 'idem_scan', 0, ...rest] : ['IDEM.SCAN', ...rest];
+}
+
+/** `[next-cursor, [key, ...]]`. */
+export function parseScan(reply: unknown): { cursor: string; keys: string[] } {
+  if (!Array.isArray(reply) || reply.length !== 2 || !Array.isArray(reply[1])) throw new TypeError('IDEM.SCAN: expected [cursor, keys]');
+  return { cursor: text(reply[0]), keys: reply[1].map(text) };
 }
 
 // The filters: module only.

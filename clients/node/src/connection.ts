@@ -5,7 +5,7 @@
 import * as c from './commands.js';
 import { NotInstalledError, replyError } from './errors.js';
 import { type Arg, type Transport, text } from './transport.js';
-import type { ClaimOptions, ClaimReply, DoneOptions, DoneReply, Edition, RecordInfo } from './types.js';
+import type { ClaimOptions, ClaimReply, DoneOptions, DoneReply, Edition, RecordInfo, ScanOptions } from './types.js';
 
 /** The module's default idem.max-result, and the Functions edition's constant. */
 export const DEFAULT_MAX_RESULT = 1048576;
@@ -99,5 +99,31 @@ export class Connection {
 
   get(key: string): Promise<RecordInfo | null> {
     return this.send(key, (e) => c.getArgs(e, key), c.parseGet);
+  }
+
+  requeue(key: string): Promise<boolean> {
+    return this.send(key, (e) => c.requeueArgs(e, key), c.parseBoolean);
+  }
+
+  /** The stored keys of every record matching `o`, each primary in turn (a scan step reads one node's keys). */
+  async *scan(o: ScanOptions): AsyncGenerator<string> {
+    const build = (edition: Edition, cursor: string) => c.scanArgs(edition, cursor, o);
+    const edition = await this.edition();
+    build(edition, '0'); // a bad option throws before any node is asked
+    const nodes = this.transport.primaries ? await this.transport.primaries() : [(args: Arg[]) => this.transport.send(undefined, args)];
+    for (const node of nodes) {
+      let cursor = '0';
+      do {
+        let reply: unknown;
+        try {
+          reply = await node(build(edition, cursor));
+        } catch (err) {
+          throw replyError(err);
+        }
+        const step = c.parseScan(reply);
+        cursor = step.cursor;
+        yield* step.keys;
+      } while (cursor !== '0');
+    }
   }
 }

@@ -21,6 +21,9 @@ export class WrongTypeError extends IdemReplyError {}
 /** `ERR RESULT is larger than idem.max-result ...` (or would make the record larger than proto-max-bulk-len). */
 export class ResultTooLargeError extends IdemReplyError {}
 
+/** IDEM.REQUEUE refused: the record is processing with a live lease (its holder is still at work); nothing changed. */
+export class LiveLeaseError extends IdemReplyError {}
+
 /** What the Functions edition cannot do (WAIT, BLOOM, the filters, the raw batch commands): thrown before anything is sent. */
 export class ModuleRequiredError extends IdemError {}
 
@@ -126,5 +129,6 @@ export function replyError(err: unknown): Error {
   if (message.startsWith('STALE')) return new StaleError(message, { cause: err });
   if (message.startsWith('WRONGTYPE')) return new WrongTypeError(message, { cause: err });
   if (message.startsWith('ERR RESULT ')) return new ResultTooLargeError(message, { cause: err });
+  if (message.includes('processing with a live lease')) return new LiveLeaseError(message, { cause: err });
   return new IdemReplyError(message, { cause: err });
 }

@@ -10,7 +10,10 @@ import { type ManyItem, type ProcessManyOptions, processMany } from './many.js';
 import { type Outcome, type Runtime, type Work, process } from './loop.js';
 import { isNodeRedis, nodeRedisTransport } from './node-redis.js';
 import type { Transport } from './transport.js';
-import type { BatchItem, Bytes, ClaimOptions, ClaimReply, DoneOptions, DoneReply, Edition, FilterInfo, RecordInfo, ReserveOptions } from './types.js';
+import type { BatchItem, Bytes, ClaimOptions, ClaimReply, DoneOptions, DoneReply, Edition, FilterInfo, RecordInfo, ReserveOptions, ScanOptions } from './types.js';
+
+/** A prefix as a SCAN glob that matches it literally. */
+const literalGlob = (prefix: string) => prefix.replace(/[*?[\]\\]/g, '\\$&');
 
 export interface IdemOptions extends CoreOptions {
   /** for an ioredis Cluster: ioredis's Command class (found with import('ioredis') if not given) */
@@ -87,6 +90,26 @@ export class Idem {
 
   get(key: string): Promise<RecordInfo | null> {
     return this.#conn.get(this.#key(key));
+  }
+
+  /**
+   * Every record matching all the filters given, as keys without the prefix,
+   * each primary of a cluster in turn (the server itself otherwise):
+   * `for await (const key of idem.scan({ state: 'released', minTries: 3 }))`.
+   * A record present for the whole scan is listed at least once (SCAN's guarantee: maybe more).
+   */
+  async *scan(options: ScanOptions = {}): AsyncGenerator<string> {
+    const match = literalGlob(this.prefix) + (options.match ?? '*');
+    for await (const key of this.#conn.scan({ ...options, match })) yield key.slice(this.prefix.length);
+  }
+
+  /**
+   * Gives a record's work back (IDEM.REQUEUE): true when it is now released,
+   * its attempt kept (the next claim is RETRY with attempt + 1) and its tries
+   * restarted; false when there is no record. LiveLeaseError while its holder's lease is live.
+   */
+  requeue(key: string): Promise<boolean> {
+    return this.#conn.requeue(this.#key(key));
   }
 
   /** true: the key was absent and is now done for `retain` ms; false: a record exists. */

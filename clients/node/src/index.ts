@@ -22,6 +22,7 @@ export {
   WrongTypeError,
   ResultTooLargeError,
   ModuleRequiredError,
+  LiveLeaseError,
   NotInstalledError,
   replyError,
 } from './errors.js';
@@ -33,6 +34,7 @@ export type {
   DoneReply,
   RecordInfo,
   RecordState,
+  ScanOptions,
   FilterInfo,
   ClaimOptions,
   DoneOptions,

@@ -13,6 +13,8 @@ export interface IoredisLike {
   isCluster?: boolean;
   options?: { commandTimeout?: number };
   duplicate?(): IoredisLike;
+  /** a Cluster's node clients ('master': its primaries) */
+  nodes?(role?: string): IoredisLike[];
   quit?(): Promise<unknown>;
   disconnect?(): void;
 }
@@ -68,6 +70,11 @@ export function ioredisTransport(client: IoredisLike, options: IoredisOptions = 
     name: cluster ? 'ioredis Cluster' : 'ioredis',
     send: (key, args) => sendOn(client, key, args),
     sendBlocking: pool ? (key, args) => pool.use((c) => sendOn(c, key, args)) : undefined,
+    primaries: async () =>
+      (cluster && client.nodes ? client.nodes('master') : [client]).map((node) => (args: Arg[]) => {
+        const [name, ...rest] = args as [string, ...Arg[]];
+        return node.callBuffer(name, ...rest);
+      }),
     close: async () => pool?.close(),
   };
 }

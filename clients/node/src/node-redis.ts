@@ -24,6 +24,9 @@ export interface NodeRedisLike {
   quit?(): Promise<unknown>;
   close?(): Promise<unknown>;
   destroy?(): void;
+  /** a cluster's primaries (v4 and v5), each reached with `nodeClient` */
+  masters?: unknown[];
+  nodeClient?(node: unknown): NodeRedisLike | Promise<NodeRedisLike>;
 }
 
 export function isNodeRedis(client: unknown): client is NodeRedisLike {
@@ -55,6 +58,11 @@ export function nodeRedisTransport(client: NodeRedisLike): Transport {
     name: cluster ? 'node-redis cluster' : 'node-redis',
     send: (key, args) => sendOn(client, key, args),
     sendBlocking: pool ? (key, args) => pool.use((d) => sendOn(d, key, args)) : undefined,
+    primaries: async () => {
+      if (!cluster || !client.masters || !client.nodeClient) return [(args: Arg[]) => sendOn(client, undefined, args)];
+      const nodes = await Promise.all(client.masters.map((master) => client.nodeClient!(master)));
+      return nodes.map((node) => (args: Arg[]) => node.sendCommand(asStrings(args), BUFFERS));
+    },
     close: async () => pool?.close(),
   };
 }

@@ -16,6 +16,11 @@ export interface Transport {
   readonly name: string;
   /** Sends a command that may block (CLAIM ... WAIT) on a connection of its own; `send` where absent. */
   sendBlocking?(key: string | undefined, args: Arg[]): Promise<unknown>;
+  /**
+   * A sender per primary, for the commands that read one node's keys (IDEM.SCAN):
+   * a cluster's primaries as the client knows them now. Absent: `send` reaches the one server.
+   */
+  primaries?(): Promise<((args: Arg[]) => Promise<unknown>)[]>;
   /** Closes the connections the transport opened itself (never the user's client). */
   close?(): Promise<void>;
 }

@@ -51,6 +51,22 @@ export interface RecordInfo {
   doneAt: number;
   result: Buffer | null;
   fingerprint: string | null;
+  /** claims since the latest requeue (what maxTries counts); null from a module older than IDEM.REQUEUE */
+  tries: number | null;
+}
+
+/** scan()'s filters: a record is listed when it matches every one given. */
+export interface ScanOptions {
+  /** its state now */
+  state?: RecordState;
+  /** its tries (claims since the latest requeue) are at least this: with state 'released' or 'expired', a consumer's dead letters for maxTries */
+  minTries?: number;
+  /** ms since its latest change (claim, extension, release, completion), sent as whole seconds (>= 1000) */
+  idle?: number;
+  /** a SCAN glob on the key, under the instance's prefix */
+  match?: string;
+  /** SCAN's hint of work per call */
+  count?: number;
 }
 
 /** IDEM.BF.INFO's reply. */

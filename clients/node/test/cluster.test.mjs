@@ -92,6 +92,18 @@ test('MCLAIM / MDONE split by slot (and in order), over all three nodes', async 
   assert.equal((await idem.get('{tenant7}:49')).state, 'done');
 });
 
+test('scan() finds the records of every primary; requeue() goes to the key’s node', async () => {
+  const keys = Array.from({ length: 30 }, (_, i) => `scan:${i}`);
+  assert.equal(new Set(await owners(keys.map((k) => `c:${k}`))).size, 3, 'the keys span all three nodes');
+  for (const key of keys) await idem.claim(key, 60000);
+  const listed = [];
+  for await (const key of idem.scan({ match: 'scan:*', state: 'processing' })) listed.push(key);
+  assert.deepEqual([...new Set(listed)].sort(), [...keys].sort());
+  assert.equal(await idem.once('scan:marked', 60000), true);
+  assert.equal(await idem.requeue('scan:marked'), true);
+  assert.equal((await idem.get('scan:marked')).state, 'released');
+});
+
 test('node-redis createCluster: process() and batches routed by slot the same way', async () => {
   const { createCluster } = await import('redis');
   const nr = createCluster({ rootNodes: cluster.nodes.map((n) => ({ url: n.url })) });
@@ -118,6 +130,9 @@ test('node-redis createCluster: process() and batches routed by slot the same wa
     assert.equal(second.value, 'first');
     assert.equal(second.waited, true);
     await first;
+    const listed = [];
+    for await (const key of nIdem.scan({ match: 'k*', state: 'done' })) listed.push(key);
+    assert.deepEqual([...new Set(listed)].sort(), Array.from({ length: 20 }, (_, i) => `k${i}`).sort());
   } finally {
     await nIdem.close();
     await nr.close();

@@ -5,7 +5,11 @@ import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
 import java.util.Map;
+import java.util.Spliterator;
+import java.util.Spliterators;
 import java.util.function.Function;
+import java.util.stream.Stream;
+import java.util.stream.StreamSupport;
 
 /**
  * The typed commands of either edition (the module's IDEM.* or FCALL
@@ -98,6 +102,42 @@ public final class IdemCommands {
      */
     public Record get(String key) {
         return Replies.record(send(core.wire.get(k(key))));
+    }
+
+    /**
+     * Every record matching all the filters given, as keys without the
+     * prefix (only keys under it are listed): IDEM.SCAN (FCALL_RO idem_scan)
+     * on each primary of a cluster in turn, the server itself otherwise. The
+     * stream is lazy: a scan step is sent when the last one's keys are used
+     * up. A record present for the whole scan is listed at least once (SCAN's
+     * guarantee: maybe more).
+     *
+     * @param options the filters ({@link ScanOptions#all()}: every record)
+     * @return the keys
+     */
+    public Stream<String> scan(ScanOptions options) {
+        String prefix = core.options.prefix();
+        List<byte[]> args = Wire.scanOptions(options, literalGlob(prefix) + (options.match() == null ? "*" : options.match()));
+        Scan walk = new Scan(core.wire, core.transport.primaries(), args, prefix);
+        return StreamSupport.stream(Spliterators.spliteratorUnknownSize(walk, Spliterator.ORDERED | Spliterator.NONNULL), false);
+    }
+
+    /** A prefix as a glob that matches it as it is. */
+    private static String literalGlob(String prefix) {
+        return prefix.replaceAll("([*?\\[\\]\\\\])", "\\\\$1");
+    }
+
+    /**
+     * IDEM.REQUEUE: gives a record's work back. It is released now, keeps
+     * its attempt (the next claim is RETRY with attempt + 1) and its tries
+     * restart (maxTries gives it that many more); a done record's result is dropped.
+     *
+     * @param key the key
+     * @return true when given back, false when there is no record
+     * @throws LiveLeaseException when the record is processing with a live lease
+     */
+    public boolean requeue(String key) {
+        return Replies.flag(send(core.wire.requeue(k(key))));
     }
 
     /**

@@ -3,9 +3,14 @@ package io.github.redisidem;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
 import java.util.concurrent.CompletableFuture;
+import java.util.function.Supplier;
 import redis.clients.jedis.AbstractPipeline;
 import redis.clients.jedis.CommandArguments;
+import redis.clients.jedis.Connection;
+import redis.clients.jedis.ConnectionPool;
 import redis.clients.jedis.JedisCluster;
 import redis.clients.jedis.RedisClusterClient;
 import redis.clients.jedis.Response;
@@ -52,8 +57,13 @@ public final class JedisTransport implements Transport {
 
     @Override
     public CompletableFuture<Object> send(RedisCommand command) {
+        return reply(() -> jedis.executeCommand(arguments(command)));
+    }
+
+    /** A call's reply as the Transport's types, an error reply as a ServerException. */
+    private static CompletableFuture<Object> reply(Supplier<Object> call) {
         try {
-            return CompletableFuture.completedFuture(normalise(jedis.executeCommand(arguments(command))));
+            return CompletableFuture.completedFuture(normalise(call.get()));
         } catch (JedisDataException e) {
             return CompletableFuture.failedFuture(ServerException.of(e.getMessage()));
         } catch (RuntimeException e) {
@@ -97,6 +107,57 @@ public final class JedisTransport implements Transport {
             return out;
         }
         return reply;
+    }
+
+    /** A cluster's nodes that answer ROLE as a primary, each reached through its own pool. */
+    @Override
+    @SuppressWarnings("deprecation")
+    public List<Transport> primaries() {
+        if (!cluster) return List.of(this);
+        Map<String, ConnectionPool> nodes = jedis instanceof JedisCluster c ? c.getClusterNodes() : ((RedisClusterClient) jedis).getClusterNodes();
+        List<Transport> out = new ArrayList<>();
+        for (ConnectionPool pool : new TreeMap<>(nodes).values()) {
+            try (Connection c = pool.getResource()) {
+                List<?> role = (List<?>) c.executeCommand(new CommandArguments(() -> "ROLE".getBytes(StandardCharsets.UTF_8)));
+                if (!"master".equals(new String((byte[]) role.get(0), StandardCharsets.UTF_8))) continue;
+            }
+            out.add(new Node(pool));
+        }
+        return out;
+    }
+
+    /** One node of a cluster: a command sent on a connection of its pool. */
+    private record Node(ConnectionPool pool) implements Transport {
+        @Override
+        public CompletableFuture<Object> send(RedisCommand command) {
+            return reply(() -> {
+                try (Connection c = pool.getResource()) {
+                    return c.executeCommand(arguments(command));
+                }
+            });
+        }
+
+        @Override
+        public CompletableFuture<List<Object>> sendAll(List<RedisCommand> commands) {
+            List<Object> out = new ArrayList<>();
+            for (RedisCommand command : commands) {
+                try {
+                    out.add(Core.join(send(command)));
+                } catch (ServerException e) {
+                    out.add(e);
+                }
+            }
+            return CompletableFuture.completedFuture(out);
+        }
+
+        @Override
+        public boolean cluster() {
+            return false;
+        }
+
+        /** Nothing to close: the pool is the cluster client's. */
+        @Override
+        public void close() {}
     }
 
     @Override

@@ -11,6 +11,7 @@ import io.lettuce.core.api.StatefulConnection;
 import io.lettuce.core.api.StatefulRedisConnection;
 import io.lettuce.core.cluster.RedisClusterClient;
 import io.lettuce.core.cluster.api.StatefulRedisClusterConnection;
+import io.lettuce.core.cluster.models.partitions.RedisClusterNode;
 import io.lettuce.core.codec.ByteArrayCodec;
 import io.lettuce.core.protocol.CommandArgs;
 import io.lettuce.core.protocol.ProtocolKeyword;
@@ -149,9 +150,14 @@ public final class LettuceTransport implements Transport {
 
     @Override
     public CompletableFuture<List<Object>> sendAll(List<RedisCommand> commands) {
+        return each(this, commands);
+    }
+
+    /** Every command sent at once (Lettuce pipelines them), an error reply as its element. */
+    private static CompletableFuture<List<Object>> each(Transport transport, List<RedisCommand> commands) {
         List<CompletableFuture<Object>> futures = new ArrayList<>();
         for (RedisCommand command : commands) {
-            futures.add(send(command).handle((r, e) -> Core.unwrap(e) instanceof ServerException s ? s : e != null ? rethrow(e) : r));
+            futures.add(transport.send(command).handle((r, e) -> Core.unwrap(e) instanceof ServerException s ? s : e != null ? rethrow(e) : r));
         }
         return CompletableFuture.allOf(futures.toArray(new CompletableFuture<?>[0]))
                 .thenApply(v -> futures.stream().map(CompletableFuture::join).toList());
@@ -159,6 +165,45 @@ public final class LettuceTransport implements Transport {
 
     private static Object rethrow(Throwable e) {
         throw Core.rethrow(e);
+    }
+
+    /** A cluster's primaries as its connection's partitions have them, each on the node connection Lettuce keeps. */
+    @Override
+    public List<Transport> primaries() {
+        if (!(shared instanceof StatefulRedisClusterConnection<byte[], byte[]> cc)) return List.of(this);
+        List<Transport> out = new ArrayList<>();
+        List<RedisClusterNode> nodes = new ArrayList<>(cc.getPartitions().getPartitions());
+        nodes.sort(java.util.Comparator.comparing(n -> n.getUri().toString()));
+        for (RedisClusterNode node : nodes) {
+            if (node.is(RedisClusterNode.NodeFlag.UPSTREAM)) out.add(new Node(this, cc.getConnection(node.getNodeId())));
+        }
+        return out;
+    }
+
+    /** One node of a cluster: commands on its connection, errors typed as the cluster's. */
+    private record Node(LettuceTransport owner, StatefulRedisConnection<byte[], byte[]> connection) implements Transport {
+        @Override
+        public CompletableFuture<Object> send(RedisCommand command) {
+            try {
+                return owner.typed(command, dispatch(connection, command).toCompletableFuture(), owner.disconnects.get());
+            } catch (RuntimeException e) {
+                return CompletableFuture.failedFuture(e);
+            }
+        }
+
+        @Override
+        public CompletableFuture<List<Object>> sendAll(List<RedisCommand> commands) {
+            return each(this, commands);
+        }
+
+        @Override
+        public boolean cluster() {
+            return false;
+        }
+
+        /** Nothing to close: the node connection is the cluster connection's. */
+        @Override
+        public void close() {}
     }
 
     @Override

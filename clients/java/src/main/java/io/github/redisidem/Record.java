@@ -1,6 +1,7 @@
 package io.github.redisidem;
 
 import java.time.Duration;
+import java.util.OptionalLong;
 
 /**
  * IDEM.GET's answer.
@@ -13,6 +14,8 @@ import java.time.Duration;
  * @param doneAt Unix ms of the completion (0 unless done)
  * @param result the stored result, or null
  * @param fingerprint the payload's fingerprint (32 hex digits), or null
+ * @param tries the claims since the latest requeue (what maxTries counts);
+ *     empty from a module older than IDEM.REQUEUE
  */
 public record Record(RecordState state, long attempt, Duration leaseLeft, long pttl, long claimedAt, long doneAt,
-                     byte[] result, String fingerprint) {}
+                     byte[] result, String fingerprint, OptionalLong tries) {}

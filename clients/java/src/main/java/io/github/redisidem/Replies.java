@@ -6,6 +6,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.OptionalLong;
 
 /** Replies decoded into the library's types. */
 final class Replies {
@@ -62,7 +63,8 @@ final class Replies {
         Map<String, Object> f = map(reply);
         return new Record(RecordState.valueOf(text(f.get("state")).toUpperCase(Locale.ROOT)), integer(f.get("attempt")),
                 Duration.ofMillis(integer(f.get("lease_ms"))), integer(f.get("pttl")), integer(f.get("claimed_at")),
-                integer(f.get("done_at")), (byte[]) f.get("result"), text(f.get("fingerprint")));
+                integer(f.get("done_at")), (byte[]) f.get("result"), text(f.get("fingerprint")),
+                f.get("tries") == null ? OptionalLong.empty() : OptionalLong.of(integer(f.get("tries"))));
     }
 
     /** A batch reply's elements, each decoded, an error element as that key's error. */

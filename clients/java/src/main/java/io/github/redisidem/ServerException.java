@@ -25,6 +25,7 @@ public class ServerException extends IdemException {
         if (m.startsWith("WRONGTYPE")) return new WrongTypeException(m);
         if (m.contains("larger than idem.max-result") || m.contains("proto-max-bulk-len")) return new ResultTooLargeException(m);
         if (m.contains("needs the redis-idem module")) return new ModuleRequiredException(m);
+        if (m.contains("processing with a live lease")) return new LiveLeaseException(m);
         return new ServerException(m);
     }
 }

@@ -25,6 +25,17 @@ public interface Transport extends AutoCloseable {
      */
     CompletableFuture<List<Object>> sendAll(List<RedisCommand> commands);
 
+    /**
+     * A transport per primary, for a command that reads one node's keys
+     * (IDEM.SCAN): a cluster's primaries as the client knows them now. A
+     * transport that wraps another must pass this on, or a scan reads one node.
+     *
+     * @return the primaries' transports (closing them closes nothing); this one when not a cluster
+     */
+    default List<Transport> primaries() {
+        return List.of(this);
+    }
+
     /** @return whether the client is a cluster client (batches are then split by slot) */
     boolean cluster();
 

@@ -103,6 +103,33 @@ final class Wire {
         return command("IDEM.GET", "idem_get", bytes(key), List.of(), null);
     }
 
+    RedisCommand requeue(String key) {
+        return command("IDEM.REQUEUE", "idem_requeue", bytes(key), List.of(), null);
+    }
+
+    /** IDEM.SCAN's options as sent after the cursor; MATCH is the stored keys' glob. */
+    static List<byte[]> scanOptions(ScanOptions o, String match) {
+        List<byte[]> args = new ArrayList<>();
+        option(args, "MATCH", bytes(match));
+        option(args, "COUNT", o.count() == null ? null : bytes(o.count()));
+        option(args, "STATE", o.state() == null ? null : bytes(o.state().name().toLowerCase(java.util.Locale.ROOT)));
+        option(args, "MINTRIES", o.minTries() == null ? null : bytes(o.minTries()));
+        option(args, "IDLE", o.idle() == null ? null : seconds("idle", o.idle()));
+        return args;
+    }
+
+    /** One scan step, sent to one node (FCALL_RO idem_scan takes no key). */
+    RedisCommand scan(String cursor, List<byte[]> options) {
+        List<byte[]> args = new ArrayList<>();
+        if (!module()) {
+            args.add(bytes("idem_scan"));
+            args.add(bytes(0));
+        }
+        args.add(bytes(cursor));
+        args.addAll(options);
+        return new RedisCommand(module() ? "IDEM.SCAN" : "FCALL_RO", null, args, null);
+    }
+
     RedisCommand once(String key, Duration retain) {
         return command("IDEM.ONCE", "idem_once", bytes(key), List.of(seconds("retain", retain)), null);
     }

@@ -58,6 +58,11 @@ final class CaseRunner {
     }
 
     Transport transport(int port) {
+        return transport(server, client, port);
+    }
+
+    /** A transport of `client` to `port` of `server` (its cluster when it is one), closing what it made. */
+    static Transport transport(Servers.Server server, Client client, int port) {
         if (client == Client.JEDIS) {
             return JedisTransport.of(server.cluster ? redis.clients.jedis.RedisClusterClient.create(new HostAndPort("127.0.0.1", port)) : redis.clients.jedis.RedisClient.create("127.0.0.1", port));
         }
@@ -85,6 +90,11 @@ final class CaseRunner {
             @Override
             public boolean cluster() {
                 return transport.cluster();
+            }
+
+            @Override
+            public List<Transport> primaries() {
+                return transport.primaries();
             }
 
             @Override

@@ -61,7 +61,12 @@ final class Servers {
      * one, whose steps read every client blocked on it (CLIENT LIST).
      */
     static Server forLibraryTests(Edition edition) {
-        return RUNNING.computeIfAbsent("library" + edition, k -> Server.start(binary("REDIS7_SERVER"), edition, false));
+        return forLibraryTests("REDIS7_SERVER", edition, false);
+    }
+
+    /** As {@link #forLibraryTests(Edition)}, on another server binary, or a cluster of three. */
+    static Server forLibraryTests(String binaryVar, Edition edition, boolean cluster) {
+        return RUNNING.computeIfAbsent("library" + binaryVar + edition + cluster, k -> Server.start(binary(binaryVar), edition, cluster));
     }
 
     static final class Server {
