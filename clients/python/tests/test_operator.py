@@ -64,7 +64,7 @@ def test_scan_filters_and_requeue(r, ns):  # type: ignore[no-untyped-def]
     assert op.requeue(ns + "dead") is True
     assert cmds.get(ns + "dead").tries == 0
     assert op.requeue(ns + "absent") is False
-    with pytest.raises(redis.ResponseError, match="live lease"):
+    with pytest.raises(ri.LiveLeaseError, match="live lease"):
         op.requeue(ns + "live")
     assert cmds.get(ns + "live").state is ri.RecordState.PROCESSING
     assert live.attempt == 1

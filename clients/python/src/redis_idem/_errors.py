@@ -40,6 +40,11 @@ class ModuleRequiredError(IdemError):
     raw batch commands): refused before anything is sent."""
 
 
+class LiveLeaseError(IdemError):
+    """IDEM.REQUEUE refused: the record is processing with a live lease
+    (its holder is still at work); nothing changed."""
+
+
 class NotInstalledError(IdemError):
     """The server has neither the module nor the Functions library."""
 
@@ -128,6 +133,8 @@ def translate(error: redis.ResponseError) -> redis.ResponseError:
         kind = ResultTooLargeError
     elif text.startswith("invalid token") or text.startswith("ERR invalid token"):
         kind = InvalidTokenError
+    elif "processing with a live lease" in text:
+        kind = LiveLeaseError
     elif "needs the redis-idem module" in text:
         kind = ModuleRequiredError
     if kind is None:
