@@ -178,3 +178,16 @@ async fn the_async_scan_on_a_cluster() {
     let name = names.iter().next().unwrap();
     assert!(idem.requeue(name).await.unwrap());
 }
+
+#[test]
+fn a_prefix_with_glob_characters_is_taken_literally() {
+    let server = Server::start();
+    let starred = Idem::with_options(server.client(), Options::new().prefix("t*[1]:")).unwrap();
+    let plain = Idem::with_options(server.client(), Options::new().prefix("tx1:")).unwrap();
+    for idem in [&starred, &plain] {
+        assert!(idem.process("a", failing).is_err());
+    }
+    assert_eq!(keys(&starred, &ScanOptions::new()), HashSet::from(["a".to_string()]));
+    assert_eq!(keys(&starred, &ScanOptions::new().pattern("?")), HashSet::from(["a".to_string()]));
+    assert_eq!(keys(&plain, &ScanOptions::new()), HashSet::from(["a".to_string()]));
+}
