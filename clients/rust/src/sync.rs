@@ -63,14 +63,12 @@ impl<S: ConnectionSource, C> Idem<S, C> {
     /// Sends `cmd` to `key`'s node on a pooled connection; a connection
     /// that failed is dropped, so the next command gets a fresh one.
     fn send(&self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
-        let broken = |e: &redis::RedisError| Error::Redis(e.clone()).is_connection_error();
-        self.on_pooled(|con| self.source.route(con, cmd, key.as_bytes()), broken)
+        self.on_pooled(|con| self.source.route(con, cmd, key.as_bytes()), Error::broke_connection)
     }
 
     /// Sends `cmd` to the primary serving `slot` (one server: itself).
     pub(crate) fn send_to_primary(&self, cmd: &Cmd, slot: u16) -> RedisResult<Value> {
-        let broken = |e: &redis::RedisError| Error::Redis(e.clone()).is_connection_error();
-        self.on_pooled(|con| self.source.route_to_slot(con, cmd, slot), broken)
+        self.on_pooled(|con| self.source.route_to_slot(con, cmd, slot), Error::broke_connection)
     }
 
     /// Runs `call` on a pooled connection, given back unless `broken` says

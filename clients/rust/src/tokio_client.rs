@@ -89,7 +89,7 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
     async fn send(&self, cmd: Cmd, key: &str) -> RedisResult<Value> {
         let mut con = self.shared().await?;
         let reply = self.inner.source.route(&mut con, cmd, key.as_bytes().to_vec()).await;
-        self.forget_if(reply.as_ref().is_err_and(|e| Error::Redis(e.clone()).is_connection_error()));
+        self.forget_if(reply.as_ref().is_err_and(Error::broke_connection));
         reply
     }
 
@@ -97,7 +97,7 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
     pub(crate) async fn send_to_primary(&self, cmd: Cmd, slot: u16) -> RedisResult<Value> {
         let mut con = self.shared().await?;
         let reply = self.inner.source.route_to_slot(&mut con, cmd, slot).await;
-        self.forget_if(reply.as_ref().is_err_and(|e| Error::Redis(e.clone()).is_connection_error()));
+        self.forget_if(reply.as_ref().is_err_and(Error::broke_connection));
         reply
     }
 
