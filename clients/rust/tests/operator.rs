@@ -26,6 +26,7 @@ fn dead_letters() -> ScanOptions {
 fn a_dead_letter_is_found_requeued_and_then_completes() {
     let server = Server::start();
     let idem = Idem::with_options(server.client(), Options::new().prefix("shop:").max_tries(2)).unwrap();
+    assert_eq!(idem.edition(), if server.functions { Edition::Functions } else { Edition::Module });
     // Two failed tries use up max_tries 2: a dead letter.
     for _ in 0..2 {
         assert!(matches!(idem.process("dead", failing), Err(ProcessError::Work(_))));
