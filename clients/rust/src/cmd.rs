@@ -206,6 +206,11 @@ pub(crate) fn get(edition: Edition, key: impl ToRedisArgs) -> Cmd {
     }
 }
 
+/// `IDEM.REQUEUE key` / `FCALL idem_requeue 1 key`.
+pub(crate) fn requeue(edition: Edition, key: impl ToRedisArgs) -> Cmd {
+    head(edition, "IDEM.REQUEUE", "idem_requeue", key)
+}
+
 pub(crate) fn once(edition: Edition, key: impl ToRedisArgs, retain: Duration) -> Result<Cmd, Error> {
     let retain = whole_seconds("retain", retain)?;
     Ok(head(edition, "IDEM.ONCE", "idem_once", key).arg(retain).to_owned())

@@ -5,6 +5,7 @@
 use crate::cmd::{self, ClaimOptions, DoneOptions, Edition};
 use crate::error::Error;
 use crate::reply::{Claim, Done, Record};
+use crate::scan::{ScanOptions, scan_cmd};
 use redis::{ConnectionLike, FromRedisValue, RedisResult, ToRedisArgs, Value};
 use std::time::Duration;
 
@@ -101,6 +102,18 @@ pub trait IdemCommands: ConnectionLike + Sized {
     /// `IDEM.ONCE key retain`: true when the key was absent and is now done.
     fn idem_once<K: ToRedisArgs>(&mut self, key: K, retain: Duration) -> Result<bool, Error> {
         flag(self.req_command(&cmd::once(Edition::Module, key, retain)?))
+    }
+    /// `IDEM.REQUEUE key`: true when the record is now released, false
+    /// when there is none; a live lease is the server's error.
+    fn idem_requeue<K: ToRedisArgs>(&mut self, key: K) -> Result<bool, Error> {
+        flag(self.req_command(&cmd::requeue(Edition::Module, key)))
+    }
+    /// One `IDEM.SCAN` call on this connection's node: `(next cursor,
+    /// keys)`, cursor 0 at the end. [`Idem::scan`](crate::Idem::scan)
+    /// walks every primary to the end.
+    fn idem_scan(&mut self, cursor: u64, options: &ScanOptions) -> Result<(u64, Vec<String>), Error> {
+        let cmd = scan_cmd(Edition::Module, cursor, options, "")?;
+        decode(self.req_command(&cmd))
     }
     /// `IDEM.MCLAIM` on keys of one slot (at most 10000): one answer per
     /// key. [`Idem::claim_batch`](crate::Idem::claim_batch) splits any set.
@@ -204,6 +217,18 @@ mod r#async {
         ) -> impl Future<Output = Result<bool, Error>> + Send {
             let cmd = cmd::once(Edition::Module, key, retain);
             async move { flag(send(self, cmd).await?) }
+        }
+        fn idem_requeue<K: ToRedisArgs>(&mut self, key: K) -> impl Future<Output = Result<bool, Error>> + Send {
+            let cmd = cmd::requeue(Edition::Module, key);
+            async move { flag(send(self, Ok(cmd)).await?) }
+        }
+        fn idem_scan(
+            &mut self,
+            cursor: u64,
+            options: &ScanOptions,
+        ) -> impl Future<Output = Result<(u64, Vec<String>), Error>> + Send {
+            let cmd = scan_cmd(Edition::Module, cursor, options, "");
+            async move { decode(send(self, cmd).await?) }
         }
         fn idem_mclaim<K: ToRedisArgs>(
             &mut self,

@@ -109,6 +109,12 @@ impl Error {
         matches!(self, Error::Redis(e) if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.is_unrecoverable_error())
     }
 
+    /// A connection's failure as redis-rs reports it: that connection is
+    /// not given back for reuse.
+    pub(crate) fn broke_connection(error: &redis::RedisError) -> bool {
+        Error::Redis(error.clone()).is_connection_error()
+    }
+
     /// A claim that wrote nothing and may be sent again: `TRYAGAIN` (the
     /// record is moving between nodes) or `UNBLOCKED` (a waiter unblocked
     /// by a failover, a resharding or `CLIENT UNBLOCK`).

@@ -20,6 +20,7 @@ mod flow;
 mod many;
 mod options;
 mod reply;
+mod scan;
 mod source;
 mod sync;
 #[cfg(feature = "tokio")]
@@ -37,6 +38,9 @@ pub use flow::{DoneItem, ReleaseItem};
 pub use many::{KeyOutcome, KeyStatus};
 pub use options::{DropReason, Event, Hook, Job, Options, Outcome, Oversize, ProcessOptions, ReleaseReason, Stats};
 pub use reply::{Claim, Done, Granted, Record, RecordState};
+#[cfg(feature = "tokio")]
+pub use scan::AsyncScan;
+pub use scan::{Scan, ScanOptions};
 #[cfg(feature = "tokio")]
 pub use source::AsyncConnectionSource;
 pub use source::ConnectionSource;

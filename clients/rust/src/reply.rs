@@ -185,6 +185,18 @@ pub enum RecordState {
     Done,
 }
 
+impl RecordState {
+    /// The name the server uses (`IDEM.GET`'s `state`, `IDEM.SCAN`'s `STATE`).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            RecordState::Processing => "processing",
+            RecordState::Expired => "expired",
+            RecordState::Released => "released",
+            RecordState::Done => "done",
+        }
+    }
+}
+
 /// The answer of `IDEM.GET` for a key that has a record (the token is
 /// never shown).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -204,6 +216,10 @@ pub struct Record {
     /// The payload's fingerprint, 32 hex digits (xxh3-128 in the module,
     /// SHA-1's first 128 bits in the Functions edition).
     pub fingerprint: Option<String>,
+    /// The claims since the latest requeue (what `MAXTRIES` counts; equal
+    /// to `attempt` for a record never requeued). None from a server older
+    /// than `IDEM.REQUEUE`.
+    pub tries: Option<u64>,
 }
 
 fn time(ms: u64) -> Option<SystemTime> {
@@ -221,7 +237,7 @@ impl FromRedisValue for Record {
             other => return Err(fail("IDEM.GET answers a map, a field-value array or nil", &other)),
         };
         let (mut state, mut attempt, mut lease, mut pttl, mut claimed, mut done) = (None, None, 0, None, 0, 0);
-        let (mut result, mut fingerprint) = (None, None);
+        let (mut result, mut fingerprint, mut tries) = (None, None, None);
         for (name, value) in pairs {
             match text(&name).unwrap_or_default() {
                 "state" => {
@@ -240,6 +256,7 @@ impl FromRedisValue for Record {
                 "done_at" => done = unsigned(&value, "done_at")?,
                 "result" => result = bytes(value)?,
                 "fingerprint" => fingerprint = bytes(value)?.map(String::from_utf8).transpose()?,
+                "tries" => tries = Some(unsigned(&value, "tries")?),
                 _ => {} // a field a later version adds
             }
         }
@@ -252,6 +269,7 @@ impl FromRedisValue for Record {
             done_at: time(done),
             result,
             fingerprint,
+            tries,
         })
     }
 }

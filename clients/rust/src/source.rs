@@ -20,6 +20,27 @@ pub trait ConnectionSource: Send + Sync + 'static {
     fn is_cluster(&self) -> bool {
         false
     }
+    /// One slot of each primary, for what every primary must be asked (a
+    /// scan sees one node's keys); one server: `[0]`, itself.
+    fn primaries(&self, _con: &mut Self::Connection) -> Result<Vec<u16>, crate::Error> {
+        Ok(vec![0])
+    }
+    /// Sends `cmd` to the primary serving `slot` (one server: itself).
+    fn route_to_slot(&self, con: &mut Self::Connection, cmd: &Cmd, _slot: u16) -> RedisResult<Value> {
+        con.req_command(cmd)
+    }
+}
+
+/// `CLUSTER SLOTS`, whose reply says where the primaries are.
+#[cfg(feature = "cluster")]
+fn cluster_slots() -> Cmd {
+    redis::cmd("CLUSTER").arg("SLOTS").to_owned()
+}
+
+#[cfg(feature = "cluster")]
+fn to_slot(slot: u16) -> redis::cluster_routing::RoutingInfo {
+    use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master)))
 }
 
 impl ConnectionSource for redis::Client {
@@ -50,6 +71,12 @@ impl ConnectionSource for redis::cluster::ClusterClient {
     fn is_cluster(&self) -> bool {
         true
     }
+    fn primaries(&self, con: &mut Self::Connection) -> Result<Vec<u16>, crate::Error> {
+        crate::scan::primary_slots(crate::commands::decode(con.req_command(&cluster_slots()))?)
+    }
+    fn route_to_slot(&self, con: &mut Self::Connection, cmd: &Cmd, slot: u16) -> RedisResult<Value> {
+        con.route_command(cmd, to_slot(slot))
+    }
 }
 
 #[cfg(feature = "tokio")]
@@ -76,6 +103,22 @@ mod r#async {
         fn is_cluster(&self) -> bool {
             false
         }
+        /// As [`ConnectionSource::primaries`].
+        fn primaries(
+            &self,
+            _con: &mut Self::Connection,
+        ) -> impl Future<Output = Result<Vec<u16>, crate::Error>> + Send {
+            async { Ok(vec![0]) }
+        }
+        /// As [`ConnectionSource::route_to_slot`].
+        fn route_to_slot(
+            &self,
+            con: &mut Self::Connection,
+            cmd: Cmd,
+            _slot: u16,
+        ) -> impl Future<Output = RedisResult<Value>> + Send {
+            async move { redis::aio::ConnectionLike::req_packed_command(con, &cmd).await }
+        }
     }
 
     impl AsyncConnectionSource for redis::Client {
@@ -98,6 +141,13 @@ mod r#async {
         }
         fn is_cluster(&self) -> bool {
             true
+        }
+        async fn primaries(&self, con: &mut Self::Connection) -> Result<Vec<u16>, crate::Error> {
+            let reply = redis::aio::ConnectionLike::req_packed_command(con, &cluster_slots()).await;
+            crate::scan::primary_slots(crate::commands::decode(reply)?)
+        }
+        async fn route_to_slot(&self, con: &mut Self::Connection, cmd: Cmd, slot: u16) -> RedisResult<Value> {
+            con.route_command(cmd, to_slot(slot)).await
         }
     }
 }

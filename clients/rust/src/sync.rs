@@ -8,6 +8,7 @@ use crate::flow::{Backoff, Core, DoneItem, Next, Plan, ReleaseItem, Step};
 use crate::many::KeyOutcome;
 use crate::options::{Counters, Job, Options, Outcome, ProcessOptions, ReleaseReason, Stats};
 use crate::reply::{Claim, Done, Record};
+use crate::scan::{Scan, ScanOptions, Walk};
 use crate::source::ConnectionSource;
 use redis::{Cmd, FromRedisValue, RedisResult, Value};
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
@@ -62,14 +63,28 @@ impl<S: ConnectionSource, C> Idem<S, C> {
     /// Sends `cmd` to `key`'s node on a pooled connection; a connection
     /// that failed is dropped, so the next command gets a fresh one.
     fn send(&self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
+        self.on_pooled(|con| self.source.route(con, cmd, key.as_bytes()), Error::broke_connection)
+    }
+
+    /// Sends `cmd` to the primary serving `slot` (one server: itself).
+    pub(crate) fn send_to_primary(&self, cmd: &Cmd, slot: u16) -> RedisResult<Value> {
+        self.on_pooled(|con| self.source.route_to_slot(con, cmd, slot), Error::broke_connection)
+    }
+
+    /// Runs `call` on a pooled connection, given back unless `broken` says
+    /// the error was the connection's.
+    fn on_pooled<R, E: From<redis::RedisError>>(
+        &self,
+        call: impl FnOnce(&mut S::Connection) -> Result<R, E>,
+        broken: impl Fn(&E) -> bool,
+    ) -> Result<R, E> {
         let pooled = self.pool.lock().ok().and_then(|mut pool| pool.pop());
         let mut con = match pooled {
             Some(con) => con,
             None => self.source.connect(self.core.response_timeout())?,
         };
-        let reply = self.source.route(&mut con, cmd, key.as_bytes());
-        let failed = reply.as_ref().is_err_and(|e| Error::Redis(e.clone()).is_connection_error());
-        if !failed
+        let reply = call(&mut con);
+        if !reply.as_ref().is_err_and(&broken)
             && let Ok(mut pool) = self.pool.lock()
             && pool.len() < 64
         {
@@ -200,6 +215,28 @@ impl<S: ConnectionSource, C> Idem<S, C> {
     pub fn once(&self, key: &str, retain: Duration) -> Result<bool, Error> {
         let key = self.core.key(key);
         flag(self.send(&cmd::once(self.core.edition, &key, retain)?, &key))
+    }
+
+    // --- operators ---
+
+    /// The keys (without the prefix) of every record matching `options`,
+    /// on every primary of a cluster in turn: the dead letters of
+    /// `max_tries` n are `ScanOptions::new().state(RecordState::Released).min_tries(n)`.
+    /// Options the server would refuse are [`Error::InvalidArgument`] here.
+    pub fn scan(&self, options: &ScanOptions) -> Result<Scan<'_, S, C>, Error> {
+        let walk = Walk::new(self.core.edition, options, &self.core.options.prefix)?;
+        let primaries = self.on_pooled(|con| self.source.primaries(con), Error::is_connection_error)?;
+        Ok(Scan { idem: self, walk: walk.over(primaries) })
+    }
+
+    /// `IDEM.REQUEUE` / `idem_requeue`: gives a record's work back. True
+    /// when it is now released (its attempt kept, so the next claim is a
+    /// `Retry` with attempt + 1; its tries restarted), false when there is
+    /// no record. A processing record whose lease is live is refused with
+    /// the server's error ([`Error::Redis`]), the record unchanged.
+    pub fn requeue(&self, key: &str) -> Result<bool, Error> {
+        let key = self.core.key(key);
+        flag(self.send(&cmd::requeue(self.core.edition, &key), &key))
     }
 
     // --- batches ---

@@ -9,6 +9,7 @@ use crate::flow::{Backoff, Core, DoneItem, Next, Plan, ReleaseItem, Step};
 use crate::many::KeyOutcome;
 use crate::options::{Counters, Job, Options, Outcome, ProcessOptions, ReleaseReason, Stats};
 use crate::reply::{Claim, Done, Record};
+use crate::scan::{AsyncScan, ScanOptions, Walk};
 use crate::source::AsyncConnectionSource;
 use redis::{Cmd, FromRedisValue, RedisResult, Value};
 use std::future::Future;
@@ -86,24 +87,37 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
 
     /// On the shared connection, made again after a connection error.
     async fn send(&self, cmd: Cmd, key: &str) -> RedisResult<Value> {
-        let shared = self.inner.shared.lock().ok().and_then(|con| con.clone());
-        let mut con = match shared {
-            Some(con) => con,
-            None => {
-                let con = self.inner.source.connect(self.inner.core.response_timeout()).await?;
-                if let Ok(mut shared) = self.inner.shared.lock() {
-                    *shared = Some(con.clone());
-                }
-                con
-            }
-        };
+        let mut con = self.shared().await?;
         let reply = self.inner.source.route(&mut con, cmd, key.as_bytes().to_vec()).await;
-        if reply.as_ref().is_err_and(|e| Error::Redis(e.clone()).is_connection_error())
-            && let Ok(mut shared) = self.inner.shared.lock()
-        {
+        self.forget_if(reply.as_ref().is_err_and(Error::broke_connection));
+        reply
+    }
+
+    /// Sends `cmd` to the primary serving `slot` (one server: itself).
+    pub(crate) async fn send_to_primary(&self, cmd: Cmd, slot: u16) -> RedisResult<Value> {
+        let mut con = self.shared().await?;
+        let reply = self.inner.source.route_to_slot(&mut con, cmd, slot).await;
+        self.forget_if(reply.as_ref().is_err_and(Error::broke_connection));
+        reply
+    }
+
+    /// The shared connection, made when there is none.
+    async fn shared(&self) -> RedisResult<S::Connection> {
+        if let Some(con) = self.inner.shared.lock().ok().and_then(|con| con.clone()) {
+            return Ok(con);
+        }
+        let con = self.inner.source.connect(self.inner.core.response_timeout()).await?;
+        if let Ok(mut shared) = self.inner.shared.lock() {
+            *shared = Some(con.clone());
+        }
+        Ok(con)
+    }
+
+    /// Drops the shared connection when it `failed`: the next call makes another.
+    fn forget_if(&self, failed: bool) {
+        if failed && let Ok(mut shared) = self.inner.shared.lock() {
             *shared = None;
         }
-        reply
     }
 
     /// A claim that may block (WAIT), on a connection of its own.
@@ -240,6 +254,23 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
     pub async fn once(&self, key: &str, retain: Duration) -> Result<bool, Error> {
         let key = self.inner.core.key(key);
         flag(self.send(cmd::once(self.edition(), &key, retain)?, &key).await)
+    }
+
+    // --- operators, as Idem's ---
+
+    /// As [`Idem::scan`](crate::Idem::scan): `while let Some(key) = scan.next().await`.
+    pub async fn scan(&self, options: &ScanOptions) -> Result<AsyncScan<S, C>, Error> {
+        let walk = Walk::new(self.edition(), options, &self.inner.core.options.prefix)?;
+        let mut con = self.shared().await?;
+        let primaries = self.inner.source.primaries(&mut con).await;
+        self.forget_if(primaries.as_ref().is_err_and(Error::is_connection_error));
+        Ok(AsyncScan { idem: self.clone(), walk: walk.over(primaries?) })
+    }
+
+    /// As [`Idem::requeue`](crate::Idem::requeue).
+    pub async fn requeue(&self, key: &str) -> Result<bool, Error> {
+        let key = self.inner.core.key(key);
+        flag(self.send(cmd::requeue(self.edition(), &key), &key).await)
     }
 
     // --- batches, as Idem's ---
