@@ -104,7 +104,7 @@ pub trait IdemCommands: ConnectionLike + Sized {
         flag(self.req_command(&cmd::once(Edition::Module, key, retain)?))
     }
     /// `IDEM.REQUEUE key`: true when the record is now released, false
-    /// when there is none; a live lease is the server's error.
+    /// when there is none; a live lease is [`Error::LiveLease`](crate::Error::LiveLease).
     fn idem_requeue<K: ToRedisArgs>(&mut self, key: K) -> Result<bool, Error> {
         flag(self.req_command(&cmd::requeue(Edition::Module, key)))
     }

@@ -62,6 +62,10 @@ pub enum Error {
     /// commands).
     #[error("{0}")]
     ModuleRequired(String),
+    /// `IDEM.REQUEUE` refused: the record is processing with a live lease
+    /// (its holder is still at work); nothing changed.
+    #[error("{0}")]
+    LiveLease(String),
     /// Neither the module nor the Functions library is on the server.
     #[error(
         "redis-idem is not on this server: load the module (loadmodule libredis_idem.so) or the Functions library (FUNCTION LOAD REPLACE < functions/idem.lua)"
@@ -94,6 +98,9 @@ impl Error {
         let unknown_idem = text.contains("unknown command") && text.to_lowercase().contains("'idem.");
         if text.contains("needs the redis-idem module") || unknown_idem {
             return Error::ModuleRequired(text);
+        }
+        if text.contains("processing with a live lease") {
+            return Error::LiveLease(text);
         }
         if text.contains("RESULT is larger than idem.max-result")
             || (text.contains("RESULT") && text.contains("over proto-max-bulk-len"))

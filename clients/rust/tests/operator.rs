@@ -69,7 +69,7 @@ fn a_dead_letter_is_found_requeued_and_then_completes() {
     // No record: false. A live lease: the server's error, nothing changed.
     assert!(!idem.requeue("absent").unwrap());
     let error = idem.requeue("live").unwrap_err();
-    assert!(matches!(&error, Error::Redis(e) if e.to_string().contains("live lease")), "{error:?}");
+    assert!(matches!(&error, Error::LiveLease(text) if text.contains("live lease")), "{error:?}");
     assert_eq!(idem.get("live").unwrap().unwrap().state, RecordState::Processing);
 }
 
