@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Tuple
 
 from ._loop import Hooks, Loop, Settings, Stats
 
@@ -45,3 +45,11 @@ class IdemBase:
 
     def _settings(self, overrides: Mapping[str, Any]) -> Settings:
         return replace(self.settings, **overrides) if overrides else self.settings
+
+
+def call_key(key: Callable[..., Any], payload: Optional[Callable[..., Any]],
+             args: Tuple[Any, ...], kwargs: Mapping[str, Any]) -> Tuple[Any, Any]:
+    """The key and payload of one call of an `idempotent` function, from its arguments."""
+    if not callable(key):
+        raise TypeError("idempotent(key=...) takes a function of the call's arguments that returns the key")
+    return key(*args, **kwargs), (None if payload is None else payload(*args, **kwargs))
