@@ -10,7 +10,7 @@ from typing import Any, Callable, List, Optional, Sequence
 
 from ._commands import AsyncIdemCommands
 from ._errors import KeyT
-from ._idem import IdemBase, call_key
+from ._idem import IdemBase
 from ._loop import BatchItem, advance, Command, Flow, Job, Outcome, Sleep, StartBeat, StopBeat, Work
 from ._replies import Edition
 
@@ -54,12 +54,12 @@ class AsyncIdem(IdemBase):
                    **settings: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """As Idem.idempotent, for an async function: the decorated one is a
         coroutine function, `await`ed as process() would await the work."""
-        self._settings(settings)  # an unknown setting fails here, not at the first call
+        call_key = self._call_key(key, payload, settings)
 
         def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(fn)
             async def call(*args: Any, **kwargs: Any) -> Any:
-                k, p = call_key(key, payload, args, kwargs)
+                k, p = call_key(*args, **kwargs)
                 return await self.process(k, lambda job: fn(*args, **kwargs), payload=p, **settings)
             return call
         return decorate

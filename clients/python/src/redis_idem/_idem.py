@@ -46,10 +46,13 @@ class IdemBase:
     def _settings(self, overrides: Mapping[str, Any]) -> Settings:
         return replace(self.settings, **overrides) if overrides else self.settings
 
+    def _call_key(self, key: Callable[..., Any], payload: Optional[Callable[..., Any]],
+                  settings: Mapping[str, Any]) -> Callable[..., Tuple[Any, Any]]:
+        """For `idempotent`: checks its options when the decorator is made,
+        and answers the function that makes a call's key and payload from
+        its arguments."""
+        if not callable(key) or (payload is not None and not callable(payload)):
+            raise TypeError("idempotent(key=..., payload=...) take functions of the call's arguments")
+        self._settings(settings)  # an unknown setting fails here, not at the first call
+        return lambda *args, **kwargs: (key(*args, **kwargs), None if payload is None else payload(*args, **kwargs))
 
-def call_key(key: Callable[..., Any], payload: Optional[Callable[..., Any]],
-             args: Tuple[Any, ...], kwargs: Mapping[str, Any]) -> Tuple[Any, Any]:
-    """The key and payload of one call of an `idempotent` function, from its arguments."""
-    if not callable(key):
-        raise TypeError("idempotent(key=...) takes a function of the call's arguments that returns the key")
-    return key(*args, **kwargs), (None if payload is None else payload(*args, **kwargs))

@@ -10,7 +10,7 @@ from typing import Any, Callable, List, Optional, Sequence
 
 from ._commands import IdemCommands
 from ._errors import KeyT
-from ._idem import IdemBase, call_key
+from ._idem import IdemBase
 from ._loop import BatchItem, advance, Command, Flow, Job, Outcome, Sleep, StartBeat, StopBeat, Work
 from ._replies import Edition
 
@@ -85,12 +85,12 @@ class Idem(IdemBase):
         **kwargs), ...)` with the function as the work (it gets its own
         arguments, not the job), and returns its value (a replay's decoded
         result); it raises what process() raises. `settings` as process()'s."""
-        self._settings(settings)  # an unknown setting fails here, not at the first call
+        call_key = self._call_key(key, payload, settings)
 
         def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(fn)
             def call(*args: Any, **kwargs: Any) -> Any:
-                k, p = call_key(key, payload, args, kwargs)
+                k, p = call_key(*args, **kwargs)
                 return self.process(k, lambda job: fn(*args, **kwargs), payload=p, **settings)
             return call
         return decorate
