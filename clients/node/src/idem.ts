@@ -73,16 +73,16 @@ export class Idem {
   /**
    * `fn` wrapped: each call is process(key(...args), ...) with `fn(...args)`
    * as the work (it gets its own arguments and `this`, not the job), and
-   * resolves to its value (a replay's decoded result; undefined where none was stored), or rejects with
-   * what process() rejects with.
+   * resolves to its value (a replay's decoded result; undefined where none
+   * was stored), or rejects with what process() rejects with.
    */
   idempotent<A extends unknown[], T>(
     fn: (...args: A) => T | Promise<T>,
     options: IdempotentOptions<A, T>,
   ): (...args: A) => Promise<T | undefined> {
     const { key, payload, ...processOptions } = options;
-    if (typeof fn !== 'function' || typeof key !== 'function') {
-      throw new TypeError("redis-idem: idempotent(fn, { key }) takes the function and a function of the call's arguments that returns the key");
+    if (typeof fn !== 'function' || typeof key !== 'function' || (payload !== undefined && typeof payload !== 'function')) {
+      throw new TypeError("redis-idem: idempotent(fn, { key, payload }) takes the function, and functions of the call's arguments");
     }
     const idem = this;
     return async function (this: unknown, ...args: A): Promise<T | undefined> {

@@ -62,6 +62,7 @@ for (const kind of ['ioredis', 'node-redis']) {
       assert.equal(await service.price(2), 6);
       assert.equal(await service.price(2), 6);
       assert.throws(() => idem.idempotent(() => 1, { key: 'k' }), TypeError);
+      assert.throws(() => idem.idempotent(() => 1, { key: () => 'k', payload: 'p' }), TypeError);
     });
   });
 }
