@@ -3,10 +3,12 @@ loop goes on through `CLUSTER FAILOVER` on every primary's replica in turn.
 Worker threads (each with its own RedisCluster client, as worker processes
 would have) take keys over all slots, each delivered twice at once, so the
 duplicate waits in IDEM.CLAIM ... WAIT on the primary that is failed over
-(answered UNBLOCKED, which the library resends to the new primary); a
-batch of keys with one hash tag is delivered twice too, during the
-failover of its primary. Module only (WAIT); runs with --run-failover
-(client.mk runs it once, on Redis 7.0)."""
+(Redis answers it UNBLOCKED, which the library resends to the new primary;
+Valkey redirects it with MOVED); every 25th work outlives its lease, so
+only its heartbeat keeps it through the failovers; a batch of keys with one
+hash tag is delivered twice too, during the failover of its primary.
+Module only (WAIT); runs with --run-failover (client.mk runs it once, on
+Redis 7.0)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ pytestmark = pytest.mark.failover
 WORKERS = 8
 MIN_KEYS = 300
 WORK_SECONDS = 0.1
+LEASE = 2
+SLOW_WORK_SECONDS = 2.5  # every 25th key: longer than the lease, so only the heartbeat keeps it
 TAG = "{batch}"
 
 
@@ -63,12 +67,12 @@ def test_planned_failover_of_every_primary(cluster, ns):  # type: ignore[no-unty
     errors: List[str] = []
     deliveries: "queue.Queue" = queue.Queue()
     clients = [RedisCluster(host="127.0.0.1", port=cluster.port) for _ in range(WORKERS + 2)]
-    idems = [ri.Idem(c, prefix=ns, lease=2, wait=30) for c in clients]
+    idems = [ri.Idem(c, prefix=ns, lease=LEASE, wait=30) for c in clients]
 
     def work(job):  # type: ignore[no-untyped-def]
         with lock:
             runs[job.key] += 1
-        time.sleep(WORK_SECONDS)
+        time.sleep(SLOW_WORK_SECONDS if job.key.startswith("slow") else WORK_SECONDS)
         return job.key
 
     def worker(idem: ri.Idem) -> None:
@@ -92,7 +96,7 @@ def test_planned_failover_of_every_primary(cluster, ns):  # type: ignore[no-unty
 
     def feed() -> None:  # a pair of deliveries every 30 ms until the failovers are over
         while not failovers_done.is_set() or len(fed) < MIN_KEYS:
-            key = f"k{len(fed)}"
+            key = f"{'slow' if len(fed) % 25 == 0 else 'k'}{len(fed)}"
             fed.append(key)
             deliveries.put(key)
             deliveries.put(key)
@@ -146,5 +150,6 @@ def test_planned_failover_of_every_primary(cluster, ns):  # type: ignore[no-unty
     states = Counter(cmds.get(k).state for k in every_key)
     assert states == Counter({RecordState.DONE: len(every_key)})
     assert sum(i.stats.waits for i in idems) > 0
+    assert sum(i.stats.extends for i in idems) > 0  # the slow works' heartbeats, through the failovers
     for c in clients:
         c.close()
