@@ -5,10 +5,11 @@
 // all slots, each delivered twice at once, so the duplicate waits in
 // IDEM.CLAIM ... WAIT on the primary that is failed over (Redis answers it
 // UNBLOCKED, which the library resends to the new primary; Valkey redirects
-// it with MOVED); a batch of keys with one hash tag is delivered twice too,
-// during the failover of its primary. Each key's work runs once, every
-// record ends done, and no error reaches a caller. Module only; client.mk
-// runs it once, on Redis 7.0 (IDEM_FAILOVER=1).
+// it with MOVED); every 25th work outlives its lease, so only its heartbeat
+// keeps it through the failovers; a batch of keys with one hash tag is
+// delivered twice too, during the failover of its primary. Each key's work
+// runs once, every record ends done, and no error reaches a caller. Module
+// only; client.mk runs it once, on Redis 7.0 (IDEM_FAILOVER=1).
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import calculateSlot from 'cluster-key-slot';
@@ -19,6 +20,8 @@ import { sleep, startCluster } from './helpers.mjs';
 const WORKERS = 8;
 const MIN_KEYS = 300;
 const WORK_MS = 100;
+const LEASE_MS = 2000;
+const SLOW_WORK_MS = 2500; // every 25th key: longer than the lease, so only the heartbeat keeps it
 const TAG = '{batch}';
 const skip = process.env.IDEM_FAILOVER === '1' ? false : 'a 6-node cluster: set IDEM_FAILOVER=1 (client.mk runs it on one server)';
 
@@ -53,13 +56,13 @@ test('a planned failover of every primary: each work runs once, every record don
       clients.push(nr);
     }
   }
-  const idems = clients.map((c) => new Idem(c, { prefix, lease: 2000, wait: 30000 }));
+  const idems = clients.map((c) => new Idem(c, { prefix, lease: LEASE_MS, wait: 30000 }));
   const runs = new Map();
   const errors = [];
   const queue = deliveries();
   const work = async (job) => {
     runs.set(job.key, (runs.get(job.key) ?? 0) + 1);
-    await sleep(WORK_MS);
+    await sleep(job.key.startsWith('slow') ? SLOW_WORK_MS : WORK_MS);
     return job.key;
   };
   const worker = async (idem) => {
@@ -85,7 +88,7 @@ test('a planned failover of every primary: each work runs once, every record don
   const feed = async () => {
     // a pair of deliveries every 30 ms until the failovers are over
     while (!failoversDone || fed.length < MIN_KEYS) {
-      const key = `k${fed.length}`;
+      const key = `${fed.length % 25 === 0 ? 'slow' : 'k'}${fed.length}`;
       fed.push(key);
       queue.put(key);
       queue.put(key);
@@ -144,6 +147,7 @@ test('a planned failover of every primary: each work runs once, every record don
   }
   assert.deepEqual(states, { done: everyKey.length });
   assert.ok(idems.reduce((n, idem) => n + idem.stats.waits, 0) > 0);
+  assert.ok(idems.reduce((n, idem) => n + idem.stats.extends, 0) > 0); // the slow works' heartbeats, through the failovers
   for (const [i, idem] of idems.entries()) {
     await idem.close();
     await (i % 2 === 0 ? clients[i].quit() : clients[i].close());
