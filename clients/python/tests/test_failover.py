@@ -1,7 +1,7 @@
 """A planned failover in a cluster of 3 primaries with a replica each: the
 loop goes on through `CLUSTER FAILOVER` on every primary's replica in turn.
-Worker threads (each with its own RedisCluster client, as worker processes
-would have) take keys over all slots, each delivered twice at once, so the
+Worker threads with Idem and asyncio tasks with AsyncIdem (each with its
+own cluster client, as worker processes would have) take keys over all slots, each delivered twice at once, so the
 duplicate waits in IDEM.CLAIM ... WAIT on the primary that is failed over
 (Redis answers it UNBLOCKED, which the library resends to the new primary;
 Valkey redirects it with MOVED); every 25th work outlives its lease, so
@@ -12,6 +12,7 @@ Redis 7.0)."""
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 import time
@@ -19,6 +20,7 @@ from collections import Counter
 from typing import List
 
 import pytest
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
@@ -28,7 +30,9 @@ from servers import Cluster
 
 pytestmark = pytest.mark.failover
 
-WORKERS = 8
+THREADS = 4  # Idem workers
+TASKS = 4  # AsyncIdem workers, on an event loop of their own thread
+WORKERS = THREADS + TASKS
 MIN_KEYS = 300
 WORK_SECONDS = 0.1
 LEASE = 2
@@ -66,7 +70,7 @@ def test_planned_failover_of_every_primary(cluster, ns):  # type: ignore[no-unty
     lock = threading.Lock()
     errors: List[str] = []
     deliveries: "queue.Queue" = queue.Queue()
-    clients = [RedisCluster(host="127.0.0.1", port=cluster.port) for _ in range(WORKERS + 2)]
+    clients = [RedisCluster(host="127.0.0.1", port=cluster.port) for _ in range(THREADS + 2)]
     idems = [ri.Idem(c, prefix=ns, lease=LEASE, wait=30) for c in clients]
 
     def work(job):  # type: ignore[no-untyped-def]
@@ -81,6 +85,31 @@ def test_planned_failover_of_every_primary(cluster, ns):  # type: ignore[no-unty
                 assert idem.process(key, work) == key
             except BaseException as e:  # what reached the caller
                 errors.append(f"{key}: {e!r}")
+
+    async def async_work(job):  # type: ignore[no-untyped-def]
+        with lock:
+            runs[job.key] += 1
+        await asyncio.sleep(SLOW_WORK_SECONDS if job.key.startswith("slow") else WORK_SECONDS)
+        return job.key
+
+    async_idems: List[ri.AsyncIdem] = []
+
+    async def async_worker() -> None:
+        client = AsyncRedisCluster(host="127.0.0.1", port=cluster.port)
+        idem = ri.AsyncIdem(client, prefix=ns, lease=LEASE, wait=30)
+        async_idems.append(idem)
+        loop = asyncio.get_running_loop()
+        try:
+            while (key := await loop.run_in_executor(None, deliveries.get)) is not None:
+                try:
+                    assert await idem.process(key, async_work) == key
+                except BaseException as e:  # what reached the caller
+                    errors.append(f"{key} (asyncio): {e!r}")
+        finally:
+            await client.aclose()
+
+    async def async_workers() -> None:
+        await asyncio.gather(*(async_worker() for _ in range(TASKS)))
 
     batch_keys = [f"{TAG}:{i}" for i in range(20)]
     batch_items: List[ri.BatchItem] = []
@@ -104,7 +133,8 @@ def test_planned_failover_of_every_primary(cluster, ns):  # type: ignore[no-unty
         for _ in range(WORKERS):
             deliveries.put(None)
 
-    threads = [threading.Thread(target=worker, args=(idem,)) for idem in idems[:WORKERS]]
+    threads = [threading.Thread(target=worker, args=(idem,)) for idem in idems[:THREADS]]
+    threads.append(threading.Thread(target=asyncio.run, args=(async_workers(),)))
     threads.append(threading.Thread(target=feed))
     for t in threads:
         t.start()
@@ -119,7 +149,7 @@ def test_planned_failover_of_every_primary(cluster, ns):  # type: ignore[no-unty
             replica = next(n for n in cluster.nodes
                            if n.client().info("replication").get("master_port") == primary)
             if primary == tag_primary:  # the batch, twice at once, as its primary fails over
-                batchers = [threading.Thread(target=batch, args=(idem,)) for idem in idems[WORKERS:]]
+                batchers = [threading.Thread(target=batch, args=(idem,)) for idem in idems[THREADS:]]
                 for t in batchers:
                     t.start()
                 time.sleep(WORK_SECONDS)
@@ -149,7 +179,9 @@ def test_planned_failover_of_every_primary(cluster, ns):  # type: ignore[no-unty
     cmds = ri.IdemCommands(clients[0], prefix=ns)
     states = Counter(cmds.get(k).state for k in every_key)
     assert states == Counter({RecordState.DONE: len(every_key)})
-    assert sum(i.stats.waits for i in idems) > 0
-    assert sum(i.stats.extends for i in idems) > 0  # the slow works' heartbeats, through the failovers
+    assert len(async_idems) == TASKS
+    assert all(i.stats.first_runs + i.stats.replays > 0 for i in idems[:THREADS] + async_idems)  # every worker took part
+    assert sum(i.stats.waits for i in idems + async_idems) > 0
+    assert sum(i.stats.extends for i in idems + async_idems) > 0  # the slow works' heartbeats, through the failovers
     for c in clients:
         c.close()
