@@ -84,7 +84,7 @@ def test_planned_failover_of_every_primary(cluster, ns):  # type: ignore[no-unty
             try:
                 assert idem.process(key, work) == key
             except BaseException as e:  # what reached the caller
-                errors.append(f"{key}: {e!r}")
+                errors.append(f"{key}: {type(e).__name__}: {e}")
 
     async def async_work(job):  # type: ignore[no-untyped-def]
         with lock:
@@ -104,7 +104,7 @@ def test_planned_failover_of_every_primary(cluster, ns):  # type: ignore[no-unty
                 try:
                     assert await idem.process(key, async_work) == key
                 except BaseException as e:  # what reached the caller
-                    errors.append(f"{key} (asyncio): {e!r}")
+                    errors.append(f"{key} (asyncio): {type(e).__name__}: {e}")
         finally:
             await client.aclose()
 
@@ -118,7 +118,7 @@ def test_planned_failover_of_every_primary(cluster, ns):  # type: ignore[no-unty
         try:
             batch_items.extend(idem.process_many(batch_keys, work))
         except BaseException as e:
-            errors.append(f"batch: {e!r}")
+            errors.append(f"batch: {type(e).__name__}: {e}")
 
     failovers_done = threading.Event()
     fed: List[str] = []
@@ -160,7 +160,7 @@ def test_planned_failover_of_every_primary(cluster, ns):  # type: ignore[no-unty
         for t in threads + batchers:
             t.join(120)
 
-    assert errors == []
+    assert errors == [], errors
     # the primaries really did change, and waiting claims were unblocked by it
     assert {n.port for n in cluster.nodes[3:]} == {
         n.port for n in cluster.nodes if n.client().info("replication")["role"] == "master"}
