@@ -32,8 +32,8 @@ node-client-deps:
 	else npm run --silent build; fi
 
 test-client-node: $(if $(REDIS_IDEM_MODULE),,build) redis8 valkey node-client-deps
-	@echo "== clients/node on Redis 7.0 ($(REDIS7_SERVER)): module, Functions edition, cluster; the 30-second heartbeat test"
-	REDIS_SERVER="$(REDIS7_SERVER)" IDEM_CONFIGS=module,functions,cluster $(NODE_CLIENT_RUN) \
+	@echo "== clients/node on Redis 7.0 ($(REDIS7_SERVER)): module, Functions edition, cluster; the 30-second heartbeat and the failover tests"
+	REDIS_SERVER="$(REDIS7_SERVER)" IDEM_CONFIGS=module,functions,cluster IDEM_FAILOVER=1 $(NODE_CLIENT_RUN) \
 		$(NODE_CLIENT_TESTS) $(NODE_CLIENT_DIR)/test/long/*.test.mjs
 	@echo "== clients/node on Redis 8.2: module"
 	REDIS_SERVER="$(REDIS8_SERVER)" IDEM_CONFIGS=module $(NODE_CLIENT_RUN) $(NODE_CLIENT_TESTS)

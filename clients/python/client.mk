@@ -10,7 +10,9 @@
 #       cluster for the cluster cases), and the Functions edition
 #       (functions/idem.lua, no module) on Redis 7.0 and Valkey 9.1. The
 #       configs are independent targets, so `make -j` runs them side by side.
-#       The 30-second heartbeat test runs once, on Redis 7.0 with the module.
+#       The 30-second heartbeat test and the planned failover test (a
+#       6-node cluster, every primary failed over in turn) run once, on
+#       Redis 7.0 with the module.
 #
 # REDIS_IDEM_MODULE=<path.so> tests that build of the module instead of
 # building target/release/libredis_idem.so first.
@@ -37,8 +39,8 @@ test-client-python: $(addprefix test-client-python-,$(PY_CLIENT_CONFIGS))
 PY_CLIENT_PREREQS = $(if $(REDIS_IDEM_MODULE),,build) redis8 valkey client-python-venv
 
 test-client-python-redis7-module: $(PY_CLIENT_PREREQS)
-	@echo "== clients/python: Redis 7.0, module (and the 30-second heartbeat test)"
-	$(PY_CLIENT_PYTEST) --run-long
+	@echo "== clients/python: Redis 7.0, module (and the 30-second heartbeat and the failover tests)"
+	$(PY_CLIENT_PYTEST) --run-long --run-failover
 
 test-client-python-redis8-module: $(PY_CLIENT_PREREQS)
 	@echo "== clients/python: Redis 8.2, module"

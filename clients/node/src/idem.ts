@@ -20,6 +20,14 @@ export interface IdemOptions extends CoreOptions {
   ioredis?: IoredisOptions;
 }
 
+/** idempotent()'s options: the key (and payload) from the call's arguments, and process()'s options. */
+export interface IdempotentOptions<A extends unknown[], T> extends Omit<ProcessOptions<T>, 'payload'> {
+  /** the record's key, from the call's arguments */
+  key: (...args: A) => string;
+  /** PAYLOAD, from the call's arguments (none if not given) */
+  payload?: (...args: A) => Bytes;
+}
+
 export class Idem {
   readonly #conn: Connection;
   readonly #runtime: Runtime;
@@ -63,6 +71,27 @@ export class Idem {
   /** process() for many keys: one batch of claims, completions and releases; a busy key is not waited for. */
   processMany<T>(keys: string[], work: Work<T>, options?: ProcessManyOptions<T>): Promise<ManyItem<T>[]> {
     return processMany(this.#runtime, keys, work, options);
+  }
+
+  /**
+   * `fn` wrapped: each call is process(key(...args), ...) with `fn(...args)`
+   * as the work (it gets its own arguments and `this`, not the job), and
+   * resolves to its value (a replay's decoded result; undefined where none
+   * was stored), or rejects with what process() rejects with.
+   */
+  idempotent<A extends unknown[], T>(
+    fn: (...args: A) => T | Promise<T>,
+    options: IdempotentOptions<A, T>,
+  ): (...args: A) => Promise<T | undefined> {
+    const { key, payload, ...processOptions } = options;
+    if (typeof fn !== 'function' || typeof key !== 'function' || (payload !== undefined && typeof payload !== 'function')) {
+      throw new TypeError("redis-idem: idempotent(fn, { key, payload }) takes the function, and functions of the call's arguments");
+    }
+    const idem = this;
+    return async function (this: unknown, ...args: A): Promise<T | undefined> {
+      const call = payload === undefined ? processOptions : { ...processOptions, payload: payload(...args) };
+      return (await idem.process(key(...args), () => fn.apply(this, args), call)).value;
+    };
   }
 
   // The typed commands. Keys are given without the prefix; every duration in ms.

@@ -1,6 +1,6 @@
 // The package's public surface: what README.md documents, and no more.
 export { Idem } from './idem.js';
-export type { IdemOptions } from './idem.js';
+export type { IdemOptions, IdempotentOptions } from './idem.js';
 export { Job } from './core.js';
 export type { Hooks, Stats, ProcessOptions, DropReason } from './core.js';
 export type { Outcome, Work } from './loop.js';

@@ -107,27 +107,71 @@ export async function bothClients(server, options = {}) {
   return made;
 }
 
-/** A cluster of `n` primaries with the module, its slots spread evenly. */
-export async function startCluster(n = 3) {
+/**
+ * A cluster of `n` primaries with the module, its slots spread evenly, each
+ * with `replicas` replicas (the module loaded on them too) in sync.
+ * `failover(replica)` is a planned failover (`CLUSTER FAILOVER`), waited for.
+ */
+export async function startCluster(n = 3, { replicas = 0 } = {}) {
   const nodes = [];
-  for (let i = 0; i < n; i++) nodes.push(await startServer({ cluster: true }));
+  for (let i = 0; i < n * (1 + replicas); i++) nodes.push(await startServer({ cluster: true }));
   const admins = nodes.map((node) => node.ioredis());
   const per = Math.ceil(16384 / n);
-  await Promise.all(admins.map((a, i) => a.call('CLUSTER', 'ADDSLOTSRANGE', i * per, Math.min(16383, (i + 1) * per - 1))));
-  for (let i = 1; i < n; i++) await admins[i].call('CLUSTER', 'MEET', '127.0.0.1', nodes[0].port);
-  const deadline = Date.now() + 20000;
-  for (;;) {
-    const infos = await Promise.all(admins.map((a) => a.call('CLUSTER', 'INFO')));
-    const shards = await Promise.all(admins.map((a) => a.call('CLUSTER', 'NODES')));
-    if (infos.every((i) => i.includes('cluster_state:ok')) && shards.every((s) => s.trim().split('\n').length === n)) break;
-    if (Date.now() > deadline) throw new Error(`the cluster did not form:\n${infos.join('\n')}`);
-    await sleep(50);
-  }
-  await Promise.all(admins.map((a) => a.quit()));
+  await Promise.all(admins.slice(0, n).map((a, i) => a.call('CLUSTER', 'ADDSLOTSRANGE', i * per, Math.min(16383, (i + 1) * per - 1))));
+  for (let i = 1; i < nodes.length; i++) await admins[i].call('CLUSTER', 'MEET', '127.0.0.1', nodes[0].port);
+  const everyNode = async (ok, what) => {
+    for (const deadline = Date.now() + 30000; ; await sleep(50)) {
+      const infos = await Promise.all(admins.map((a) => a.call('CLUSTER', 'INFO')));
+      const shards = await Promise.all(admins.map((a) => a.call('CLUSTER', 'NODES')));
+      if (infos.every((info, i) => ok(info, shards[i]))) return;
+      if (Date.now() > deadline) throw new Error(`${what}:\n${infos.join('\n')}`);
+    }
+  };
+  const known = (info, shards) => shards.trim().split('\n').length === nodes.length;
+  await everyNode(known, 'the nodes did not meet');
+  for (let i = n; i < nodes.length; i++) await admins[i].call('CLUSTER', 'REPLICATE', await admins[i % n].call('CLUSTER', 'MYID'));
+  const ok = (info, shards) => info.includes('cluster_state:ok') && known(info, shards);
+  await everyNode(ok, 'the cluster did not form');
+  const replication = async (admin) => Object.fromEntries((await admin.info('replication')).split('\r\n').map((l) => l.split(':')));
+  const inSync = async (admin) => {
+    const r = await replication(admin);
+    return r.role === 'slave' && r.master_link_status === 'up' && r.master_sync_in_progress === '0';
+  };
+  const until = async (test, what) => {
+    for (const deadline = Date.now() + 30000; !(await test()); await sleep(50)) if (Date.now() > deadline) throw new Error(what);
+  };
+  for (let i = n; i < nodes.length; i++) await until(() => inSync(admins[i]), `replica ${nodes[i].port} did not sync`);
   return {
     nodes,
+    primaries: nodes.slice(0, n),
+    replicas: nodes.slice(n),
+    /** The port of `node`'s primary (undefined: it is a primary). */
+    primaryOf: async (node) => Number((await replication(admins[nodes.indexOf(node)])).master_port) || undefined,
+    async failover(replica) {
+      const admin = admins[nodes.indexOf(replica)];
+      const oldPort = Number((await replication(admin)).master_port);
+      await admin.call('CLUSTER', 'FAILOVER');
+      await until(async () => (await replication(admin)).role === 'master', 'the failover did not happen');
+      const oldAdmin = admins[nodes.findIndex((node) => node.port === oldPort)];
+      await until(() => inSync(oldAdmin), 'the old primary did not become a replica in sync');
+      await everyNode(ok, 'the cluster is not ok after the failover');
+    },
+    /** Error replies counted by the servers (INFO errorstats), summed over the nodes: { MOVED: 3, ... }. */
+    async errorstats() {
+      const totals = {};
+      for (const admin of admins) {
+        for (const [, code, count] of (await admin.info('errorstats')).matchAll(/errorstat_(\w+):count=(\d+)/g)) {
+          totals[code] = (totals[code] ?? 0) + Number(count);
+        }
+      }
+      return totals;
+    },
+    serverName: async () => /server_name:valkey/.test(await admins[0].info('server')) ? 'valkey' : 'redis',
     client: (options = {}) => new Cluster(nodes.map((node) => ({ host: '127.0.0.1', port: node.port })), options),
-    stop: () => Promise.all(nodes.map((node) => node.stop())),
+    async stop() {
+      await Promise.all(admins.map((a) => a.quit()));
+      await Promise.all(nodes.map((node) => node.stop()));
+    },
   };
 }
 

@@ -18,10 +18,13 @@ def pytest_addoption(parser):  # type: ignore[no-untyped-def]
                      choices=["module", "functions"], help="which edition the session's server runs")
     parser.addoption("--run-long", action="store_true", default=os.environ.get("REDIS_IDEM_LONG") == "1",
                      help="also run the 30-second heartbeat test")
+    parser.addoption("--run-failover", action="store_true", default=os.environ.get("REDIS_IDEM_FAILOVER") == "1",
+                     help="also run the planned failover test (a 6-node cluster)")
 
 
 def pytest_configure(config):  # type: ignore[no-untyped-def]
     config.addinivalue_line("markers", "long: takes 30 s; runs with --run-long")
+    config.addinivalue_line("markers", "failover: a 6-node cluster failed over; runs with --run-failover")
     config.addinivalue_line("markers", "module_only: needs the module's WAIT, BLOOM, batch or filters")
 
 
@@ -30,6 +33,11 @@ def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def
         skip = pytest.mark.skip(reason="30 s: run with --run-long (client.mk runs it on one server)")
         for item in items:
             if "long" in item.keywords:
+                item.add_marker(skip)
+    if not config.getoption("--run-failover"):
+        skip = pytest.mark.skip(reason="a 6-node cluster: run with --run-failover (client.mk runs it on one server)")
+        for item in items:
+            if "failover" in item.keywords:
                 item.add_marker(skip)
 
 

@@ -1,6 +1,6 @@
 """Real servers for the tests, on free 127.0.0.1 ports: standalone (with
 the module, or with functions/idem.lua loaded instead, or bare) and a
-3-node cluster. REDIS_SERVER picks the server binary (default
+3-primary cluster (replicas too, for a failover). REDIS_SERVER picks the server binary (default
 redis-server), REDIS_IDEM_MODULE the module (default
 <repo>/target/release/libredis_idem.so)."""
 
@@ -101,39 +101,56 @@ class Server:
 
 
 class Cluster:
-    """Three primaries, no replicas, slots split evenly; the module loaded
-    (or functions/idem.lua on every primary: functions do not travel)."""
+    """Three primaries, slots split evenly, each with `replicas` replicas;
+    the module loaded on every node (or functions/idem.lua on every primary:
+    functions do not travel)."""
 
-    def __init__(self, edition: str = "module"):
+    def __init__(self, edition: str = "module", replicas: int = 0):
         self.nodes = [Server(None if edition == "functions" else edition,
                              ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                              "--cluster-node-timeout", "5000"]) for _ in range(3)]
+                              "--cluster-node-timeout", "5000"]) for _ in range(3 * (1 + replicas))]
         try:
-            self._form(edition)
+            self._form(edition, replicas)
         except BaseException:
             self.stop()
             raise
 
-    def _form(self, edition: str) -> None:
+    def _form(self, edition: str, replicas: int) -> None:
         ranges = [(0, 5460), (5461, 10922), (10923, 16383)]
-        for node, (lo, hi) in zip(self.nodes, ranges):
+        primaries, others = self.nodes[:3], self.nodes[3:]
+        for node, (lo, hi) in zip(primaries, ranges):
             c = node.client()
             c.execute_command("CLUSTER", "ADDSLOTS", *range(lo, hi + 1))
         first = self.nodes[0].client()
         for node in self.nodes[1:]:
             first.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            states = [n.client().execute_command("CLUSTER", "INFO") for n in self.nodes]
-            texts = [s.decode() if isinstance(s, bytes) else str(s) for s in states]
-            if all("cluster_state:ok" in t and "cluster_known_nodes:3" in t for t in texts):
-                break
-            time.sleep(0.05)
-        else:
-            raise RuntimeError("the cluster did not form")
+        self._wait_until(lambda t: "cluster_known_nodes:%d" % len(self.nodes) in t, "the nodes did not meet")
+        for i, node in enumerate(others):
+            primary_id = primaries[i % 3].client().execute_command("CLUSTER", "MYID")
+            node.client().execute_command("CLUSTER", "REPLICATE", primary_id)
+        self._wait_until(lambda t: "cluster_state:ok" in t, "the cluster did not form")
+        for node in others:
+            wait_for(lambda: replica_in_sync(node), f"replica {node.port} did not sync")
         if edition == "functions":
-            for node in self.nodes:
+            for node in primaries:
                 node.client().execute_command("FUNCTION", "LOAD", "REPLACE", FUNCTIONS.read_text())
+
+    def _wait_until(self, ok, what: str) -> None:  # type: ignore[no-untyped-def]
+        def every_node() -> bool:
+            states = [n.client().execute_command("CLUSTER", "INFO") for n in self.nodes]
+            return all(ok(s.decode() if isinstance(s, bytes) else str(s)) for s in states)
+        wait_for(every_node, what)
+
+    def failover(self, replica: Server) -> None:
+        """A planned failover (`CLUSTER FAILOVER` on `replica`), waited for:
+        the replica is the primary, its old primary replicates it in sync,
+        and every node sees the cluster ok."""
+        old_primary = replica.client().info("replication")["master_port"]
+        replica.client().execute_command("CLUSTER", "FAILOVER")
+        wait_for(lambda: replica.client().info("replication")["role"] == "master", "the failover did not happen")
+        old = next(n for n in self.nodes if n.port == old_primary)
+        wait_for(lambda: replica_in_sync(old), "the old primary did not become a replica in sync")
+        self._wait_until(lambda t: "cluster_state:ok" in t, "the cluster is not ok after the failover")
 
     @property
     def port(self) -> int:
@@ -142,3 +159,17 @@ class Cluster:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
+
+
+def replica_in_sync(node: Server) -> bool:
+    info = node.client().info("replication")
+    return info["role"] == "slave" and info.get("master_link_status") == "up" \
+        and not info.get("master_sync_in_progress")
+
+
+def wait_for(ok, what: str, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not ok():
+        if time.monotonic() > deadline:
+            raise RuntimeError(what)
+        time.sleep(0.05)

@@ -4,6 +4,7 @@ It drives the flows of `_loop` with awaits; the heartbeat is a task."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from typing import Any, Callable, List, Optional, Sequence
 
@@ -48,6 +49,20 @@ class AsyncIdem(IdemBase):
                               **settings: Any) -> Outcome:
         flow = await self._flow(lambda loop, s: loop.process(key, payload, s), settings)
         return await self._run(flow, work)
+
+    def idempotent(self, *, key: Callable[..., KeyT], payload: Optional[Callable[..., Any]] = None,
+                   **settings: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """As Idem.idempotent, for an async function: the decorated one is a
+        coroutine function, `await`ed as process() would await the work."""
+        call_key = self._call_key(key, payload, settings)
+
+        def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(fn)
+            async def call(*args: Any, **kwargs: Any) -> Any:
+                k, p = call_key(*args, **kwargs)
+                return await self.process(k, lambda job: fn(*args, **kwargs), payload=p, **settings)
+            return call
+        return decorate
 
     async def process_many(self, keys: Sequence[KeyT], work: Callable[[Job], Any],
                            payloads: Optional[Sequence[Any]] = None, **settings: Any) -> List[BatchItem]:

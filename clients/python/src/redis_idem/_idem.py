@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Tuple
 
 from ._loop import Hooks, Loop, Settings, Stats
 
@@ -45,3 +45,14 @@ class IdemBase:
 
     def _settings(self, overrides: Mapping[str, Any]) -> Settings:
         return replace(self.settings, **overrides) if overrides else self.settings
+
+    def _call_key(self, key: Callable[..., Any], payload: Optional[Callable[..., Any]],
+                  settings: Mapping[str, Any]) -> Callable[..., Tuple[Any, Any]]:
+        """For `idempotent`: checks its options when the decorator is made,
+        and answers the function that makes a call's key and payload from
+        its arguments."""
+        if not callable(key) or (payload is not None and not callable(payload)):
+            raise TypeError("idempotent(key=..., payload=...) take functions of the call's arguments")
+        self._settings(settings)  # an unknown setting fails here, not at the first call
+        return lambda *args, **kwargs: (key(*args, **kwargs), None if payload is None else payload(*args, **kwargs))
+

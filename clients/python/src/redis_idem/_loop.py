@@ -263,12 +263,19 @@ class Loop:
 
     def _claim(self, key: KeyT, lease: int, claim: dict, deadline: float, wait: Optional[float] = None) -> Flow:
         tries = 0
+        unblocked = False
         while True:
             try:
                 return (yield cmd("claim", key, lease, wait=wait, **claim))
-            except redis.ResponseError as e:
+            except (redis.ResponseError, redis.ConnectionError) as e:
                 # TRYAGAIN / UNBLOCKED wrote nothing: send it again while time is left.
-                if not retryable_claim(e) or (time.monotonic() >= deadline and tries >= 3):
+                # Redis closes the connection it answered UNBLOCKED on, and the
+                # resend can meet it closed (redis-py's asyncio cluster client
+                # raises that): send it again too. A claim resent is safe even
+                # if the lost one was granted (it lapses; this one gets RETRY).
+                closed = unblocked and isinstance(e, redis.ConnectionError)
+                unblocked = str(e).startswith("UNBLOCKED")
+                if not (retryable_claim(e) or closed) or (time.monotonic() >= deadline and tries >= 3):
                     raise
                 tries += 1
                 yield Sleep(0.05)

@@ -3,6 +3,7 @@ flows of `_loop` with blocking calls; the heartbeat is a daemon thread."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from typing import Any, Callable, List, Optional, Sequence
@@ -77,6 +78,22 @@ class Idem(IdemBase):
                         **settings: Any) -> Outcome:
         """process(), answering an Outcome (value, replayed, status, attempt, result_stored)."""
         return self._run(self._flow(lambda loop, s: loop.process(key, payload, s), settings), work)
+
+    def idempotent(self, *, key: Callable[..., KeyT], payload: Optional[Callable[..., Any]] = None,
+                   **settings: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """A decorator: each call of the function is `process(key(*args,
+        **kwargs), ...)` with the function as the work (it gets its own
+        arguments, not the job), and returns its value (a replay's decoded
+        result); it raises what process() raises. `settings` as process()'s."""
+        call_key = self._call_key(key, payload, settings)
+
+        def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(fn)
+            def call(*args: Any, **kwargs: Any) -> Any:
+                k, p = call_key(*args, **kwargs)
+                return self.process(k, lambda job: fn(*args, **kwargs), payload=p, **settings)
+            return call
+        return decorate
 
     def process_many(self, keys: Sequence[KeyT], work: Callable[[Job], Any],
                      payloads: Optional[Sequence[Any]] = None, **settings: Any) -> List[BatchItem]:
