@@ -23,10 +23,10 @@ from servers import Cluster
 def dead_letter(cmds: ri.IdemCommands, key: str, tries: int) -> None:
     """`key` claimed and released `tries` times with MAXTRIES tries."""
     for attempt in range(1, tries + 1):
-        reply = cmds.claim(key, 60, maxtries=tries)
+        reply = cmds.claim(key, 60, max_tries=tries)
         assert reply.attempt == attempt
         assert cmds.release(key, reply.value)
-    assert cmds.claim(key, 60, maxtries=tries).status is Status.EXHAUSTED
+    assert cmds.claim(key, 60, max_tries=tries).status is Status.EXHAUSTED
 
 
 def tool(url: str, *args: str, cluster: bool = False, stdin: str = "") -> subprocess.CompletedProcess:
@@ -113,7 +113,7 @@ def test_a_dead_letter_through_the_tool(server, r, ns):  # type: ignore[no-untyp
     assert cmds.get(key).tries == 0
 
     # Its next delivery: three more tries, the fence higher than any before.
-    reply = cmds.claim(key, 60, maxtries=3)
+    reply = cmds.claim(key, 60, max_tries=3)
     assert (reply.status, reply.attempt) == (Status.RETRY, 4)
     assert cmds.done(key, reply.value)
     assert cmds.get(key).state is ri.RecordState.DONE
