@@ -344,7 +344,15 @@ proptest! {
         if let Ok(record) = codec::decode(&bytes) {
             let mut again = Vec::new();
             codec::encode(&record, &mut again);
-            prop_assert_eq!(again, bytes);
+            // The current format round-trips byte for byte; a payload whose
+            // first byte became 2 is format 2, which encodes in the current
+            // format to the same record.
+            if bytes[0] == codec::FORMAT_VERSION {
+                prop_assert_eq!(again, bytes);
+            } else {
+                prop_assert_eq!(again[0], codec::FORMAT_VERSION);
+                prop_assert_eq!(codec::decode(&again), Ok(record));
+            }
         }
     }
 }
