@@ -313,3 +313,47 @@ fn past_max_waiters_a_claim_answers_as_without_wait() {
     }
     assert_eq!(blocked_clients(&mut con), 0);
 }
+
+/// A record changed under its waiter and writes paused in one step: the
+/// wake-up the change owes (on Redis 7.0 the module's own, from a timer)
+/// comes due inside the pause, where the waiter's claim must not be
+/// written; it claims when the pause ends, the primary alive and its
+/// replica equal.
+fn a_change_just_before_a_write_pause_is_claimed_when_the_pause_ends(change: &[&str]) {
+    let (mut primary, mut replica) = primary_and_replica();
+    let mut con = primary.conn();
+    claim_new(&mut con, "d", 30);
+    let w = waiter(&primary, "d", 10, 8000, &[]);
+    let _: () = redis::pipe()
+        .atomic()
+        .cmd(change[0])
+        .arg(&change[1..])
+        .ignore()
+        .cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(2000)
+        .arg("WRITE")
+        .ignore()
+        .query(&mut con)
+        .unwrap();
+    let paused_at = Instant::now();
+    thread::sleep(Duration::from_millis(1000));
+    primary.assert_alive();
+    assert!(!w.is_finished(), "the waiter was answered during the pause");
+    let ((status, value, attempt), _) = claimed(w);
+    assert_eq!((status.as_str(), attempt), ("NEW", 1));
+    assert!(paused_at.elapsed() >= Duration::from_millis(1900), "claimed {:?} into a 2 s pause", paused_at.elapsed());
+    assert_alive_and_equal(&mut primary, &mut replica);
+    assert_eq!(done(&mut con, "d", &as_token(&value), NONE), Ok(1));
+    assert_alive_and_equal(&mut primary, &mut replica);
+}
+
+#[test]
+fn a_record_deleted_just_before_a_write_pause_is_claimed_by_its_waiter_when_the_pause_ends() {
+    a_change_just_before_a_write_pause_is_claimed_when_the_pause_ends(&["DEL", "d"]);
+}
+
+#[test]
+fn a_record_swapped_away_just_before_a_write_pause_is_claimed_by_its_waiter_when_the_pause_ends() {
+    a_change_just_before_a_write_pause_is_claimed_when_the_pause_ends(&["SWAPDB", "0", "5"]);
+}
