@@ -40,7 +40,7 @@ RUNDIR := tmp
 # sudo only when not root and sudo exists.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
-.PHONY: deps build lint test test-prometheus test-rust test-clients test-redis8 test-valkey run load-functions bench bench-batch bench-clients bench-wait bench-sweep bench-instructions fuzz-smoke fuzz clean
+.PHONY: deps build brokers lint test test-prometheus test-rust test-clients test-redis8 test-valkey run load-functions bench bench-batch bench-clients bench-wait bench-sweep bench-instructions fuzz-smoke fuzz clean
 
 deps:
 	@missing=""; \
@@ -94,6 +94,18 @@ REDIS7_SERVER := redis-server
 CLIENT_TESTS := $(patsubst clients/%/client.mk,test-client-%,$(wildcard clients/*/client.mk))
 test-clients: $(CLIENT_TESTS)
 -include $(wildcard clients/*/client.mk)
+
+# The real brokers the adapters' tests run (brokers/launch.py starts and
+# stops them): Debian's rabbitmq-server (apt-get where missing; never run as
+# the system service), Kafka's and RocketMQ's jars from Maven Central (class
+# paths resolved into target/brokers/), nats-server built from its Go module.
+brokers:
+	@test -x /usr/lib/rabbitmq/bin/rabbitmq-server || { \
+		echo "brokers: installing rabbitmq-server"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends rabbitmq-server; }
+	@$(SUDO) systemctl disable --now rabbitmq-server >/dev/null 2>&1 || true
+	python3 brokers/launch.py prepare
 
 # Prometheus for real: Debian's prometheus-redis-exporter serving
 # docs/idem-metrics.lua's metrics from a server with the module
