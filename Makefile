@@ -94,6 +94,7 @@ REDIS7_SERVER := redis-server
 CLIENT_TESTS := $(patsubst clients/%/client.mk,test-client-%,$(wildcard clients/*/client.mk))
 test-clients: $(CLIENT_TESTS)
 -include $(wildcard clients/*/client.mk)
+include brokers/brokers.mk
 
 # The real brokers the adapters' tests run (brokers/launch.py starts and
 # stops them): Debian's rabbitmq-server (apt-get where missing; never run as
