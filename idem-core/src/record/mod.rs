@@ -30,12 +30,44 @@ pub use crate::Millis;
 /// against it, so `now + argument + history` can never overflow.
 pub const MAX_SECONDS: i64 = 100 * 365 * 24 * 3600;
 
-/// A 128-bit xxh3 of a claim's `PAYLOAD`.
-pub type Fingerprint = u128;
+/// A 128-bit xxh3 of a claim's `PAYLOAD`, held as two words: a `u128`
+/// would align [`Record`] to 16 bytes, and its padding would push it from
+/// 128 bytes (a size class of Redis's allocator) to 144.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub struct Fingerprint([u64; 2]);
+
+impl Fingerprint {
+    pub fn to_le_bytes(self) -> [u8; 16] {
+        u128::from(self).to_le_bytes()
+    }
+
+    pub fn from_le_bytes(bytes: [u8; 16]) -> Fingerprint {
+        Fingerprint::from(u128::from_le_bytes(bytes))
+    }
+}
+
+impl From<u128> for Fingerprint {
+    fn from(hash: u128) -> Fingerprint {
+        Fingerprint([hash as u64, (hash >> 64) as u64])
+    }
+}
+
+impl From<Fingerprint> for u128 {
+    fn from(fingerprint: Fingerprint) -> u128 {
+        fingerprint.0[0] as u128 | (fingerprint.0[1] as u128) << 64
+    }
+}
+
+/// As `IDEM.GET` shows it: the hash's 32 hex digits.
+impl std::fmt::LowerHex for Fingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::LowerHex::fmt(&u128::from(*self), f)
+    }
+}
 
 /// Fingerprint of a `PAYLOAD` argument.
 pub fn fingerprint(payload: &[u8]) -> Fingerprint {
-    xxh3_128(payload)
+    Fingerprint::from(xxh3_128(payload))
 }
 
 /// The owner token of one claim: 128 random bits, shown as 32 hex digits.

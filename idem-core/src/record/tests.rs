@@ -244,11 +244,18 @@ fn once_marks_absent_keys_only() {
 fn sample_records() -> Vec<Record> {
     let processing = Record::claimed(T0, &lease(5), Token([3; 16]), 4);
     let released = Record { phase: Phase::Released, lease_end: T0 + 7, ..processing.clone() };
-    let mut done_full = Record { fingerprint: Some(u128::MAX - 5), ..processing.clone() };
+    let mut done_full = Record { fingerprint: Some(Fingerprint::from(u128::MAX - 5)), ..processing.clone() };
     done_full.complete(T0 + 9, Some(b"\0binary\xff"));
     let mut done_packed = processing.clone();
     done_packed.complete(T0 + 9, None);
     vec![processing, released, done_full, done_packed, Record::done_without_claim(T0, None)]
+}
+
+/// A boxed record is one allocation of Redis's 128-byte size class: each
+/// field added must fit what is left of it.
+#[test]
+fn a_boxed_record_fits_128_bytes() {
+    assert!(size_of::<Record>() <= 128, "{} bytes", size_of::<Record>());
 }
 
 #[test]
@@ -281,7 +288,7 @@ fn packing_keeps_plain_records_in_16_or_32_bytes_and_round_trips() {
             assert_eq!(&codec::unpack(packed), record);
         }
     }
-    let with_fingerprint = Record { fingerprint: Some(7), ..records[0].clone() };
+    let with_fingerprint = Record { fingerprint: Some(Fingerprint::from(7)), ..records[0].clone() };
     assert_eq!(codec::pack(&with_fingerprint), None);
     let far_future = Record { done_at: 1 << 44, ..Record::done_without_claim(0, None) };
     assert_eq!(codec::pack(&far_future), None);
@@ -364,9 +371,9 @@ proptest! {
 #[derive(Clone, Debug)]
 enum ModelKey {
     Absent,
-    Held { token: Token, lease_end: Millis, attempt: u64, fp: Option<u128>, claimed_at: Millis },
-    Released { token: Token, at: Millis, attempt: u64, fp: Option<u128>, claimed_at: Millis },
-    Done { result: Option<Vec<u8>>, attempt: u64, fp: Option<u128>, claimed_at: Millis, at: Millis },
+    Held { token: Token, lease_end: Millis, attempt: u64, fp: Option<Fingerprint>, claimed_at: Millis },
+    Released { token: Token, at: Millis, attempt: u64, fp: Option<Fingerprint>, claimed_at: Millis },
+    Done { result: Option<Vec<u8>>, attempt: u64, fp: Option<Fingerprint>, claimed_at: Millis, at: Millis },
 }
 
 struct Model {

@@ -253,7 +253,7 @@ fn prepare(store: &mut Store, key: &[u8], prep: Prep, tokens: &mut impl FnMut() 
         Prep::Absent => {}
         Prep::WrongType => store.strings.push(key.to_vec()),
         Prep::Lapsed => drop(claim_it(store, None)),
-        Prep::Fingerprinted => drop(claim_it(store, Some(7))),
+        Prep::Fingerprinted => drop(claim_it(store, Some(Fingerprint::from(7)))),
         Prep::Busy => {
             let (_, write) = claim(None, &ClaimArgs { lease: 1_000_000, ..args(None) }, now, LIFETIMES, &mut *tokens);
             store.apply(key, write);
