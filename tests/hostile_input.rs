@@ -5,6 +5,8 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
+#[path = "hostile_input/attempts.rs"]
+mod attempts;
 #[path = "hostile_input/payloads.rs"]
 mod payloads;
 

@@ -148,7 +148,7 @@ fn decide_claim(
         // the copy costs nothing that matters.
         if ctx.writes_paused() {
             let mut copy = slot.record().cloned();
-            let (_, write) = record::claim(copy.as_mut(), &claim, now, config::lifetimes(), new_token);
+            let (_, write) = record::claim(copy.as_mut(), &claim, now, config::lifetimes(), new_token)?;
             if !matches!(write, Write::None) {
                 return match caller {
                     Caller::Woken => Ok(Answer::WritesPaused),
@@ -157,7 +157,7 @@ fn decide_claim(
             }
         }
     }
-    let (reply, write) = record::claim(slot.record(), &claim, now, config::lifetimes(), new_token);
+    let (reply, write) = record::claim(slot.record(), &claim, now, config::lifetimes(), new_token)?;
     let busy_goes_unanswered = matches!(caller, Caller::Command { wait: true } | Caller::Woken);
     if busy_goes_unanswered && let ClaimReply::Busy { lease_left, .. } = reply {
         return Ok(Answer::Busy { lease_end: now + lease_left });

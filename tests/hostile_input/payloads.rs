@@ -7,7 +7,7 @@ use crate::common::commands::{
     bf_info, bf_madd, claim_new_opts, digest_value, done, exists, items, mexists_all, once, pexpiretime, reserve,
     server_ms,
 };
-use crate::common::dump::{blob_span, crc64_redis, filter_blob, filter_payload, reframe, split_dump};
+use crate::common::dump::{blob_span, crc64_redis, filter_blob, module_payload, reframe, split_dump};
 use crate::common::fixtures::{assert_same_records, filter_snap, key_state, snapshot_all};
 use crate::common::reply::{BfInfo, err_text};
 use crate::common::server::Server;
@@ -449,13 +449,13 @@ fn a_filter_commands_could_not_build_is_refused() {
     let mut blob = Vec::new();
     let (start, len) = blob_span(&good[..good.len() - 10]);
     blob.extend_from_slice(&good[start..start + len]);
-    let _: () = redis::cmd("RESTORE").arg("copy").arg(0).arg(filter_payload(&good, &blob)).query(&mut con).unwrap();
+    let _: () = redis::cmd("RESTORE").arg("copy").arg(0).arg(module_payload(&good, &blob)).query(&mut con).unwrap();
 
     let now_hour = server_ms(&mut con) / 1000 / 3600 * 3600;
     let shards: Vec<_> = (0..8784i64)
         .map(|i| (now_hour - (8783 - i) * 3600, (0..32).map(|_| (1u64, 1u64, 1e-12, 1u32, vec![0xffu8; 8])).collect()))
         .collect();
-    let huge = filter_payload(&good, &filter_blob(8784, 3600, &shards));
+    let huge = module_payload(&good, &filter_blob(8784, 3600, &shards));
     let e = redis::cmd("RESTORE").arg("huge").arg(0).arg(&huge).query::<()>(&mut con).unwrap_err();
     assert!(err_text(&e).contains("Bad data format"), "{e}");
     assert!(!exists(&mut con, "huge"));

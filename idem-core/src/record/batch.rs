@@ -369,11 +369,16 @@ pub fn mclaim<A: ArgList + ?Sized>(
         .map(|position| {
             let fingerprint: Option<Fingerprint> =
                 parsed.payloads.map(|first| fingerprint(args.bytes(first + position)));
-            batch.run(position, |record| {
-                let maybe_seen = parsed.bloom.is_some() && record.is_none() && maybe_seen(position);
-                let args = ClaimArgs { fingerprint, maybe_seen, ..parsed.claim };
-                claim(record, &args, now, lifetimes, &mut next_token)
-            })
+            batch
+                .run(position, |record| {
+                    let maybe_seen = parsed.bloom.is_some() && record.is_none() && maybe_seen(position);
+                    let args = ClaimArgs { fingerprint, maybe_seen, ..parsed.claim };
+                    match claim(record, &args, now, lifetimes, &mut next_token) {
+                        Ok((reply, write)) => (Ok(reply), write),
+                        Err(error) => (Err(error), Write::None),
+                    }
+                })
+                .and_then(|reply| reply)
         })
         .collect()
 }

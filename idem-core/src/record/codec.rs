@@ -9,7 +9,7 @@
 
 use unsigned_varint::encode as varint;
 
-use super::{Fingerprint, Millis, Phase, Record, Token};
+use super::{Fingerprint, MAX_ATTEMPT, Millis, Phase, Record, Token};
 use crate::decode::{DecodeError, Reader, VARINT_MAX};
 
 /// First byte of every serialized record. 3 adds the optional tries base
@@ -162,6 +162,10 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
 
 /// Field combinations the state machine never produces are corruption.
 fn check_consistent(record: &Record) -> Result<(), DecodeError> {
+    // Replies carry it (and the tries, never above it) as a signed integer.
+    if record.attempt > MAX_ATTEMPT {
+        return Err(DecodeError("attempt out of range"));
+    }
     let done = record.phase == Phase::Done;
     if done && (record.lease_end != 0 || record.token != Token::default()) {
         return Err(DecodeError("done record with a lease"));

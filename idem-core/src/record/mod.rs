@@ -26,6 +26,17 @@ use crate::error::CmdError;
 
 pub use crate::Millis;
 
+/// The largest attempt: replies carry it as a signed 64-bit integer, so a
+/// record at it can be claimed no more (see [`ATTEMPT_LIMIT`]), and a
+/// payload with a larger one is corrupt.
+pub const MAX_ATTEMPT: u64 = i64::MAX as u64;
+
+/// What `IDEM.CLAIM` answers where it would grant a claim on a record at
+/// [`MAX_ATTEMPT`]: a higher fencing number cannot be given, and repeating
+/// one would let two holders carry the same.
+pub const ATTEMPT_LIMIT: CmdError =
+    CmdError::Static(c"ERR the record is at the largest attempt, 9223372036854775807: no claim can be fenced above it");
+
 /// Longest `retain`/`history` config: 100 years. Time arguments are checked
 /// against it, so `now + argument + history` can never overflow.
 pub const MAX_SECONDS: i64 = 100 * 365 * 24 * 3600;
@@ -346,27 +357,29 @@ impl Record {
 }
 
 /// `IDEM.CLAIM`. `next_token` is called only when a claim is granted.
+/// `Err(ATTEMPT_LIMIT)`, nothing changed, where a claim would be granted
+/// on a record at [`MAX_ATTEMPT`].
 pub fn claim(
     record: Option<&mut Record>,
     args: &ClaimArgs,
     now: Millis,
     lifetimes: Lifetimes,
     next_token: impl FnOnce() -> Token,
-) -> (ClaimReply, Write) {
+) -> Result<(ClaimReply, Write), CmdError> {
     let Some(record) = record else {
         let token = next_token();
         let created = Record::claimed(now, args, token, 1);
         let expire_at = created.history_end(lifetimes);
         let reply = if args.maybe_seen { ClaimReply::Seen { token } } else { ClaimReply::New { token } };
-        return (reply, Write::Create { record: created, expire_at });
+        return Ok((reply, Write::Create { record: created, expire_at }));
     };
     let attempt = record.attempt;
     if let (Some(given), Some(stored)) = (args.fingerprint, record.fingerprint)
         && given != stored
     {
-        return (ClaimReply::Mismatch { attempt }, Write::None);
+        return Ok((ClaimReply::Mismatch { attempt }, Write::None));
     }
-    match record.state_at(now) {
+    Ok(match record.state_at(now) {
         State::Done => (ClaimReply::Done { attempt }, Write::None),
         State::Processing => {
             let lease_left = record.lease_end - now;
@@ -374,17 +387,20 @@ pub fn claim(
         }
         State::Released | State::Expired => {
             if args.max_tries.is_some_and(|max| record.tries() >= max) {
-                return (ClaimReply::Exhausted { attempt }, Write::None);
+                return Ok((ClaimReply::Exhausted { attempt }, Write::None));
+            }
+            if attempt >= MAX_ATTEMPT {
+                return Err(ATTEMPT_LIMIT);
             }
             let token = next_token();
             let fingerprint = record.fingerprint.or(args.fingerprint);
             let tries_base = record.tries_base;
-            let attempt = attempt.saturating_add(1);
+            let attempt = attempt + 1;
             *record = Record { fingerprint, tries_base, ..Record::claimed(now, args, token, attempt) };
             let expire_at = record.history_end(lifetimes);
             (ClaimReply::Retry { token, attempt }, Write::Update { expire_at })
         }
-    }
+    })
 }
 
 /// `IDEM.DONE`. `token` is `None` when the argument is not a token at all.

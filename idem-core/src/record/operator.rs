@@ -182,7 +182,7 @@ mod tests {
             Token([next; 16])
         };
         assert_eq!(requeue(None, NOW, LIFETIMES), (RequeueReply::Absent, Write::None));
-        let (_, Write::Create { mut record, .. }) = claim(None, &claim_args(Some(2)), NOW, LIFETIMES, &mut token)
+        let Ok((_, Write::Create { mut record, .. })) = claim(None, &claim_args(Some(2)), NOW, LIFETIMES, &mut token)
         else {
             panic!()
         };
@@ -190,12 +190,12 @@ mod tests {
         assert_eq!(record.phase, Phase::Processing);
         let later = NOW + 20_000;
         assert!(matches!(
-            claim(Some(&mut record), &claim_args(Some(2)), later, LIFETIMES, &mut token).0,
+            claim(Some(&mut record), &claim_args(Some(2)), later, LIFETIMES, &mut token).unwrap().0,
             ClaimReply::Retry { attempt: 2, .. }
         ));
         let dead = later + 20_000;
         assert_eq!(
-            claim(Some(&mut record), &claim_args(Some(2)), dead, LIFETIMES, &mut token).0,
+            claim(Some(&mut record), &claim_args(Some(2)), dead, LIFETIMES, &mut token).unwrap().0,
             ClaimReply::Exhausted { attempt: 2 }
         );
         let held = record.token;
@@ -213,12 +213,12 @@ mod tests {
         assert!(!release(Some(&mut record.clone()), Some(held), dead, LIFETIMES).0);
         assert_eq!(done(Some(&mut record.clone()), Some(Token::default()), None, 1000, dead).0, DoneReply::Stale);
         // Two more tries, with attempts above any before.
-        let reply = claim(Some(&mut record), &claim_args(Some(2)), dead, LIFETIMES, &mut token).0;
+        let reply = claim(Some(&mut record), &claim_args(Some(2)), dead, LIFETIMES, &mut token).unwrap().0;
         assert!(matches!(reply, ClaimReply::Retry { attempt: 3, .. }), "{reply:?}");
         assert_eq!(record.tries(), 1);
-        let reply = claim(Some(&mut record), &claim_args(Some(2)), dead + 20_000, LIFETIMES, &mut token).0;
+        let reply = claim(Some(&mut record), &claim_args(Some(2)), dead + 20_000, LIFETIMES, &mut token).unwrap().0;
         assert!(matches!(reply, ClaimReply::Retry { attempt: 4, .. }), "{reply:?}");
-        let reply = claim(Some(&mut record), &claim_args(Some(2)), dead + 40_000, LIFETIMES, &mut token).0;
+        let reply = claim(Some(&mut record), &claim_args(Some(2)), dead + 40_000, LIFETIMES, &mut token).unwrap().0;
         assert_eq!(reply, ClaimReply::Exhausted { attempt: 4 });
         // A done record gives its work back too, its result dropped.
         let mut completed = Record::done_without_claim(NOW, Some(b"result"));
@@ -228,7 +228,7 @@ mod tests {
             (Phase::Released, 0, 0, None)
         );
         assert!(matches!(
-            claim(Some(&mut completed), &claim_args(None), NOW + 6, LIFETIMES, &mut token).0,
+            claim(Some(&mut completed), &claim_args(None), NOW + 6, LIFETIMES, &mut token).unwrap().0,
             ClaimReply::Retry { attempt: 1, .. }
         ));
     }

@@ -45,7 +45,7 @@ impl Store {
 
     fn claim(&mut self, args: ClaimArgs, now: Millis) -> ClaimReply {
         let token = self.next_token();
-        let (reply, write) = claim(self.live(now), &args, now, LIFETIMES, || token);
+        let (reply, write) = claim(self.live(now), &args, now, LIFETIMES, || token).expect("no attempt limit");
         self.apply(write);
         reply
     }
@@ -229,6 +229,44 @@ fn max_tries_exhausts_only_records_waiting_for_a_retry() {
     assert!(matches!(store.claim(lease(1), T0 + 2_000), ClaimReply::Retry { attempt: 3, .. }));
 }
 
+/// Replies carry the attempt as a signed 64-bit integer: the largest one
+/// is claimed no more (an error, nothing changed) instead of wrapping or
+/// repeating a fence, and a payload with a larger one is corrupt.
+#[test]
+fn the_attempt_stops_at_the_largest_a_reply_can_carry() {
+    for give_up in [false, true] {
+        let mut store = Store::default();
+        let token = granted_token(store.claim(lease(1), T0));
+        assert!(store.release(token, T0 + 1));
+        store.live(T0 + 1).unwrap().attempt = MAX_ATTEMPT - 1;
+        let last = store.claim(lease(1), T0 + 2);
+        assert!(matches!(last, ClaimReply::Retry { attempt: MAX_ATTEMPT, .. }), "{last:?}");
+        assert_eq!(store.claim(lease(1), T0 + 3), ClaimReply::Busy { lease_left: 999, attempt: MAX_ATTEMPT });
+        // Released, or expired: a claim would need attempt 2^63.
+        let now = if give_up { T0 + 4 } else { T0 + 1_002 };
+        assert_eq!(store.release(granted_token(last), now), give_up);
+        let before = store.live(now).unwrap().clone();
+        let error = claim(store.live(now), &lease(1), now, LIFETIMES, || Token([0xaa; 16])).unwrap_err();
+        assert_eq!(error.message(), ATTEMPT_LIMIT.message());
+        assert_eq!(store.live(now), Some(&mut before.clone()), "nothing changed");
+        // What needs no new attempt answers as ever.
+        let max1 = ClaimArgs { max_tries: Some(1), ..lease(1) };
+        assert_eq!(store.claim(max1, now), ClaimReply::Exhausted { attempt: MAX_ATTEMPT });
+        assert_eq!(store.done(granted_token(last), None, 1000, now), DoneReply::Completed);
+        assert_eq!(store.claim(lease(1), now), ClaimReply::Done { attempt: MAX_ATTEMPT });
+    }
+
+    let encoded = |attempt: u64| {
+        let mut bytes = Vec::new();
+        codec::encode(&Record { attempt, ..sample_records()[1].clone() }, &mut bytes);
+        codec::decode(&bytes).map(|record| record.attempt)
+    };
+    assert_eq!(encoded(MAX_ATTEMPT), Ok(MAX_ATTEMPT));
+    for attempt in [MAX_ATTEMPT + 1, u64::MAX] {
+        assert_eq!(encoded(attempt), Err(DecodeError("attempt out of range")));
+    }
+}
+
 #[test]
 fn once_marks_absent_keys_only() {
     let (created, write) = once(None, 5_000, T0);
@@ -327,8 +365,8 @@ fn decoding_refuses_corrupt_payloads() {
     // by the fuzzer: decoded, its bits dropped, it encoded differently).
     let too_wide = [2, 0, 0, 252, 255, 255, 255, 183, 255, 248, 255, 254, 2, 0, 0, 0];
     assert_eq!(codec::decode(&too_wide), Err(DecodeError("bad varint")));
-    let widest = [&[2, 0, 0][..], &[0xff; 9], &[1, 1, 0, 0]].concat();
-    assert_eq!(codec::decode(&widest).map(|r| r.attempt), Ok(u64::MAX));
+    let widest = [&[0xff; 9][..], &[1]].concat();
+    assert_eq!(crate::decode::Reader(&widest).varint(), Ok(u64::MAX));
     let mut zero_token = Vec::new();
     codec::encode(&sample_records()[0], &mut zero_token);
     let token_at = zero_token.len() - 16;

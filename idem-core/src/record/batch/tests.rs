@@ -236,13 +236,16 @@ enum Prep {
     Exhausted,
     Fingerprinted,
     WrongType,
+    /// Released at the largest attempt: a claim answers an error.
+    AtLastAttempt,
 }
 
 fn prepare(store: &mut Store, key: &[u8], prep: Prep, tokens: &mut impl FnMut() -> Token) {
     let now = T0 - 100_000;
     let args = |fingerprint| ClaimArgs { lease: 10_000, fingerprint, ..ClaimArgs::default() };
     let mut claim_it = |store: &mut Store, fingerprint| {
-        let (reply, write) = claim(store.live(key, now), &args(fingerprint), now, LIFETIMES, &mut *tokens);
+        let (reply, write) =
+            claim(store.live(key, now), &args(fingerprint), now, LIFETIMES, &mut *tokens).expect("a claim");
         store.apply(key, write);
         match reply {
             ClaimReply::New { token } | ClaimReply::Retry { token, .. } => token,
@@ -255,7 +258,8 @@ fn prepare(store: &mut Store, key: &[u8], prep: Prep, tokens: &mut impl FnMut() 
         Prep::Lapsed => drop(claim_it(store, None)),
         Prep::Fingerprinted => drop(claim_it(store, Some(Fingerprint::from(7)))),
         Prep::Busy => {
-            let (_, write) = claim(None, &ClaimArgs { lease: 1_000_000, ..args(None) }, now, LIFETIMES, &mut *tokens);
+            let (_, write) =
+                claim(None, &ClaimArgs { lease: 1_000_000, ..args(None) }, now, LIFETIMES, &mut *tokens).expect("NEW");
             store.apply(key, write);
         }
         Prep::Released | Prep::Exhausted => {
@@ -273,6 +277,12 @@ fn prepare(store: &mut Store, key: &[u8], prep: Prep, tokens: &mut impl FnMut() 
             let (_, write) = done(store.live(key, now), Some(token), Some(b"kept"), RETAIN, now);
             store.apply(key, write);
         }
+        Prep::AtLastAttempt => {
+            let token = claim_it(store, None);
+            let (_, write) = release(store.live(key, now), Some(token), now, LIFETIMES);
+            store.apply(key, write);
+            store.live(key, now).expect("released").attempt = record::MAX_ATTEMPT;
+        }
     }
 }
 
@@ -286,6 +296,7 @@ fn prep() -> impl Strategy<Value = Prep> {
         Just(Prep::Exhausted),
         Just(Prep::Fingerprinted),
         Just(Prep::WrongType),
+        Just(Prep::AtLastAttempt),
     ]
 }
 
@@ -307,9 +318,13 @@ fn singles_claim(store: &mut Store, keys: &[Vec<u8>], payloads: &[u8], max: Opti
                 maybe_seen,
                 wait: 0,
             };
-            let (reply, write) = claim(record, &args, T0, LIFETIMES, &mut next);
-            store.apply(key, write);
-            format!("{reply:?}")
+            match claim(record, &args, T0, LIFETIMES, &mut next) {
+                Ok((reply, write)) => {
+                    store.apply(key, write);
+                    format!("{reply:?}")
+                }
+                Err(error) => error.message()[..9].to_string(),
+            }
         })
         .collect()
 }
