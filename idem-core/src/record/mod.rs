@@ -134,6 +134,41 @@ impl Token {
     }
 }
 
+/// Longest `OWNER`.
+pub const MAX_OWNER: usize = 64;
+
+/// An `OWNER` argument: who holds a claim, for the people reading it later
+/// (a worker id, `host:pid`), any 1 to [`MAX_OWNER`] bytes. Held inline, so
+/// that a claim's arguments can be copied (into a waiter, per key of a
+/// batch) without borrowing the command's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    len: u8,
+    bytes: [u8; MAX_OWNER],
+}
+
+impl Owner {
+    /// `None` for an empty name or one longer than [`MAX_OWNER`].
+    pub fn new(name: &[u8]) -> Option<Owner> {
+        if name.is_empty() || name.len() > MAX_OWNER {
+            return None;
+        }
+        let mut bytes = [0; MAX_OWNER];
+        bytes[..name.len()].copy_from_slice(name);
+        Some(Owner { len: name.len() as u8, bytes })
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
+impl std::fmt::Debug for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Owner({:?})", String::from_utf8_lossy(self.as_bytes()))
+    }
+}
+
 /// What is stored. `Expired` is derived from `Processing` and the clock.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Phase {
@@ -187,6 +222,9 @@ pub struct Record {
     /// Processing: when the lease was last extended, 0 when not since the
     /// claim. Otherwise 0. Kept for [`Record::changed_at`] (`IDLE`).
     pub extended_at: Millis,
+    /// The latest claim's `OWNER` (1 to [`MAX_OWNER`] bytes), kept while
+    /// processing, released or expired; dropped by DONE and REQUEUE.
+    pub owner: Option<Box<[u8]>>,
 }
 
 /// How long records live after their last event, from the configs.
@@ -219,6 +257,9 @@ pub struct ClaimArgs {
     /// `WAIT ms`: how long to wait where the answer would be `BUSY`; 0
     /// (the default) answers at once.
     pub wait: Millis,
+    /// `OWNER name`: stored by a granted claim, replacing the previous
+    /// holder's (none clears it).
+    pub owner: Option<Owner>,
 }
 
 /// The longest `WAIT`: one hour.
@@ -283,6 +324,7 @@ impl Record {
             result: None,
             tries_base: 0,
             extended_at: 0,
+            owner: args.owner.map(|owner| Box::from(owner.as_bytes())),
         }
     }
 
@@ -299,6 +341,7 @@ impl Record {
             result: result.map(Box::from),
             tries_base: 0,
             extended_at: 0,
+            owner: None,
         }
     }
 
@@ -353,6 +396,7 @@ impl Record {
         self.extended_at = 0;
         self.token = Token::default();
         self.result = result.map(Box::from);
+        self.owner = None;
     }
 }
 
@@ -498,6 +542,7 @@ pub fn requeue(record: Option<&mut Record>, now: Millis, lifetimes: Lifetimes) -
         result: None,
         tries_base: record.attempt,
         extended_at: 0,
+        owner: None,
     };
     let expire_at = record.history_end(lifetimes);
     (RequeueReply::Requeued, Write::Update { expire_at })
@@ -531,7 +576,7 @@ fn bloom_key<A: ArgList + ?Sized>(args: &A, value: usize) -> Result<Option<usize
 }
 
 /// `IDEM.CLAIM`'s options, in the order `parse_claim` takes them.
-pub const CLAIM_OPTIONS: &[&str] = &["PAYLOAD", "MAXTRIES", "BLOOM", "WAIT"];
+pub const CLAIM_OPTIONS: &[&str] = &["PAYLOAD", "MAXTRIES", "BLOOM", "WAIT", "OWNER"];
 /// `IDEM.DONE`'s options, in the order `parse_done` takes them.
 pub const DONE_OPTIONS: &[&str] = &["RESULT", "RETAIN", "BLOOM"];
 
@@ -551,8 +596,22 @@ pub fn bloom_key_position<A: ArgList + ?Sized>(args: &A, options: &[&str]) -> Op
     found
 }
 
+/// The `OWNER` option's value (of `IDEM.CLAIM` and `IDEM.MCLAIM`).
+pub fn owner_arg<A: ArgList + ?Sized>(args: &A, index: usize) -> Result<Owner, CmdError> {
+    Owner::new(args.bytes(index)).ok_or(CmdError::Static(c"ERR OWNER must be 1 to 64 bytes"))
+}
+
+/// `MAXTRIES n`'s value (of `IDEM.CLAIM` and `IDEM.MCLAIM`).
+pub fn max_tries_arg<A: ArgList + ?Sized>(args: &A, index: usize) -> Result<u64, CmdError> {
+    match args.int(index)? {
+        max if max >= 1 => Ok(max as u64),
+        _ => Err(CmdError::Static(c"ERR MAXTRIES must be a positive integer")),
+    }
+}
+
 /// `IDEM.CLAIM key lease [PAYLOAD data] [MAXTRIES n] [BLOOM filterkey]
-/// [WAIT ms]`: the claim, and the index of the `BLOOM` filter key if given.
+/// [WAIT ms] [OWNER name]`: the claim, and the index of the `BLOOM` filter
+/// key if given.
 pub fn parse_claim<A: ArgList + ?Sized>(args: &A, now: Millis) -> Result<(ClaimArgs, Option<usize>), CmdError> {
     require(args, 3)?;
     let mut claim = ClaimArgs { lease: seconds_arg(args, 2, now)?, ..ClaimArgs::default() };
@@ -560,20 +619,15 @@ pub fn parse_claim<A: ArgList + ?Sized>(args: &A, now: Millis) -> Result<(ClaimA
     parse_options(args, 3, CLAIM_OPTIONS, |option, value| {
         match option {
             0 => claim.fingerprint = Some(fingerprint(args.bytes(value))),
-            1 => {
-                let max = args.int(value)?;
-                if max < 1 {
-                    return Err(CmdError::Static(c"ERR MAXTRIES must be a positive integer"));
-                }
-                claim.max_tries = Some(max as u64);
-            }
+            1 => claim.max_tries = Some(max_tries_arg(args, value)?),
             2 => bloom = bloom_key(args, value)?,
-            _ => {
+            3 => {
                 claim.wait = match args.int(value) {
                     Ok(ms) if (0..=MAX_WAIT).contains(&ms) => ms,
                     _ => return Err(CmdError::new(format!("ERR WAIT must be an integer from 0 to {MAX_WAIT}"))),
                 }
             }
+            _ => claim.owner = Some(owner_arg(args, value)?),
         }
         Ok(())
     })?;

@@ -151,6 +151,7 @@ mod tests {
             result: None,
             tries_base: 2,
             extended_at: now - 40_000,
+            owner: None,
         };
         let selects = |record: &Record, state: Option<State>, min_tries: Option<u64>, idle: Option<i64>| {
             ScanFilter { state, min_tries, idle: idle.map(|s| s * 1000) }.selects(record, now)
@@ -169,7 +170,8 @@ mod tests {
     const LIFETIMES: crate::record::Lifetimes = crate::record::Lifetimes { history: 3_600_000 };
 
     fn claim_args(max_tries: Option<u64>) -> crate::record::ClaimArgs {
-        crate::record::ClaimArgs { lease: 10_000, max_tries, ..Default::default() }
+        let owner = crate::record::Owner::new(b"worker-1");
+        crate::record::ClaimArgs { lease: 10_000, max_tries, owner, ..Default::default() }
     }
 
     #[test]
@@ -198,14 +200,16 @@ mod tests {
             claim(Some(&mut record), &claim_args(Some(2)), dead, LIFETIMES, &mut token).unwrap().0,
             ClaimReply::Exhausted { attempt: 2 }
         );
+        assert_eq!(record.owner.as_deref(), Some(&b"worker-1"[..]), "a dead letter shows who had it last");
         let held = record.token;
         assert_eq!(
             requeue(Some(&mut record), dead, LIFETIMES),
             (RequeueReply::Requeued, Write::Update { expire_at: dead + 3_600_000 })
         );
         assert_eq!(
-            (record.state_at(dead), record.attempt, record.tries(), record.changed_at()),
-            (State::Released, 2, 0, dead)
+            (record.state_at(dead), record.attempt, record.tries(), record.changed_at(), record.owner.as_deref()),
+            (State::Released, 2, 0, dead, None),
+            "given back: the latest holder's owner dropped with its token"
         );
         // The latest holder's token no longer works.
         assert_eq!(done(Some(&mut record.clone()), Some(held), None, 1000, dead).0, DoneReply::Stale);
@@ -247,6 +251,7 @@ mod tests {
             result: None,
             tries_base: 5,
             extended_at: NOW + 10,
+            owner: Some(Box::from(&b"worker-7"[..])),
         };
         let mut bytes = Vec::new();
         codec::encode(&record, &mut bytes);
@@ -254,6 +259,7 @@ mod tests {
         assert_eq!(codec::pack(&record), None, "rare records stay boxed");
         record.tries_base = 0;
         record.extended_at = 0;
+        record.owner = None;
         assert!(codec::pack(&record).is_some(), "the common record packs as before");
         // A released record as 0.1 (format 2) wrote it: attempt 2, claimed
         // and released at known times, with its token.

@@ -2,6 +2,8 @@
 
 use redis::Value;
 
+use crate::common::reply::GET_FIELDS;
+
 // ---------------------------------------------------------------------------
 // Expected replies
 // ---------------------------------------------------------------------------
@@ -246,10 +248,7 @@ pub fn matches(exp: &Exp, v: &Value, m: &mut Matched) -> Result<(), String> {
             Ok(())
         }
         Exp::Get(g) => {
-            let f = fields(
-                v,
-                &["state", "attempt", "lease_ms", "pttl", "claimed_at", "done_at", "result", "fingerprint", "tries"],
-            )?;
+            let f = fields(v, &GET_FIELDS)?;
             let state = text_of(&f[0]).ok_or("state not a string")?;
             let got = GetExp {
                 state: match state.as_str() {
