@@ -79,7 +79,7 @@ pub fn get_fields_any_order(v: Value) -> Option<Fields> {
     let pairs: Vec<(Value, Value)> = match v {
         Value::Nil => return None,
         Value::Array(items) => {
-            assert_eq!(items.len(), 18, "GET: expected 9 field/value pairs, got {items:?}");
+            assert_eq!(items.len(), 2 * GET_FIELDS.len(), "GET: expected 10 field/value pairs, got {items:?}");
             items.chunks(2).map(|p| (p[0].clone(), p[1].clone())).collect()
         }
         Value::Map(pairs) => pairs,
