@@ -144,6 +144,7 @@ end
 
 -- The fields a record may have (see the top of this file).
 local FIELDS = { s = true, a = true, c = true, l = true, d = true, t = true, f = true, r = true, b = true, x = true }
+local RECORD_FIELDS = 10
 
 -- Whether a hash's fields are a record's: exactly what the functions
 -- write, each well-formed. Every function reads through this, so a hash
@@ -571,11 +572,11 @@ local function scan(keys, argv)
   end
   local found = {}
   for _, key in ipairs(step[2]) do
-    local f = redis.call('HMGET', key, 's', 'a', 'c', 'l', 'd', 'b', 'x')
-    local record = { s = f[1], a = f[2], c = f[3], l = f[4], d = f[5], b = f[6], x = f[7] }
-    -- Only records: other hashes are not this library's.
-    if (record.s == 'p' or record.s == 'r' or record.s == 'd') and tonumber(record.a)
-      and scan_selects(record, filter, now) then
+    -- Only records, read by the reader every function uses: a hash of the
+    -- user's is skipped whatever it holds (one with more fields than a
+    -- record can have is not even read).
+    local record = redis.call('HLEN', key) <= RECORD_FIELDS and read(key)
+    if record and scan_selects(record, filter, now) then
       found[#found + 1] = key
     end
   end

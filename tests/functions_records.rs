@@ -9,7 +9,7 @@ mod common;
 use common::commands::{pexpiretime, server_ms};
 use common::functions::{fcall, fclaim, fclaim_new, fget, fint, library_server};
 use common::reply::err_text;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
@@ -74,7 +74,29 @@ fn malformed() -> Vec<(&'static str, Vec<(&'static str, String)>)> {
         ("a done record without its done time", done(&[("d", "-")])),
         ("a done record with a live token", done(&[("t", TOKEN)])),
         ("a done record with a bad done time", done(&[("d", "-5")])),
+        // What the hostile probe of issue 35 left for idem_scan.
+        ("a user's hash with a lease of text", pairs(&[("s", "p"), ("a", "34"), ("l", "en")])),
+        ("a user's hash with a phase and an attempt", pairs(&[("s", "d"), ("a", "5")])),
+        ("a done record with attempt 1.5", done(&[("a", "1.5")])),
     ]
+}
+
+/// Writes each malformed hash as `hash:<i>` (`L` in a value: a lease end
+/// ten minutes ahead); returns the keys with what each is.
+fn write_malformed(con: &mut redis::Connection) -> Vec<(String, String)> {
+    let lease_end = (server_ms(con) + 600_000).to_string();
+    let mut written = Vec::new();
+    for (i, (what, fields)) in malformed().into_iter().enumerate() {
+        let key = format!("hash:{i}");
+        let mut hset = redis::cmd("HSET");
+        hset.arg(&key);
+        for (name, value) in &fields {
+            hset.arg(*name).arg(if value == "L" { lease_end.as_str() } else { value.as_str() });
+        }
+        let _: i64 = hset.query(con).unwrap();
+        written.push((key, format!("{what} {fields:?}")));
+    }
+    written
 }
 
 /// Every function, with arguments that would write if the hash were a
@@ -100,21 +122,13 @@ fn hgetall(con: &mut redis::Connection, key: &str) -> BTreeMap<Vec<u8>, Vec<u8>>
 fn every_function_answers_wrongtype_for_a_hash_that_is_not_a_record() {
     let server = library_server(&[]);
     let mut con = server.conn();
-    let lease_end = (server_ms(&mut con) + 600_000).to_string();
-    for (i, (what, fields)) in malformed().into_iter().enumerate() {
-        let key = format!("hash:{i}");
-        let mut hset = redis::cmd("HSET");
-        hset.arg(&key);
-        for (name, value) in &fields {
-            hset.arg(*name).arg(if value == "L" { lease_end.as_str() } else { value.as_str() });
-        }
-        let _: i64 = hset.query(&mut con).unwrap();
+    for (key, what) in write_malformed(&mut con) {
         let before = hgetall(&mut con, &key);
         for (function, args) in calls() {
             let reply = fcall(&mut con, function, &key, &args);
             match reply {
-                Err(e) => assert_eq!(err_text(&e), WRONGTYPE, "{function} {args:?} on {what} {fields:?}"),
-                Ok(v) => panic!("{function} {args:?} on {what} {fields:?} answered {v:?}"),
+                Err(e) => assert_eq!(err_text(&e), WRONGTYPE, "{function} {args:?} on {what}"),
+                Ok(v) => panic!("{function} {args:?} on {what} answered {v:?}"),
             }
             assert_eq!(hgetall(&mut con, &key), before, "{function} on {what} changed the hash");
             assert_eq!(pexpiretime(&mut con, &key), -1, "{function} on {what} set an expiry");
@@ -153,5 +167,67 @@ fn records_in_every_state_pass_the_check() {
     assert_eq!(fclaim(&mut con, "late", 30, &[]).0, "DONE");
     for key in ["p", "r", "o", "late"] {
         assert!(fget(&mut con, key).is_some(), "{key}");
+    }
+}
+
+/// A whole `FCALL_RO idem_scan 0 cursor COUNT 7 <filters>` iteration: the
+/// keys listed, or the first error.
+fn scan_all(con: &mut redis::Connection, filters: &[&str]) -> Result<BTreeSet<String>, String> {
+    let mut keys = BTreeSet::new();
+    let mut cursor = "0".to_string();
+    loop {
+        let (next, found): (String, Vec<String>) = redis::cmd("FCALL_RO")
+            .arg("idem_scan")
+            .arg(0)
+            .arg(&cursor)
+            .arg("COUNT")
+            .arg(7)
+            .arg(filters)
+            .query(con)
+            .map_err(|e| err_text(&e))?;
+        keys.extend(found);
+        if next == "0" {
+            return Ok(keys);
+        }
+        cursor = next;
+    }
+}
+
+/// idem_scan reads each hash through the reader every other function uses
+/// (issue 35): a user's hash is never listed and never makes it fail,
+/// whatever it holds, and every record is listed as its filters say.
+#[test]
+fn idem_scan_lists_records_only_and_never_fails_on_a_hash() {
+    let server = library_server(&[]);
+    let mut con = server.conn();
+    let written = write_malformed(&mut con);
+    assert!(written.len() > 30);
+    // One record in each state, one of them claimed twice.
+    let _ = fclaim_new(&mut con, "rec:processing", 600);
+    let token = fclaim_new(&mut con, "rec:released", 600);
+    assert_eq!(fint(&mut con, "idem_release", "rec:released", &token), Ok(1));
+    let token = fclaim_new(&mut con, "rec:done", 600);
+    assert_eq!(fint(&mut con, "idem_done", "rec:done", (&token, "RESULT", "ok")), Ok(1));
+    let token = fclaim_new(&mut con, "rec:twice", 600);
+    assert_eq!(fint(&mut con, "idem_release", "rec:twice", &token), Ok(1));
+    assert_eq!(fclaim(&mut con, "rec:twice", 600, &[]).0, "RETRY");
+    assert_eq!(fint(&mut con, "idem_once", "rec:once", 600), Ok(1));
+    let set = |keys: &[&str]| keys.iter().map(|k| k.to_string()).collect::<BTreeSet<String>>();
+    let cases: [(&[&str], BTreeSet<String>); 7] = [
+        (&[], set(&["rec:processing", "rec:released", "rec:done", "rec:twice", "rec:once"])),
+        (&["STATE", "processing"], set(&["rec:processing", "rec:twice"])),
+        (&["STATE", "released"], set(&["rec:released"])),
+        (&["STATE", "done"], set(&["rec:done", "rec:once"])),
+        (&["STATE", "expired"], set(&[])),
+        (&["MINTRIES", "2"], set(&["rec:twice"])),
+        (&["IDLE", "100000"], set(&[])),
+    ];
+    for (filters, expected) in cases {
+        assert_eq!(scan_all(&mut con, filters), Ok(expected), "idem_scan {filters:?}");
+    }
+    // MATCH on the user's hashes alone lists nothing, one COUNT at a time.
+    assert_eq!(scan_all(&mut con, &["MATCH", "hash:*"]), Ok(BTreeSet::new()));
+    for (key, what) in &written {
+        assert_eq!(scan_all(&mut con, &["MATCH", key]), Ok(BTreeSet::new()), "{what}");
     }
 }
