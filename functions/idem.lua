@@ -6,7 +6,7 @@ Redis 7.0+, Valkey 7.2+). Load it with
 
     redis-cli -x FUNCTION LOAD REPLACE < functions/idem.lua
 
-and call FCALL idem_claim 1 key lease [PAYLOAD p] [MAXTRIES n], idem_done,
+and call FCALL idem_claim 1 key lease [PAYLOAD p] [MAXTRIES n] [OWNER name], idem_done,
 idem_release, idem_extend, idem_get (FCALL_RO too), idem_once. Arguments,
 replies and error texts are the module's (docs/commands.md); where the two
 editions differ, docs/functions.md says how and why.
@@ -22,6 +22,7 @@ AOF, DUMP/RESTORE and resharding treat it as any key. Its fields:
   b  the attempt at the latest requeue (absent = 0)
   x  processing: when the lease was last extended (absent = 0; one older
      than c belongs to an earlier claim)
+  o  the latest claim's OWNER (processing or released only)
 ]]
 
 -- The module's defaults for its configs idem.history, idem.retain and
@@ -54,6 +55,8 @@ local STALE_EXTEND = { err = 'STALE this token does not hold the claim' }
 local NEEDS_WAIT = {
   err = 'ERR WAIT needs the redis-idem module: a function cannot block; retry a BUSY claim after a backoff',
 }
+local OWNER_LENGTH = { err = 'ERR OWNER must be 1 to 64 bytes' }
+local MAX_OWNER = 64
 local NEEDS_BLOOM = {
   err = 'ERR BLOOM needs the redis-idem module: the Functions edition keeps no Bloom filters',
 }
@@ -143,8 +146,10 @@ local function int_field(text)
 end
 
 -- The fields a record may have (see the top of this file).
-local FIELDS = { s = true, a = true, c = true, l = true, d = true, t = true, f = true, r = true, b = true, x = true }
-local RECORD_FIELDS = 10
+local FIELDS = {
+  s = true, a = true, c = true, l = true, d = true, t = true, f = true, r = true, b = true, x = true, o = true,
+}
+local RECORD_FIELDS = 11
 
 -- Whether a hash's fields are a record's: exactly what the functions
 -- write, each well-formed. Every function reads through this, so a hash
@@ -161,9 +166,11 @@ local function is_record(record)
   local token, fp = record.t, record.f
   if fp and not (#fp == 32 and string.find(fp, '^[0-9a-f]+$')) then return false end
   if token and token ~= '' and not (#token == 32 and string.find(token, '^[0-9a-f]+$')) then return false end
+  local owner = record.o
+  if owner and (#owner < 1 or #owner > MAX_OWNER) then return false end
   if phase == 'd' then
-    -- Done: done_at set; no live token (completion clears it).
-    return record.d ~= nil and (token == nil or token == '')
+    -- Done: done_at set; no live token, no owner (completion drops both).
+    return record.d ~= nil and (token == nil or token == '') and owner == nil
   end
   if phase == 'r' and token == '' then
     -- Requeued (only idem_requeue writes an empty token): released with
@@ -221,7 +228,23 @@ local function fingerprint(payload)
   return string.sub(redis.sha1hex(payload), 1, 32)
 end
 
--- FCALL idem_claim 1 key lease [PAYLOAD data] [MAXTRIES n] [BLOOM f] [WAIT ms]
+-- A granted claim's fields (the fingerprint and the owner when given) and
+-- the key's expiry.
+local function write_claim(key, attempt, now, lease_end, token, fp, owner)
+  local fields = { 's', 'p', 'a', attempt, 'c', now, 'l', lease_end, 't', token }
+  if fp then
+    fields[#fields + 1] = 'f'
+    fields[#fields + 1] = fp
+  end
+  if owner then
+    fields[#fields + 1] = 'o'
+    fields[#fields + 1] = owner
+  end
+  redis.call('HSET', key, unpack(fields))
+  redis.call('PEXPIREAT', key, lease_end + HISTORY_MS)
+end
+
+-- FCALL idem_claim 1 key lease [PAYLOAD data] [MAXTRIES n] [OWNER name] [BLOOM f] [WAIT ms]
 local function claim(keys, argv)
   local bad = one_key(keys, 'idem_claim')
   if bad then return bad end
@@ -231,7 +254,7 @@ local function claim(keys, argv)
   local now, clock = now_ms()
   local lease, err = seconds_arg(argv[1], 'IDEM.CLAIM', now)
   if not lease then return err end
-  local payload_fp, max_tries, bloom, wait
+  local payload_fp, max_tries, bloom, wait, owner
   local i = 2
   while i <= argc do
     local name = string.upper(argv[i])
@@ -251,6 +274,11 @@ local function claim(keys, argv)
       if not value then return { err = 'ERR syntax error, option BLOOM needs a value' } end
       if value == key then return { err = 'ERR the BLOOM filter must be another key than the record' } end
       bloom = true
+    elseif name == 'OWNER' then
+      if owner then return { err = 'ERR syntax error, option OWNER given twice' } end
+      if not value then return { err = 'ERR syntax error, option OWNER needs a value' } end
+      if #value < 1 or #value > MAX_OWNER then return OWNER_LENGTH end
+      owner = value
     elseif name == 'WAIT' then
       if wait then return { err = 'ERR syntax error, option WAIT given twice' } end
       if not value then return { err = 'ERR syntax error, option WAIT needs a value' } end
@@ -272,12 +300,7 @@ local function claim(keys, argv)
   local lease_end = now + lease
   if not record then
     local token = new_token(key, clock)
-    if payload_fp then
-      redis.call('HSET', key, 's', 'p', 'a', '1', 'c', now, 'l', lease_end, 't', token, 'f', payload_fp)
-    else
-      redis.call('HSET', key, 's', 'p', 'a', '1', 'c', now, 'l', lease_end, 't', token)
-    end
-    redis.call('PEXPIREAT', key, lease_end + HISTORY_MS)
+    write_claim(key, 1, now, lease_end, token, payload_fp, owner)
     return { S_NEW, token, 1 }
   end
   local attempt = tonumber(record.a)
@@ -300,13 +323,9 @@ local function claim(keys, argv)
   end
   attempt = attempt + 1
   local token = new_token(key, clock)
-  if payload_fp and not stored_fp then
-    redis.call('HSET', key, 's', 'p', 'a', attempt, 'c', now, 'l', lease_end, 't', token,
-      'f', payload_fp)
-  else
-    redis.call('HSET', key, 's', 'p', 'a', attempt, 'c', now, 'l', lease_end, 't', token)
-  end
-  redis.call('PEXPIREAT', key, lease_end + HISTORY_MS)
+  -- A claim without OWNER clears the previous holder's.
+  if record.o and not owner then redis.call('HDEL', key, 'o') end
+  write_claim(key, attempt, now, lease_end, token, not stored_fp and payload_fp, owner)
   return { S_RETRY, token, attempt }
 end
 
@@ -365,6 +384,7 @@ local function done(keys, argv)
   end
   if record.s == 'd' then return 0 end
   if not token or token ~= record.t then return STALE_DONE end
+  if record.o then redis.call('HDEL', key, 'o') end
   -- A processing or released record holds no result and no done_at yet.
   if result then
     redis.call('HSET', key, 's', 'd', 'd', now, 'l', '0', 't', '', 'r', result)
@@ -468,6 +488,7 @@ local function get(keys, argv)
       result = record.r or false,
       fingerprint = record.f or false,
       tries = tonumber(record.a) - tonumber(record.b or 0),
+      owner = record.o or false,
     },
   }
 end
@@ -489,7 +510,7 @@ local function requeue(keys, argv)
     }
   end
   -- Released now, attempt kept, tries restarted, no token, no result.
-  redis.call('HDEL', key, 'r', 'd', 'x')
+  redis.call('HDEL', key, 'r', 'd', 'x', 'o')
   redis.call('HSET', key, 's', 'r', 'l', now, 't', '', 'b', record.a)
   redis.call('PEXPIREAT', key, now + HISTORY_MS)
   return 1

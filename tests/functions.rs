@@ -443,3 +443,72 @@ fn resharding_under_load_moves_records_and_grants_each_claim_once() {
         assert_eq!(&held, &tokens[0], "{}", keys[*index]);
     }
 }
+
+/// `owner` as idem_get shows it: nil or the bytes.
+fn owner_of(con: &mut redis::Connection, key: &str) -> Option<Vec<u8>> {
+    f_bytes(&fget(con, key).expect("a record"), "owner")
+}
+
+/// OWNER with the module's rules (docs/commands.md): a granted claim
+/// stores it, a claim without it clears it, a refused claim changes
+/// nothing; kept while processing, expired or released; dropped by DONE
+/// and REQUEUE; binary-safe, 1 to 64 bytes.
+#[test]
+fn owner_is_kept_while_the_work_is_held_and_dropped_by_done_and_requeue() {
+    let server = library_server(&[]);
+    let mut con = server.conn();
+    let binary: &[u8] = b"host\0:\r\n\xff:1";
+    let (status, token, _) = fclaim(&mut con, "job", 1, &["OWNER", "worker-a:1", "PAYLOAD", "p"]);
+    assert_eq!(status, "NEW");
+    let token = as_token(&token);
+    assert_eq!(owner_of(&mut con, "job"), Some(b"worker-a:1".to_vec()));
+    // Refused claims (BUSY, MISMATCH) change nothing; EXTEND keeps it.
+    assert_eq!(fclaim(&mut con, "job", 10, &["OWNER", "worker-b:2"]).0, "BUSY");
+    assert_eq!(fclaim(&mut con, "job", 10, &["OWNER", "worker-b:2", "PAYLOAD", "q"]).0, "MISMATCH");
+    assert_eq!(fint(&mut con, "idem_extend", "job", (&token, 1)), Ok(1));
+    assert_eq!(owner_of(&mut con, "job"), Some(b"worker-a:1".to_vec()));
+    // Expired, then released: still who had it last.
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(f_str(&fget(&mut con, "job").unwrap(), "state"), "expired");
+    assert_eq!(owner_of(&mut con, "job"), Some(b"worker-a:1".to_vec()));
+    assert_eq!(fclaim(&mut con, "job", 10, &["MAXTRIES", "1", "OWNER", "worker-b:2"]).0, "EXHAUSTED");
+    assert_eq!(owner_of(&mut con, "job"), Some(b"worker-a:1".to_vec()));
+    // A granted claim replaces it, binary-safe; RELEASE keeps it.
+    let mut claim = redis::cmd("FCALL");
+    claim.arg("idem_claim").arg(1).arg("job").arg(100).arg("owner").arg(binary);
+    let (status, token, attempt) = parse_claim(claim.query(&mut con).unwrap());
+    assert_eq!((status.as_str(), attempt), ("RETRY", 2));
+    assert_eq!(fint(&mut con, "idem_release", "job", &as_token(&token)), Ok(1));
+    assert_eq!(f_str(&fget(&mut con, "job").unwrap(), "state"), "released");
+    assert_eq!(owner_of(&mut con, "job"), Some(binary.to_vec()));
+    // A claim without OWNER clears it.
+    let (status, _, _) = fclaim(&mut con, "job", 100, &[]);
+    assert_eq!(status, "RETRY");
+    assert_eq!(owner_of(&mut con, "job"), None);
+    // DONE drops it, and so does REQUEUE.
+    let (_, token, _) = fclaim(&mut con, "done", 100, &["OWNER", "w"]);
+    assert_eq!(fint(&mut con, "idem_done", "done", (as_token(&token), "RESULT", "r")), Ok(1));
+    assert_eq!(owner_of(&mut con, "done"), None);
+    let (_, token, _) = fclaim(&mut con, "requeued", 100, &["OWNER", "w"]);
+    assert_eq!(fint(&mut con, "idem_release", "requeued", &as_token(&token)), Ok(1));
+    assert_eq!(owner_of(&mut con, "requeued"), Some(b"w".to_vec()));
+    assert_eq!(fint(&mut con, "idem_requeue", "requeued", &[] as &[&str]), Ok(1));
+    assert_eq!(owner_of(&mut con, "requeued"), None);
+    // 64 bytes is the longest.
+    let long = "o".repeat(64);
+    assert_eq!(fclaim(&mut con, "other", 100, &["OWNER", &long]).0, "NEW");
+    assert_eq!(owner_of(&mut con, "other"), Some(long.into_bytes()));
+    // Errors, with nothing changed.
+    let before = fget(&mut con, "other");
+    for (opts, expected) in [
+        (vec!["OWNER", ""], "ERR OWNER must be 1 to 64 bytes"),
+        (vec!["OWNER", &"o".repeat(65)], "ERR OWNER must be 1 to 64 bytes"),
+        (vec!["OWNER", "a", "owner", "b"], "ERR syntax error, option OWNER given twice"),
+        (vec!["PAYLOAD", "p", "OWNER"], "ERR syntax error, option OWNER needs a value"),
+    ] {
+        assert_eq!(ferr(&mut con, "idem_claim", "other", (100, &opts)), expected, "{opts:?}");
+        assert_eq!(ferr(&mut con, "idem_claim", "absent", (100, &opts)), expected, "{opts:?}");
+    }
+    assert!(!exists(&mut con, "absent"));
+    assert_eq!(fget(&mut con, "other").map(|f| f["owner"].clone()), before.map(|f| f["owner"].clone()));
+}

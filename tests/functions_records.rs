@@ -74,6 +74,9 @@ fn malformed() -> Vec<(&'static str, Vec<(&'static str, String)>)> {
         ("a done record without its done time", done(&[("d", "-")])),
         ("a done record with a live token", done(&[("t", TOKEN)])),
         ("a done record with a bad done time", done(&[("d", "-5")])),
+        ("an empty owner", live(&[("o", "")])),
+        ("an owner of 65 bytes", live(&[("o", "ooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooo")])),
+        ("a done record with an owner", done(&[("o", "w")])),
         // What the hostile probe of issue 35 left for idem_scan.
         ("a user's hash with a lease of text", pairs(&[("s", "p"), ("a", "34"), ("l", "en")])),
         ("a user's hash with a phase and an attempt", pairs(&[("s", "d"), ("a", "5")])),

@@ -73,13 +73,25 @@ pub fn fget(con: &mut redis::Connection, key: &str) -> Option<Fields> {
     get_fields_any_order(v)
 }
 
-/// IDEM.GET's or idem_get's reply as fields. The library's RESP2 array
-/// comes in another order (docs/functions.md), so order is not checked.
+/// The fields of `idem_get`: `IDEM.GET`'s, `owner` included (the module
+/// gains it with OWNER, issue 36), sorted.
+pub fn library_get_fields() -> Vec<&'static str> {
+    let mut names = GET_FIELDS.to_vec();
+    if !names.contains(&"owner") {
+        names.push("owner");
+    }
+    names.sort();
+    names
+}
+
+/// idem_get's reply as fields. The library's RESP2 array comes in another
+/// order (docs/functions.md), so order is not checked.
 pub fn get_fields_any_order(v: Value) -> Option<Fields> {
+    let expected = library_get_fields();
     let pairs: Vec<(Value, Value)> = match v {
         Value::Nil => return None,
         Value::Array(items) => {
-            assert_eq!(items.len(), 18, "GET: expected 9 field/value pairs, got {items:?}");
+            assert_eq!(items.len(), 2 * expected.len(), "GET: expected field/value pairs, got {items:?}");
             items.chunks(2).map(|p| (p[0].clone(), p[1].clone())).collect()
         }
         Value::Map(pairs) => pairs,
@@ -92,8 +104,6 @@ pub fn get_fields_any_order(v: Value) -> Option<Fields> {
     }
     let mut names: Vec<&str> = fields.keys().map(String::as_str).collect();
     names.sort();
-    let mut expected = GET_FIELDS.to_vec();
-    expected.sort();
     assert_eq!(names, expected, "GET field names");
     Some(fields)
 }
