@@ -1,15 +1,17 @@
 """The Functions edition (functions/idem.lua) against an earlier version of
 itself: server time per message and bytes per record (issue 37, item 4).
 
-Each side is loaded in turn into one redis-server without the module
-(FUNCTION LOAD REPLACE), rounds alternating, so both sides share the
-server and the moment. Per round and side:
+Both sides are loaded at once into one redis-server without the module,
+each under its own names (before_claim, after_claim, ...). Per round:
 
-- claim + done: N new keys claimed in pipelines of 16, then completed;
-  server time from INFO commandstats (`cmdstat_fcall` usec, reset before
-  each phase), and server CPU from /proc for the whole run;
-- memory: MEMORY USAGE of one record of each kind, and the growth of
-  used_memory over RECORDS keys of 36 characters.
+- claim + done: the sides take turns every 512 messages (new keys claimed
+  in pipelines of 16, then completed), so that both meet the same load on
+  a shared machine; server time from INFO commandstats (`cmdstat_fcall`
+  usec) and server CPU from INFO cpu (used_cpu_user + used_cpu_sys), read
+  before and after each turn. Each ratio is the median of the rounds'.
+- memory (once, one side after the other): MEMORY USAGE of one record of
+  each kind, and the growth of used_memory over RECORDS keys of 36
+  characters.
 
 With --instructions, each side instead runs alone in a redis-server under
 callgrind (as bench/instructions.py runs the module's commands): exact
@@ -59,9 +61,11 @@ class Server:
         fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
-    def fcall_usec(self):
-        stats = self.client.info("commandstats").get("cmdstat_fcall", {})
-        return stats.get("usec", 0), stats.get("calls", 0)
+    def usage(self):
+        """(FCALL's server time in us, the server's CPU in us) so far."""
+        info = self.client.execute_command("INFO", "commandstats", "cpu")
+        return (info.get("cmdstat_fcall", {}).get("usec", 0),
+                (info["used_cpu_user"] + info["used_cpu_sys"]) * 1e6)
 
     def used_memory(self):
         self.client.connection_pool.disconnect()
@@ -87,22 +91,32 @@ def pipelined(client, commands):
     return replies
 
 
-def claim_done(server, messages, claim_opts=(), done_opts=()):
-    """(claim us, done us) of server time per message, and CPU us per message."""
+CHUNK = 512
+
+
+def renamed(source, name):
+    """A library source under another name, its functions name_claim, ..."""
+    return source.replace("#!lua name=idem", f"#!lua name={name}", 1).replace("'idem_", f"'{name}_")
+
+
+def claim_done(server, names, messages, claim_opts=(), done_opts=()):
+    """Per side: (claim us, done us) of server time, and server CPU us, per
+    message, the sides taking turns every CHUNK messages."""
     client = server.client
     client.flushall()
-    keys = [key36("m", n) for n in range(messages)]
-    cpu = server.cpu_seconds()
-    client.config_resetstat()
-    replies = pipelined(client, [("FCALL", "idem_claim", 1, k, 60, *claim_opts) for k in keys])
-    claim_usec, calls = server.fcall_usec()
-    assert calls == messages and all(r[0] == b"NEW" for r in replies), replies[:3]
-    client.config_resetstat()
-    replies = pipelined(client, [("FCALL", "idem_done", 1, k, r[1], *done_opts) for k, r in zip(keys, replies)])
-    done_usec, calls = server.fcall_usec()
-    assert calls == messages and all(r == 1 for r in replies), replies[:3]
-    cpu = server.cpu_seconds() - cpu
-    return claim_usec / messages, done_usec / messages, cpu / (2 * messages) * 1e6
+    totals = {name: [0.0, 0.0, 0.0] for name in names}
+    for turn, start in enumerate(range(0, messages, CHUNK)):
+        for name in names if turn % 2 == 0 else names[::-1]:
+            keys = [key36(name[0], n) for n in range(start, min(start + CHUNK, messages))]
+            time0, cpu0 = server.usage()
+            replies = pipelined(client, [("FCALL", f"{name}_claim", 1, k, 60, *claim_opts) for k in keys])
+            time1, _ = server.usage()
+            done = pipelined(client, [("FCALL", f"{name}_done", 1, k, r[1], *done_opts) for k, r in zip(keys, replies)])
+            time2, cpu2 = server.usage()
+            assert all(r[0] == b"NEW" for r in replies) and all(r == 1 for r in done), (replies[:2], done[:2])
+            for i, value in enumerate((time1 - time0, time2 - time1, cpu2 - cpu0)):
+                totals[name][i] += value
+    return {name: (claim / messages, done / messages, cpu / messages) for name, (claim, done, cpu) in totals.items()}
 
 
 def memory_usage(server):
@@ -145,90 +159,122 @@ def memory_growth(server, records):
     return rows
 
 
-# What a profile's rows are grouped by: the Lua interpreter, the commands a
-# function runs (each as redis.call reaches it), and the server around it.
-PROFILE_ROWS = [
-    ("FCALL, whole", "fcallCommand"),
-    ("redis.call, whole (commands and their conversions)", "luaRedisGenericCommand"),
-    ("  TIME", "timeCommand"),
-    ("  SET", "setCommand"),
-    ("  GET", "getCommand"),
-    ("  Lua reply -> RESP", "luaReplyToRedisReply"),
-    ("redis.sha1hex", "luaRedisSha1hexCommand"),
-    ("struct.pack / unpack", ("b_pack", "b_unpack")),
-    ("string.find / gsub", ("str_find", "str_gsub")),
-    ("Lua garbage collector", "luaC_step"),
-]
+# Probes: functions that each do one piece of what idem_claim and idem_done
+# do, so that a callgrind count splits a call into the server's fixed
+# costs and the library's own Lua (Debian's redis-server is stripped: its
+# Lua and scripting code have no function names to attribute by).
+PROBES = """#!lua name=idem_probe
+local far = 9000000000000
+redis.register_function('probe_empty', function() return 1 end)
+redis.register_function('probe_time', function() redis.call('TIME') return 1 end)
+local claimed = '%s'
+local done = '%s'
+local token = '%s'
+redis.register_function('probe_set_nx_get', function(keys)
+  redis.pcall('SET', keys[1], claimed, 'NX', 'GET', 'PXAT', far) return 1 end)
+redis.register_function('probe_reply', function() return { { ok = 'NEW' }, token, 1 } end)
+redis.register_function('probe_get', function(keys) redis.pcall('GET', keys[1]) return 1 end)
+redis.register_function('probe_set', function(keys) redis.call('SET', keys[1], done, 'PXAT', far) return 1 end)
+""" % ("c" * 56, "d" * 24, "t" * 32)
+# Each call's pieces: (row, probe, on keys that exist), and what the probe
+# counts beyond an empty function.
+CLAIM_PIECES = [("TIME", "probe_time"), ("SET ... NX GET PXAT (a new key, 56 bytes)", "probe_set_nx_get"),
+                ("the reply [NEW, token, 1]", "probe_reply")]
+DONE_PIECES = [("TIME", "probe_time"), ("GET", "probe_get"), ("SET ... PXAT (over the record, 24 bytes)", "probe_set")]
+OWN_LUA = {"idem_claim": "the library's own Lua (arguments, token, the record's encoding)",
+           "idem_done": "the library's own Lua (arguments, the record's checks and decoding, encoding)"}
 
 
-def callgrind_profile(source, messages, binary):
-    """Instructions per idem_claim and per idem_done (new keys, pipelines
-    of 16), and each phase's inclusive costs per call."""
-    from instructions import fixed_seed, inclusive_costs
+class Callgrind:
+    """A redis-server under callgrind, counting what runs between count() calls."""
 
-    port = free_port()
-    workdir = Path(tempfile.mkdtemp(prefix="idem-fcallgrind-"))
-    out = workdir / "callgrind.out"
-    process = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p", binary, "--port", str(port),
-         "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(workdir)],
-        env={**os.environ, "LD_PRELOAD": str(fixed_seed())}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = redis.Redis(port=port)
-    for _ in range(300):
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.2)
-    control = lambda flag: subprocess.run(["callgrind_control", flag, str(process.pid)], check=True,
-                                          capture_output=True)
+    def __init__(self, binary):
+        from instructions import fixed_seed, inclusive_costs
+
+        self.inclusive_costs = inclusive_costs
+        self.port = free_port()
+        self.workdir = Path(tempfile.mkdtemp(prefix="idem-fcallgrind-"))
+        self.process = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={self.workdir}/callgrind.out.%p", binary,
+             "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.workdir)],
+            env={**os.environ, "LD_PRELOAD": str(fixed_seed())}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.client = redis.Redis(port=self.port)
+        self.dumps = 0
+        for _ in range(300):
+            try:
+                self.client.ping()
+                return
+            except redis.ConnectionError:
+                time.sleep(0.2)
+
+    def count(self, commands):
+        """Runs `commands` in pipelines of 16; (instructions per command
+        with serverCron left out, the replies)."""
+        control = lambda flag: subprocess.run(["callgrind_control", flag, str(self.process.pid)], check=True,
+                                              capture_output=True)
+        control("-z")
+        replies = pipelined(self.client, commands)
+        control("-d")
+        self.dumps += 1
+        total, costs = self.inclusive_costs(self.workdir / f"callgrind.out.{self.process.pid}.{self.dumps}")
+        return (total - costs.get("serverCron", 0)) / len(commands), replies
+
+    def close(self):
+        self.client.connection_pool.disconnect()
+        subprocess.run(["redis-cli", "-p", str(self.port), "SHUTDOWN", "NOSAVE"], capture_output=True)
+        self.process.wait()
+
+
+def callgrind_profile(sides, messages, binary):
+    """Per side, instructions per idem_claim and idem_done on new keys;
+    and the probes' counts."""
+    server = Callgrind(binary)
+    keys = [key36("m", n) for n in range(messages)]
+    c = server.client
     try:
-        client.execute_command("FUNCTION", "LOAD", "REPLACE", source)
-        phases = {}
-        for counted in (False, True):
-            client.flushall()
-            keys = [key36("m", n) for n in range(messages)]
-            claims = [("FCALL", "idem_claim", 1, k, 60) for k in keys]
-            if counted:
-                control("-z")
-            replies = pipelined(client, claims)
-            if counted:
-                control("-d")
-                phases["idem_claim"] = out
-            dones = [("FCALL", "idem_done", 1, k, r[1]) for k, r in zip(keys, replies)]
-            if counted:
-                control("-z")
-            pipelined(client, dones)
-            if counted:
-                control("-d")
-        dumps = sorted(workdir.glob(f"callgrind.out.{process.pid}.*"), key=lambda p: int(p.suffix[1:]))
-        result = {}
-        for name, dump in zip(("idem_claim", "idem_done"), dumps[-2:]):
-            total, costs = inclusive_costs(dump)
-            total -= costs.get("serverCron", 0)
-            rows = {label: sum(costs.get(f, 0) for f in ((fn,) if isinstance(fn, str) else fn)) / messages
-                    for label, fn in PROFILE_ROWS}
-            result[name] = (total / messages, rows)
-        return result
+        counts = {}
+        for name, source in sides.items():
+            c.execute_command("FUNCTION", "LOAD", "REPLACE", source)
+            for counted in (False, True):
+                c.flushall()
+                claim, replies = server.count([("FCALL", "idem_claim", 1, k, 60) for k in keys])
+                done, _ = server.count([("FCALL", "idem_done", 1, k, r[1]) for k, r in zip(keys, replies)])
+            counts[name] = {"idem_claim": claim, "idem_done": done}
+        c.execute_command("FUNCTION", "LOAD", "REPLACE", PROBES)
+        probes = {}
+        for probe in ["probe_empty"] + [p for _, p in CLAIM_PIECES + DONE_PIECES]:
+            for counted in (False, True):
+                c.flushall()
+                if probe in ("probe_get", "probe_set"):
+                    pipelined(c, [("SET", k, "x" * 56, "PXAT", 9000000000000) for k in keys])
+                probes[probe], _ = server.count([("FCALL", probe, 1, k) for k in keys])
+        return counts, probes
     finally:
-        client.connection_pool.disconnect()
-        subprocess.run(["redis-cli", "-p", str(port), "SHUTDOWN", "NOSAVE"], capture_output=True)
-        process.wait()
+        server.close()
 
 
 def instructions_report(sides, messages, binary):
-    profiles = {name: callgrind_profile(source, messages, binary) for name, source in sides.items()}
+    counts, probes = callgrind_profile(sides, messages, binary)
     names = list(sides)
     print(f"Instructions per call under callgrind ({messages:,} new keys, pipelines of 16, {binary})\n")
-    for function in ("idem_claim", "idem_done"):
-        print(f"| {function}: instructions per call | " + " | ".join(names) + " | after / before |")
-        print("|---|" + "---|" * (len(names) + 1))
-        before, after = (profiles[n][function] for n in names)
-        print(f"| all (serverCron left out) | {before[0]:,.0f} | {after[0]:,.0f} | {after[0] / before[0]:.2f} |")
-        for label, _ in PROFILE_ROWS:
-            b, a = before[1][label], after[1][label]
-            print(f"| {label} | {b:,.0f} | {a:,.0f} | {a / b if b else 0:.2f} |")
-        print()
+    print("| instructions per call | " + " | ".join(names) + " | after / before |")
+    print("|---|" + "---|" * (len(names) + 1))
+    rows = [("idem_claim", lambda f: counts[f]["idem_claim"]), ("idem_done", lambda f: counts[f]["idem_done"]),
+            ("claim + done", lambda f: counts[f]["idem_claim"] + counts[f]["idem_done"])]
+    for label, value in rows:
+        before, after = (value(n) for n in names)
+        print(f"| {label} | {before:,.0f} | {after:,.0f} | {after / before:.2f} |")
+    empty = probes["probe_empty"]
+    for function, pieces in (("idem_claim", CLAIM_PIECES), ("idem_done", DONE_PIECES)):
+        print(f"\n| where an {function} of `after` goes | instructions | share |")
+        print("|---|---|---|")
+        total = counts[names[-1]][function]
+        parts = [("FCALL of an empty function (dispatch, KEYS/ARGV, the Lua call)", empty)]
+        parts += [(label, probes[probe] - empty) for label, probe in pieces]
+        parts.append((OWN_LUA[function], total - sum(v for _, v in parts)))
+        for label, value in parts:
+            print(f"| {label} | {value:,.0f} | {value / total:.0%} |")
 
 
 def main():
@@ -249,34 +295,35 @@ def main():
         instructions_report(sides, min(args.messages, 5000), args.server)
         return
     server = Server(args.server)
-    runs = {name: [] for name in sides}
-    heavy = {name: [] for name in sides}
+    names = ["before", "after"]
+    titles = [f"before ({args.baseline})", "after"]
+    runs, heavy = [], []
     try:
+        for name, source in zip(names, sides.values()):
+            server.client.execute_command("FUNCTION", "LOAD", "REPLACE", renamed(source, name))
         for _ in range(args.rounds):
-            for name, source in sides.items():
-                server.client.execute_command("FUNCTION", "LOAD", "REPLACE", source)
-                runs[name].append(claim_done(server, args.messages))
-                heavy[name].append(claim_done(server, args.messages // 2, ("PAYLOAD", "p" * 64),
-                                              ("RESULT", "r" * 100)))
+            runs.append(claim_done(server, names, args.messages))
+            heavy.append(claim_done(server, names, args.messages // 2, ("PAYLOAD", "p" * 64), ("RESULT", "r" * 100)))
         memory = {}
+        server.client.execute_command("FUNCTION", "FLUSH")
         for name, source in sides.items():
             server.client.execute_command("FUNCTION", "LOAD", "REPLACE", source)
             memory[name] = {**memory_usage(server), **memory_growth(server, args.records)}
     finally:
         server.close()
-    names = list(sides)
-    print(f"Functions edition, {server.version}, median of {args.rounds} alternating rounds, "
-          f"{args.messages:,} messages a round, pipelines of {BATCH}\n")
-    print("| per message (us) | " + " | ".join(names) + " | after / before |")
+    print(f"Functions edition, {server.version}, {args.rounds} rounds of {args.messages:,} messages, the sides "
+          f"taking turns every {CHUNK}, pipelines of {BATCH}; medians\n")
+    print("| per message (us) | " + " | ".join(titles) + " | after / before |")
     print("|---|" + "---|" * (len(names) + 1))
     for label, table in (("", runs), (", PAYLOAD 64 B + RESULT 100 B", heavy)):
         for what, pick in (("idem_claim server time", lambda r: r[0]), ("idem_done server time", lambda r: r[1]),
                            ("claim + done server time", lambda r: r[0] + r[1]),
-                           ("server CPU, claim or done", lambda r: r[2])):
-            values = {n: [pick(r) for r in table[n]] for n in names}
-            ratio = statistics.median(a / b for a, b in zip(values[names[1]], values[names[0]]))
+                           ("claim + done server CPU", lambda r: r[2])):
+            values = {n: [pick(r[n]) for r in table] for n in names}
+            ratio = statistics.median(a / b for a, b in zip(values["after"], values["before"]))
             print(f"| {what}{label} | " + " | ".join(f"{statistics.median(values[n]):.2f}" for n in names)
                   + f" | {ratio:.2f} |")
+    names = list(sides)
     print(f"\n| bytes per record (keys of 36 characters; used_memory over {args.records:,} keys) | "
           + " | ".join(names) + " | after / before |")
     print("|---|" + "---|" * (len(names) + 1))

@@ -443,10 +443,10 @@ local function done(keys, argv)
   end
   if record.phase == 'd' then return 0 end
   if not holds(token, record.token) then return STALE_DONE end
-  write(key, {
-    phase = 'd', attempt = record.attempt, claimed = record.claimed, at = now, fp = record.fp, base = record.base,
-    result = result,
-  }, expire_at)
+  -- Done: attempt, claim time, fingerprint and tries base kept.
+  record.phase, record.at, record.result = 'd', now, result
+  record.token, record.extended, record.owner = nil, nil, nil
+  write(key, record, expire_at)
   return 1
 end
 
