@@ -55,7 +55,8 @@ class Server:
                 break
             except redis.ConnectionError:
                 time.sleep(0.05)
-        self.version = self.client.info("server").get("redis_version")
+        info = self.client.info("server")
+        self.version = f"Valkey {info['valkey_version']}" if "valkey_version" in info else f"Redis {info['redis_version']}"
 
     def cpu_seconds(self):
         fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -324,7 +325,7 @@ def main():
             print(f"| {what}{label} | " + " | ".join(f"{statistics.median(values[n]):.2f}" for n in names)
                   + f" | {ratio:.2f} |")
     names = list(sides)
-    print(f"\n| bytes per record (keys of 36 characters; used_memory over {args.records:,} keys) | "
+    print(f"\n| bytes per record, keys of 36 characters: MEMORY USAGE, or used_memory growth over {args.records:,} keys | "
           + " | ".join(names) + " | after / before |")
     print("|---|" + "---|" * (len(names) + 1))
     for what in memory[names[0]]:
