@@ -32,50 +32,42 @@ from pathlib import Path
 
 import redis
 
-from harness import CLOCK_TICKS, ROOT, free_port
+import harness
+from harness import ROOT, free_port
 
 BATCH = 16
 # The hash-record library, as main held it before the packed record.
 BASELINE_REV = "0caf7dd"
 
 
-class Server:
-    """A redis-server without the module."""
+class Server(harness.Server):
+    """A redis-server without the module (`wrapper`: a command to run it
+    under, as valgrind)."""
 
-    def __init__(self, binary):
+    def __init__(self, binary, wrapper=(), env=None, wait=10, workdir=None):
         self.port = free_port()
-        self.dir = tempfile.mkdtemp(prefix="idem-fbench-")
+        self.dir = workdir or tempfile.mkdtemp(prefix="idem-fbench-")
         self.process = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
-             "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [*wrapper, binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
+             "--appendonly", "no"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.client = redis.Redis(port=self.port)
-        for _ in range(200):
+        started = time.monotonic()
+        while True:
             try:
                 self.client.ping()
                 break
             except redis.ConnectionError:
+                if time.monotonic() - started > wait:
+                    raise SystemExit(f"{binary} did not start")
                 time.sleep(0.05)
         info = self.client.info("server")
         self.version = f"Valkey {info['valkey_version']}" if "valkey_version" in info else f"Redis {info['redis_version']}"
-
-    def cpu_seconds(self):
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
     def usage(self):
         """(FCALL's server time in us, the server's CPU in us) so far."""
         info = self.client.execute_command("INFO", "commandstats", "cpu")
         return (info.get("cmdstat_fcall", {}).get("usec", 0),
                 (info["used_cpu_user"] + info["used_cpu_sys"]) * 1e6)
-
-    def used_memory(self):
-        self.client.connection_pool.disconnect()
-        time.sleep(0.1)
-        return redis.Redis(port=self.port).info("memory")["used_memory"]
-
-    def close(self):
-        self.process.terminate()
-        self.process.wait()
 
 
 def key36(prefix, n):
@@ -177,8 +169,8 @@ redis.register_function('probe_reply', function() return { { ok = 'NEW' }, token
 redis.register_function('probe_get', function(keys) redis.pcall('GET', keys[1]) return 1 end)
 redis.register_function('probe_set', function(keys) redis.call('SET', keys[1], done, 'PXAT', far) return 1 end)
 """ % ("c" * 56, "d" * 24, "t" * 32)
-# Each call's pieces: (row, probe, on keys that exist), and what the probe
-# counts beyond an empty function.
+# Each call's pieces: (row, the probe that does it alone); a piece costs
+# what its probe counts beyond an empty function.
 CLAIM_PIECES = [("TIME", "probe_time"), ("SET ... NX GET PXAT (a new key, 56 bytes)", "probe_set_nx_get"),
                 ("the reply [NEW, token, 1]", "probe_reply")]
 DONE_PIECES = [("TIME", "probe_time"), ("GET", "probe_get"), ("SET ... PXAT (over the record, 24 bytes)", "probe_set")]
@@ -186,28 +178,18 @@ OWN_LUA = {"idem_claim": "the library's own Lua (arguments, token, the record's 
            "idem_done": "the library's own Lua (arguments, the record's checks and decoding, encoding)"}
 
 
-class Callgrind:
+class Callgrind(Server):
     """A redis-server under callgrind, counting what runs between count() calls."""
 
     def __init__(self, binary):
         from instructions import fixed_seed, inclusive_costs
 
         self.inclusive_costs = inclusive_costs
-        self.port = free_port()
-        self.workdir = Path(tempfile.mkdtemp(prefix="idem-fcallgrind-"))
-        self.process = subprocess.Popen(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={self.workdir}/callgrind.out.%p", binary,
-             "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir)],
-            env={**os.environ, "LD_PRELOAD": str(fixed_seed())}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.client = redis.Redis(port=self.port)
         self.dumps = 0
-        for _ in range(300):
-            try:
-                self.client.ping()
-                return
-            except redis.ConnectionError:
-                time.sleep(0.2)
+        workdir = tempfile.mkdtemp(prefix="idem-fcallgrind-")
+        self.out = Path(workdir) / "callgrind.out"
+        super().__init__(binary, wrapper=("valgrind", "--tool=callgrind", f"--callgrind-out-file={self.out}.%p"),
+                         env={**os.environ, "LD_PRELOAD": str(fixed_seed())}, wait=60, workdir=workdir)
 
     def count(self, commands):
         """Runs `commands` in pipelines of 16; (instructions per command
@@ -218,13 +200,8 @@ class Callgrind:
         replies = pipelined(self.client, commands)
         control("-d")
         self.dumps += 1
-        total, costs = self.inclusive_costs(self.workdir / f"callgrind.out.{self.process.pid}.{self.dumps}")
+        total, costs = self.inclusive_costs(Path(f"{self.out}.{self.process.pid}.{self.dumps}"))
         return (total - costs.get("serverCron", 0)) / len(commands), replies
-
-    def close(self):
-        self.client.connection_pool.disconnect()
-        subprocess.run(["redis-cli", "-p", str(self.port), "SHUTDOWN", "NOSAVE"], capture_output=True)
-        self.process.wait()
 
 
 def callgrind_profile(sides, messages, binary):
