@@ -115,6 +115,8 @@ fn hash_records_still_answer_and_are_packed_when_written() {
     for key in keys {
         assert!(is_hash(&mut con, key), "{key}: a refusal converted it");
     }
+    assert_eq!(fint(&mut con, "idem_extend", "processing", (&processing, 900)), Ok(1));
+    assert!(matches!(stored(&mut con, "processing"), Stored::String(_)), "EXTEND packs it");
     assert_eq!(fint(&mut con, "idem_done", "processing", &processing), Ok(1));
     assert_eq!(fint(&mut con, "idem_release", "extended", &extended), Ok(1));
     let (status, _, attempt) = claim(&mut con, "expired", &["OWNER", "w"]);
