@@ -59,8 +59,8 @@ fn init(context: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     // Without it a crafted RESTORE payload can crash the server; with it a
-    // failed read makes the load fail with an error.
-    context.set_module_options(redis_module::ModuleOptions::HANDLE_IO_ERRORS);
+    // failed read makes the load fail with an error (host::options).
+    host::options::declare(ctx);
     // Absolute expiry arrived in 7.0.5; older servers cannot keep records
     // exact across replicas, so refuse to load rather than drift. The gate
     // is the API function, not a version number.
@@ -121,11 +121,13 @@ fn log_loaded(context: &Context) {
     context.log_notice(&format!(
         "redis-idem {} loaded. {SUPPORTED} This server: ACL categories on commands \
          (SetCommandACLCategories): {}; the @idem category (AddACLCategory): {}; \
-         blocking on keys with flags (BlockClientOnKeysWithFlags): {}.",
+         blocking on keys with flags (BlockClientOnKeysWithFlags): {}; reading keys \
+         without effects (OPEN_KEY_NOEFFECTS): {}.",
         env!("CARGO_PKG_VERSION"),
         has(features.command_acl_categories),
         has(features.module_acl_category),
         has(features.block_on_keys_with_flags),
+        has(host::access::has_no_effects_mode()),
     ));
 }
 

@@ -167,7 +167,7 @@ impl<'call> Ctx<'call> {
     }
 
     /// Runs `use_name` on a Redis string holding `name`, freed after.
-    pub(super) fn with_key_name<R>(self, name: &[u8], use_name: impl FnOnce(Arg<'_>) -> R) -> R {
+    pub fn with_key_name<R>(self, name: &[u8], use_name: impl FnOnce(Arg<'_>) -> R) -> R {
         let (ptr, len) = c_bytes(name);
         // SAFETY: a live context and a buffer of `len` bytes, which Redis
         // copies.

@@ -1,0 +1,50 @@
+//! The module's options (`RedisModule_SetModuleOptions`): what it declares
+//! it handles, set once at load, and kept here so that a moment without
+//! implicit "key modified" signals can restore them after.
+
+use std::cell::Cell;
+use std::ffi::c_int;
+
+use redis_module::raw;
+
+use super::api;
+use super::context::Ctx;
+
+thread_local! {
+    /// The options set at load; the server calls modules on its main
+    /// thread only.
+    static DECLARED: Cell<c_int> = const { Cell::new(0) };
+}
+
+/// Declares, at load, what the module handles: `HANDLE_IO_ERRORS`, a
+/// failed read of a payload is an error, never an abort (a crafted
+/// `RESTORE` payload would crash the server otherwise).
+pub fn declare(ctx: Ctx<'_>) {
+    let options = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int;
+    set(ctx, options);
+    DECLARED.set(options);
+}
+
+fn set(ctx: Ctx<'_>, options: c_int) {
+    // SAFETY: a live context of this module; Redis stores the bits.
+    unsafe { api!(RedisModule_SetModuleOptions)(ctx.as_ptr(), options) };
+}
+
+/// While it lives, closing a key opened for writing does not signal it as
+/// modified (no `WATCH` fails, no client-side cache is told), as with
+/// `REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED`; the declared options
+/// come back when it is dropped, before the command returns.
+pub(super) struct WithoutImplicitSignals<'call> {
+    ctx: Ctx<'call>,
+}
+
+pub(super) fn without_implicit_signals(ctx: Ctx<'_>) -> WithoutImplicitSignals<'_> {
+    set(ctx, DECLARED.get() | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int);
+    WithoutImplicitSignals { ctx }
+}
+
+impl Drop for WithoutImplicitSignals<'_> {
+    fn drop(&mut self) {
+        set(self.ctx, DECLARED.get());
+    }
+}
