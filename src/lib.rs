@@ -26,8 +26,8 @@ pub mod metrics;
 pub mod record;
 
 use redis_module::configuration::{
-    ConfigurationFlags, get_i64_default_config_value, get_string_default_config_value, register_i64_configuration,
-    register_string_configuration,
+    ConfigurationFlags, get_bool_default_config_value, get_i64_default_config_value, get_string_default_config_value,
+    register_bool_configuration, register_i64_configuration, register_string_configuration,
 };
 use redis_module::{Context, RedisString, Status, redis_module};
 
@@ -58,8 +58,8 @@ fn init(context: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&format!("redis-idem: {message}"));
         return Status::Err;
     }
-    // Without it a crafted RESTORE payload can crash the server; with it a
-    // failed read makes the load fail with an error (host::options).
+    // IO errors (a crafted RESTORE payload) and async loading of a full
+    // sync: see host::options.
     host::options::declare(ctx);
     // Absolute expiry arrived in 7.0.5; older servers cannot keep records
     // exact across replicas, so refuse to load rather than drift. The gate
@@ -82,7 +82,7 @@ fn init(context: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&message);
         return Status::Err;
     }
-    if let Err(message) = host::owed::start(ctx) {
+    if let Err(message) = host::owed::start(ctx, config::wait_hooks_at_load()) {
         ctx.log_warning(&message);
         return Status::Err;
     }
@@ -106,6 +106,17 @@ fn register_configs(context: &Context, args: &[RedisString]) -> Result<(), Strin
         .map_err(|e| e.to_string())?;
     let flags = ConfigurationFlags::DEFAULT;
     register_string_configuration(context, "bf-error-rate", &config::BF_ERROR_RATE, error_rate, flags, None);
+    let hooks =
+        get_bool_default_config_value(args, config::WAIT_HOOKS_AT_LOAD_NAME, false).map_err(|e| e.to_string())?;
+    let immutable = ConfigurationFlags::IMMUTABLE;
+    register_bool_configuration(
+        context,
+        config::WAIT_HOOKS_AT_LOAD_NAME,
+        &config::WAIT_HOOKS_AT_LOAD,
+        hooks,
+        immutable,
+        None,
+    );
     Ctx::of(context).load_configs()
 }
 

@@ -60,7 +60,8 @@ impl<'call> Ctx<'call> {
     /// own initiative (the sweeper).
     pub fn is_writable_primary(self) -> bool {
         let flags = self.flags();
-        flags & raw::REDISMODULE_CTX_FLAGS_MASTER != 0 && flags & raw::REDISMODULE_CTX_FLAGS_LOADING == 0
+        let loading = raw::REDISMODULE_CTX_FLAGS_LOADING | raw::REDISMODULE_CTX_FLAGS_ASYNC_LOADING;
+        flags & raw::REDISMODULE_CTX_FLAGS_MASTER != 0 && flags & loading == 0
     }
 
     /// Writes may not happen now: clients are paused for writes (`CLIENT

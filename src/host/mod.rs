@@ -22,7 +22,8 @@
 //! - [`info`]: the `INFO idem` section.
 //! - [`access`]: the caller's ACL key permissions, and reading a key
 //!   without a trace (`IDEM.SCAN`).
-//! - [`options`]: what the module declares it handles.
+//! - [`options`]: what the module declares it handles (async loading of
+//!   a full sync).
 //!
 //! The crate's convenience layer (`decode_args`, `RedisValue` replies, a
 //! `String` per replicated argument) costs 0.3-0.4 us per command on a

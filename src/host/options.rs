@@ -16,11 +16,15 @@ thread_local! {
     static DECLARED: Cell<c_int> = const { Cell::new(0) };
 }
 
-/// Declares, at load, what the module handles: `HANDLE_IO_ERRORS`, a
-/// failed read of a payload is an error, never an abort (a crafted
-/// `RESTORE` payload would crash the server otherwise).
+/// Declares, at load, what the module handles:
+/// - `HANDLE_IO_ERRORS`: a failed read of a payload is an error, never an
+///   abort (a crafted `RESTORE` payload would crash the server otherwise);
+/// - `HANDLE_REPL_ASYNC_LOAD`: a replica with `repl-diskless-load swapdb`
+///   loads a full sync into a temporary database while the old one serves
+///   (see `owed::start`, which wakes what the swap changed).
 pub fn declare(ctx: Ctx<'_>) {
-    let options = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int;
+    let options =
+        (raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD) as c_int;
     set(ctx, options);
     DECLARED.set(options);
 }
