@@ -58,9 +58,9 @@ fn init(context: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&format!("redis-idem: {message}"));
         return Status::Err;
     }
-    // IO errors (a crafted RESTORE payload) and async loading of a full
-    // sync: see host::options.
-    host::options::declare(ctx);
+    // IO errors (a crafted RESTORE payload), async loading of a full sync,
+    // and on Valkey atomic slot migration: see host::options.
+    let atomic_slot_migration = host::options::declare(ctx);
     // Absolute expiry arrived in 7.0.5; older servers cannot keep records
     // exact across replicas, so refuse to load rather than drift. The gate
     // is the API function, not a version number.
@@ -89,7 +89,7 @@ fn init(context: &Context, args: &[RedisString]) -> Status {
     warn_if_records_can_be_evicted(ctx);
     bloom::sweeper::start(ctx);
     host::info::register(ctx, metrics::fields);
-    log_loaded(context);
+    log_loaded(context, atomic_slot_migration);
     Status::Ok
 }
 
@@ -126,19 +126,20 @@ const SUPPORTED: &str = "redis-idem supports Redis 7.0.5+ and Valkey 8+ \
 
 /// Says, once at load, which optional API features this server has: what
 /// differs between servers is read from there, not from a version.
-fn log_loaded(context: &Context) {
+fn log_loaded(context: &Context, atomic_slot_migration: bool) {
     let features = host::api_features();
     let has = |present: bool| if present { "yes" } else { "no" };
     context.log_notice(&format!(
         "redis-idem {} loaded. {SUPPORTED} This server: ACL categories on commands \
          (SetCommandACLCategories): {}; the @idem category (AddACLCategory): {}; \
          blocking on keys with flags (BlockClientOnKeysWithFlags): {}; reading keys \
-         without effects (OPEN_KEY_NOEFFECTS): {}.",
+         without effects (OPEN_KEY_NOEFFECTS): {}; Valkey's atomic slot migration declared: {}.",
         env!("CARGO_PKG_VERSION"),
         has(features.command_acl_categories),
         has(features.module_acl_category),
         has(features.block_on_keys_with_flags),
         has(host::access::has_no_effects_mode()),
+        has(atomic_slot_migration),
     ));
 }
 

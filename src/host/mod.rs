@@ -23,7 +23,7 @@
 //! - [`access`]: the caller's ACL key permissions, and reading a key
 //!   without a trace (`IDEM.SCAN`).
 //! - [`options`]: what the module declares it handles (async loading of
-//!   a full sync).
+//!   a full sync, Valkey's atomic slot migration).
 //!
 //! The crate's convenience layer (`decode_args`, `RedisValue` replies, a
 //! `String` per replicated argument) costs 0.3-0.4 us per command on a

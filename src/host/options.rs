@@ -10,6 +10,14 @@ use redis_module::raw;
 use super::api;
 use super::context::Ctx;
 
+/// Valkey's `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (`1 << 5` in
+/// valkeymodule.h): the module bears `CLUSTER MIGRATESLOTS`. The
+/// `redis-module` crate (built on Redis's header) has no constant for it,
+/// and Redis assigns its own option bits (Redis 8.4 has an atomic slot
+/// migration of its own), so it is set only on a server that says it is
+/// Valkey.
+const VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
+
 thread_local! {
     /// The options set at load; the server calls modules on its main
     /// thread only.
@@ -21,12 +29,23 @@ thread_local! {
 ///   abort (a crafted `RESTORE` payload would crash the server otherwise);
 /// - `HANDLE_REPL_ASYNC_LOAD`: a replica with `repl-diskless-load swapdb`
 ///   loads a full sync into a temporary database while the old one serves
-///   (see `owed::start`, which wakes what the swap changed).
-pub fn declare(ctx: Ctx<'_>) {
-    let options =
+///   (see `owed::start`, which wakes what the swap changed);
+/// - on Valkey, atomic slot migration (`CLUSTER MIGRATESLOTS`): keys
+///   arrive on the target as `IDEM.APPLY` / `IDEM.BF.LOAD` from the
+///   source's slot-migration link, which the server runs as it runs its
+///   primary's stream (see `Ctx::require_primary_or_aof`).
+///
+/// Returns whether atomic slot migration was declared.
+pub fn declare(ctx: Ctx<'_>) -> bool {
+    let mut options =
         (raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD) as c_int;
+    let valkey = ctx.is_valkey();
+    if valkey {
+        options |= VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION;
+    }
     set(ctx, options);
     DECLARED.set(options);
+    valkey
 }
 
 fn set(ctx: Ctx<'_>, options: c_int) {
