@@ -24,6 +24,8 @@
 #   make bench-wait   IDEM.CLAIM WAIT against polling alone -> bench/results/wait.md
 #   make bench-batch  the batch commands against single commands -> bench/results/batch.md
 #   make bench-sweep  the Bloom filters at every volume alone -> bench/results/sweep.md
+#   make bench-wait-hooks   what Redis 7.0's wake-up hooks cost other writes
+#               after the first WAIT (docs/operations.md, Waiters)
 #   make bench-instructions [BASELINE=old.so]  instructions per command under
 #               callgrind; with BASELINE, every IDEM command old vs new
 #   make demo   the example consumer (examples/consumer/) under injected faults
@@ -42,7 +44,7 @@ RUNDIR := tmp
 # sudo only when not root and sudo exists.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
-.PHONY: deps build lint test test-prometheus test-rust test-redis-suite test-clients test-redis8 test-valkey run load-functions bench bench-batch bench-wait bench-sweep bench-instructions fuzz-smoke fuzz clean
+.PHONY: deps build lint test test-prometheus test-rust test-redis-suite test-clients test-redis8 test-valkey run load-functions bench bench-batch bench-wait bench-wait-hooks bench-sweep bench-instructions fuzz-smoke fuzz clean
 
 deps:
 	@missing=""; \
@@ -218,6 +220,12 @@ bench-batch: deps build
 bench-wait: deps build
 	$(call bench-venv,redis)
 	cd bench && ../$(BENCH_VENV)/bin/python wait.py
+
+# Server time per call of SET, LPUSH, HSET, INCR on Redis 7.0 with the module,
+# before and after the first WAIT (armed: wait-hooks-at-load yes), side by
+# side (about a minute; Debian's redis-server and redis-benchmark).
+bench-wait-hooks: deps build
+	python3 bench/wait_hooks.py --module $(MODULE) --rounds 9
 
 # The filters' volume sweep alone (issue 13), into bench/results/sweep.md.
 bench-sweep: deps build
