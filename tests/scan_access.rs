@@ -209,3 +209,32 @@ fn a_walk_breaks_no_watch() {
     let exec: Option<Vec<String>> = redis::cmd("EXEC").query(&mut con).unwrap();
     assert_eq!(exec, Some(vec!["OK".to_string()]), "a walk made a WATCHed transaction fail");
 }
+
+/// Keys that expire while writes are paused (`CLIENT PAUSE WRITE`, a
+/// replica and an AOF attached): a walk in the pause reads them without
+/// deleting them (which would propagate, and abort the server in a pause),
+/// lists none of them, and after the pause the replica equals the primary.
+#[test]
+fn a_walk_during_a_write_pause_lists_no_expired_record_and_writes_nothing() {
+    let mut primary = Server::with_args(&[], &common::server::aof_args());
+    let replica = Server::start();
+    replica.replicaof(&primary);
+    let mut con = primary.conn();
+    for i in 0..20 {
+        assert_eq!(once(&mut con, &format!("short:{i}"), 600), 1);
+        let _: i64 = redis::cmd("PEXPIRE").arg(format!("short:{i}")).arg(300).query(&mut con).unwrap();
+    }
+    assert_eq!(once(&mut con, "long", 600), 1);
+    wait_replicas(&mut con, 1);
+    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(1500).arg("WRITE").query(&mut con).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    for server in [&primary, &replica] {
+        assert_eq!(scan_all(&mut server.conn(), &["COUNT", "5"]), Ok(set(&["long"])));
+    }
+    primary.assert_alive();
+    std::thread::sleep(Duration::from_millis(1200));
+    let _: () = redis::cmd("SET").arg("after-pause").arg(1).query(&mut con).unwrap();
+    wait_replicas(&mut con, 1);
+    assert_eq!(common::commands::digest(&mut con), common::commands::digest(&mut replica.conn()));
+    primary.assert_alive();
+}
