@@ -12,9 +12,7 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
-use common::cluster::{
-    Cluster, assert_same_moved_filter, assert_same_moved_record, key_slot, tag_where, timed_snapshot, wait_until,
-};
+use common::cluster::{Cluster, assert_same_moved_record, key_slot, tag_where, timed_snapshot, wait_until};
 use common::commands::{claim, claim_new, digest_value, done, get_fields, release};
 use common::fixtures::{NONE, check_fixture_tokens, filter_snap, populate};
 use common::reply::{as_token, f_int, f_str};
@@ -168,9 +166,16 @@ fn migrateslots_moves_records_filters_and_waiters() {
     }
     assert_same_moved_record(&streamed_before, &timed_snapshot(&mut tc, &streamed), 300, 0, "streamed");
     assert_same_moved_record(&lapsed_before, &timed_snapshot(&mut tc, &lapsing), 300, 0, "claimed by a waiter");
+    // The filter as it was, plus the item added while the slot streamed.
     let filter_after = filter_snap(&mut tc, &seen, &probes);
-    assert_eq!(filter_after.info.as_ref().map(|i| i.items), filter_before.info.as_ref().map(|i| i.items + 1));
+    let (b, a) = (filter_before.info.clone().unwrap(), filter_after.info.clone().unwrap());
+    assert_eq!(
+        (a.error_rate, a.capacity, a.window, a.shard, a.expansion),
+        (b.error_rate, b.capacity, b.window, b.shard, b.expansion)
+    );
+    assert_eq!((a.items, a.starts()), (b.items + 1, b.starts()), "IDEM.BF.INFO {seen}");
     assert_eq!(filter_after.answers, filter_before.answers, "IDEM.BF.MEXISTS {seen}");
+    assert_eq!(filter_after.pexpiretime, filter_before.pexpiretime, "PEXPIRETIME {seen}");
     let streamed_item: i64 = redis::cmd("IDEM.BF.EXISTS").arg(&seen).arg("streamed-item").query(&mut tc).unwrap();
     assert_eq!(streamed_item, 1);
     let on_target: i64 = redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(&mut tc).unwrap();
