@@ -19,8 +19,9 @@ load only, and is listed as flaky without failing the run.
 Each unit of each variant is its own `tclsh tests/test_helper.tcl --single
 <unit>` (the suite falls back to one client on a loaded machine anyway), run
 by a pool of workers, longest units first, each worker in its own copy of
-the suite (the suite empties its tests/tmp when it starts); integration/replication (6.5
-minutes in one piece) is split into its top-level blocks (split_unit.tcl).
+the suite (the suite empties its tests/tmp when it starts);
+integration/replication (6.5 minutes in one piece) is split into its
+top-level blocks (split_unit.tcl).
 Each worker has its own range of ports, 2000-6800 for 8 workers: no other
 test binds those (the Rust tests take the kernel's ephemeral ports, from
 32768, and the cluster tests 12000-32700). The suite also probes that
@@ -195,7 +196,7 @@ def main() -> int:
     options = parser.parse_args()
     module, suite, root = options.module.resolve(), options.suite.resolve(), options.work.resolve()
     if not (suite / "tests" / "test_helper.tcl").is_file():
-        sys.exit(f"redis-suite: no Redis test suite at {suite}")
+        sys.exit(f"redis-suite: no Redis test suite at {suite} (make test-redis-suite REDIS_SUITE=<its directory>)")
     if not module.is_file():
         sys.exit(f"redis-suite: no module at {module}: make build first")
     if FIRST_PORT + options.workers * PORTS_PER_WORKER > 12_000:
