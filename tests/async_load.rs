@@ -9,6 +9,7 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
+use common::cluster::wait_until;
 use common::commands::{claim_new, digest, done, get_fields, get_opt};
 use common::fixtures::{NONE, Snap, assert_same_record, populate, snapshot, snapshot_all};
 use common::reply::{as_token, f_str};
@@ -83,14 +84,6 @@ fn assert_same(before: &[Snap], after: &[Snap], tol_ms: i64, what: &str) {
 fn async_loading(replica: &Server) -> bool {
     let text: String = redis::cmd("INFO").arg("persistence").query(&mut replica.conn()).unwrap();
     parse_info(&text)["async_loading"] == "1"
-}
-
-fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
-        thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// The replica caught up after the swap: the link is up, no sync runs,
