@@ -14,6 +14,12 @@ pub const MAX_SCAN_COUNT: i64 = 1000;
 pub const MAX_IDLE_SECONDS: i64 = (1 << 53) / 1000;
 /// `SCAN`'s own default.
 pub const DEFAULT_SCAN_COUNT: i64 = 10;
+/// The deepest a `MATCH` pattern may make the server's glob matcher
+/// recurse: each run of `*` is one level. The servers fixed for
+/// CVE-2024-31228 stop at this depth (and match nothing deeper); a server
+/// without the fix recurses until its stack overflows. A pattern that goes
+/// deeper is refused, so that no server can be crashed through IDEM.SCAN.
+pub const MAX_MATCH_NESTING: usize = 1000;
 
 /// `IDEM.SCAN`'s options, in the order [`parse_scan`] takes them.
 pub const SCAN_OPTIONS: &[&str] = &["MATCH", "COUNT", "STATE", "MINTRIES", "IDLE"];
@@ -48,6 +54,39 @@ pub struct ScanArgs {
 }
 
 const INVALID_CURSOR: CmdError = CmdError::Static(c"ERR invalid cursor");
+const MATCH_TOO_DEEP: CmdError =
+    CmdError::Static(c"ERR MATCH pattern has more than 1000 runs of '*', deeper than the server's matcher may go");
+
+/// How deep the server's glob matcher (`stringmatchlen`) recurses on
+/// `pattern`: its runs of `*`, outside `[...]` and not escaped by `\`,
+/// read as the matcher reads them.
+pub fn match_nesting(pattern: &[u8]) -> usize {
+    let mut depth = 0;
+    let mut at = 0;
+    while at < pattern.len() {
+        match pattern[at] {
+            b'*' => {
+                depth += 1;
+                while pattern.get(at + 1) == Some(&b'*') {
+                    at += 1;
+                }
+            }
+            b'\\' => at += 1,
+            b'[' => {
+                at += 1;
+                while at < pattern.len() && pattern[at] != b']' {
+                    if pattern[at] == b'\\' {
+                        at += 1;
+                    }
+                    at += 1;
+                }
+            }
+            _ => {}
+        }
+        at += 1;
+    }
+    depth
+}
 
 /// A state's name as `IDEM.GET` shows it, any case.
 fn state_named(name: &[u8]) -> Option<State> {
@@ -76,7 +115,12 @@ pub fn parse_scan<A: ArgList + ?Sized>(args: &A) -> Result<ScanArgs, CmdError> {
     let mut scan = ScanArgs { cursor: 1, pattern: None, count: DEFAULT_SCAN_COUNT, filter: ScanFilter::default() };
     parse_options(args, 2, SCAN_OPTIONS, |option, value| {
         match option {
-            0 => scan.pattern = Some(value),
+            0 => {
+                if match_nesting(args.bytes(value)) > MAX_MATCH_NESTING {
+                    return Err(MATCH_TOO_DEEP);
+                }
+                scan.pattern = Some(value)
+            }
             1 => {
                 let count = positive(args, value, c"ERR COUNT must be a positive integer")?;
                 scan.count = count.min(MAX_SCAN_COUNT);
@@ -135,6 +179,21 @@ mod tests {
         ] {
             assert_eq!(parse(words).unwrap_err(), error, "{words:?}");
         }
+    }
+
+    #[test]
+    fn a_match_pattern_deeper_than_the_servers_matcher_goes_is_refused() {
+        assert_eq!(match_nesting(b"orders:*"), 1);
+        assert_eq!(match_nesting(b"a***b*"), 2, "a run of stars is one level");
+        assert_eq!(match_nesting(b"\\*a[*]b[\\]*]"), 0, "escaped and bracketed stars are literals");
+        assert_eq!(match_nesting("*?".repeat(1000).as_bytes()), 1000);
+        let deepest = "*?".repeat(MAX_MATCH_NESTING);
+        assert_eq!(parse(&["IDEM.SCAN", "0", "MATCH", &deepest]).map(|s| s.pattern), Ok(Some(3)));
+        let too_deep = "*?".repeat(MAX_MATCH_NESTING + 1);
+        assert_eq!(
+            parse(&["IDEM.SCAN", "0", "MATCH", &too_deep]).unwrap_err(),
+            "ERR MATCH pattern has more than 1000 runs of '*', deeper than the server's matcher may go"
+        );
     }
 
     #[test]
