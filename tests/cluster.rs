@@ -420,7 +420,10 @@ fn resharding_under_load_keeps_records_and_grants_each_claim_once() {
     let out = reshard(src.port, &src.id, &dst.id, n_move, Duration::from_secs(60));
     eprintln!("reshard of {n_move} slots in {:?} ({} output lines)", t.elapsed(), out.lines().count());
     cluster.wait_stable("after the reshard");
-    load.wait_progress(300, "after the reshard");
+    // Enough claims after it that the hot slot's share (one key in 10) is
+    // well past the 50 the check below needs however slow the reshard
+    // was: on a loaded machine 300 + 300 left it at 47.
+    load.wait_progress(700, "after the reshard");
     let report = load.finish();
     let mut redirects = error_stats(&cluster);
     for (k, v) in &errors_before {
