@@ -61,7 +61,7 @@ def test_hooks_get_what_docs_clients_md_says(idem, r):  # type: ignore[no-untype
     ]
     counts = idem.stats.as_dict()
     assert set(counts) == {"first_runs", "retries", "replays", "waits", "busy", "completed", "released",
-                           "leases_lost", "results_dropped", "mismatches", "exhausted", "extends"}
+                           "leases_lost", "results_dropped", "mismatches", "exhausted", "extends", "not_durable"}
     assert (idem.stats.first_runs, idem.stats.completed, idem.stats.waits, idem.stats.busy) == (3, 2, 1, 1)
 
 

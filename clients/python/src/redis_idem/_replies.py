@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, List, Mapping, Optional, Union
+from typing import Any, List, Mapping, NamedTuple, Optional, Union
 
 Value = Union[bytes, str]
 
@@ -131,6 +131,9 @@ class Record:
     #: Claims since the latest requeue (what MAXTRIES counts); None from a
     #: server older than IDEM.REQUEUE.
     tries: Optional[int] = None
+    #: Who holds (or last held) the claim: the latest claim's OWNER; None
+    #: when it sent none, the record is done, or the server is older.
+    owner: Optional[str] = None
 
     @classmethod
     def parse(cls, reply: Any) -> Optional["Record"]:
@@ -148,6 +151,7 @@ class Record:
             result=f.get("result"),
             fingerprint=None if fingerprint is None else _text(fingerprint),
             tries=int(f["tries"]) if "tries" in f else None,
+            owner=None if f.get("owner") is None else _text(f["owner"]),
         )
 
 
@@ -191,3 +195,33 @@ class FilterInfo:
             bytes=int(f["bytes"]),
             shards=shards,
         )
+
+
+class DoneItem(NamedTuple):
+    """One item of `done_many` (a plain `(key, token)` or `(key, token,
+    result)` tuple will do too): `result` bytes or str, or None for none."""
+
+    key: Union[str, bytes]
+    token: Any
+    result: Optional[Value] = None
+
+
+class ReleaseItem(NamedTuple):
+    """One item of `release_many` (a plain `(key, token)` tuple will do too)."""
+
+    key: Union[str, bytes]
+    token: Any
+
+
+class BatchStatus:
+    """`BatchItem.status` of process_many, as str constants."""
+
+    PROCESSED = "processed"  #: the work ran and its record is done
+    REPLAYED = "replayed"  #: a stored completion: `value` is its decoded result
+    BUSY = "busy"  #: held by another worker: not waited for
+    FAILED = "failed"  #: the work (or on_run) raised: released; `error` is that
+    LOST = "lost"  #: the lease lapsed and another worker claimed: LeaseLostError
+    MISMATCH = "mismatch"
+    EXHAUSTED = "exhausted"
+    NOT_DURABLE = "not_durable"  #: durable: the claim (or DONE) was not acknowledged: NotDurableError
+    ERROR = "error"  #: the key's own error (WrongTypeError, DoneUnconfirmedError, ...)
