@@ -21,6 +21,8 @@ from ._replies import Edition
 from ._wire import Group, send_async
 
 IDLE_EXIT_S = 60.0
+#: Commands of the typed commands' batch helpers (the rest are single commands).
+_PLANS = ("claim_many", "done_many", "release_many")
 
 
 async def _drive(flow: Flow, act: Callable[[Any], Any]) -> Any:
@@ -152,7 +154,10 @@ class AsyncIdem(IdemBase):
                 if isinstance(answer, BaseException):
                     raise answer
                 return answer
-        return await getattr(self.commands, effect.name)(*effect.args, **effect.kwargs)
+        if effect.name in _PLANS:
+            return await getattr(self.commands, effect.name)(*effect.args, **effect.kwargs)
+        # A single command: built by the loop's protocol (its edition and prefix resolved once).
+        return await self.commands._execute(getattr(self._loop.protocol, effect.name)(*effect.args, **effect.kwargs))
 
     async def _send_claims(self, lane: Any, entries: list) -> List[Any]:
         batch = self._claims_plan(lane, entries)

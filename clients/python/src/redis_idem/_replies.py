@@ -48,7 +48,8 @@ class ClaimReply:
     @classmethod
     def parse(cls, reply: Any) -> "ClaimReply":
         status, value, attempt = reply
-        return cls(Status(_text(status)), value, int(attempt))
+        known = _STATUSES.get(status)  # a dict look-up: this runs once per message
+        return cls(Status(_text(status)) if known is None else known, value, int(attempt))
 
     @property
     def claimed(self) -> bool:
@@ -68,6 +69,9 @@ class ClaimReply:
     def lease_left(self) -> Optional[float]:
         """Seconds left on the holder's lease for BUSY, else None."""
         return int(self.value) / 1000.0 if self.status is Status.BUSY else None
+
+
+_STATUSES = {**{s.value.encode(): s for s in Status}, **{s.value: s for s in Status}}
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ from ._wire import Group, send_sync
 
 #: The heartbeat thread ends after this long without jobs (made again by the next).
 IDLE_EXIT_S = 60.0
+#: Commands of the typed commands' batch helpers (the rest are single commands).
+_PLANS = ("claim_many", "done_many", "release_many")
 
 
 def _drive(flow: Flow, act: Callable[[Any], Any]) -> Any:
@@ -158,7 +160,10 @@ class Idem(IdemBase):
                 if isinstance(answer, BaseException):
                     raise answer
                 return answer
-        return getattr(self.commands, effect.name)(*effect.args, **effect.kwargs)
+        if effect.name in _PLANS:
+            return getattr(self.commands, effect.name)(*effect.args, **effect.kwargs)
+        # A single command: built by the loop's protocol (its edition and prefix resolved once).
+        return self.commands._execute(getattr(self._loop.protocol, effect.name)(*effect.args, **effect.kwargs))
 
     def _send_claims(self, lane: Any, entries: list) -> List[Any]:
         batch = self._claims_plan(lane, entries)
