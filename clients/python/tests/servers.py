@@ -175,12 +175,13 @@ def wait_for(ok, what: str, timeout: float = 30) -> None:  # type: ignore[no-unt
         time.sleep(0.05)
 
 
-def _replica_online(primary: Server, replica: Server) -> bool:
+def _replica_online(primary: Server, replica: Server, caught_up: bool = True) -> bool:
+    """The primary lists the replica online (and, `caught_up`, at its own offset: no traffic meanwhile)."""
     info = primary.client().info("replication")
     offset = info.get("master_repl_offset")
     for name, value in info.items():
         if name.startswith("slave") and isinstance(value, dict) and value.get("port") == replica.port:
-            return value.get("state") == "online" and value.get("offset") == offset
+            return value.get("state") == "online" and (not caught_up or value.get("offset") == offset)
     return False
 
 
@@ -293,7 +294,8 @@ class Sentineled:
         self._sentinel().execute_command("SENTINEL", "FAILOVER", self.NAME)
         wait_for(lambda: self.primary() is new, "the Sentinel did not name the replica primary")
         wait_for(lambda: new.client().execute_command("ROLE")[0] in (b"master", "master"), "no new primary")
-        wait_for(lambda: _replica_online(new, old), "the old primary is not the new one's replica in sync")
+        wait_for(lambda: replica_in_sync(old) and _replica_online(new, old, caught_up=False),
+                 "the old primary is not the new one's replica with the link up")
 
     def restore(self) -> None:
         pass

@@ -237,9 +237,9 @@ def test_ls_and_show_print_the_owner(server, r, ns):  # type: ignore[no-untyped-
 
 
 def _scan_calls(r, module):  # type: ignore[no-untyped-def]
-    """Keyspace walk steps: IDEM.SCAN shows as itself or as the SCAN it runs; the Functions edition's as FCALL_RO."""
+    """Keyspace walk steps: IDEM.SCAN shows as itself or as the SCAN it runs; idem_scan as the SCAN it calls."""
     stats = {name.lower(): value for name, value in r.info("commandstats").items()}
-    names = ("cmdstat_idem.scan", "cmdstat_scan") if module else ("cmdstat_fcall_ro",)
+    names = ("cmdstat_idem.scan", "cmdstat_scan") if module else ("cmdstat_scan",)
     return max(stats.get(name, {}).get("calls", 0) for name in names)
 
 
