@@ -223,6 +223,10 @@ class Replicated:
         self.replica.client().execute_command("REPLICAOF", "127.0.0.1", self.primary.port)
         wait_for(lambda: replica_in_sync(self.replica) and _replica_online(self.primary, self.replica),
                  "the replica did not come in sync")
+        # And it acknowledges: a write of the primary's own, waited for.
+        primary = self.primary.client()
+        primary.execute_command("PING")
+        wait_for(lambda: primary.execute_command("WAIT", 1, 1000) == 1, "the replica does not acknowledge")
         self.attached = True
 
     def restore(self) -> None:

@@ -11,6 +11,8 @@ import inspect
 import time
 from typing import Any, Callable, List, Optional, Sequence
 
+import redis
+
 from . import _batch
 from ._coalesce import AsyncBatcher
 from ._commands import AsyncIdemCommands
@@ -160,6 +162,11 @@ class AsyncIdem(IdemBase):
         return await self.commands._execute(getattr(self._loop.protocol, effect.name)(*effect.args, **effect.kwargs))
 
     async def _send_claims(self, lane: Any, entries: list) -> List[Any]:
+        if len(entries) == 1:
+            try:
+                return [await self.commands._execute(self._one_claim(lane, entries[0]))]
+            except redis.RedisError as e:
+                return [e]
         batch = self._claims_plan(lane, entries)
         return await self.commands._run_batch(batch, pipelined=not batch.multi and not self.commands.cluster)
 

@@ -9,6 +9,8 @@ import threading
 import time
 from typing import Any, Callable, List, Optional, Sequence
 
+import redis
+
 from . import _batch
 from ._coalesce import SyncBatcher
 from ._commands import IdemCommands
@@ -166,6 +168,11 @@ class Idem(IdemBase):
         return self.commands._execute(getattr(self._loop.protocol, effect.name)(*effect.args, **effect.kwargs))
 
     def _send_claims(self, lane: Any, entries: list) -> List[Any]:
+        if len(entries) == 1:
+            try:
+                return [self.commands._execute(self._one_claim(lane, entries[0]))]
+            except redis.RedisError as e:
+                return [e]
         batch = self._claims_plan(lane, entries)
         return self.commands._run_batch(batch, pipelined=not batch.multi and not self.commands.cluster)
 
