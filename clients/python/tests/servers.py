@@ -35,6 +35,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_process(proc: Optional[subprocess.Popen]) -> None:
+    """SIGTERM, then SIGKILL after 5 s."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class Server:
     """One redis-server process. edition: "module", "functions" or None (bare)."""
 
@@ -90,13 +101,7 @@ class Server:
             return ""
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -305,12 +310,7 @@ class Sentineled:
         pass
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        stop_process(self.proc)
         shutil.rmtree(self.dir, ignore_errors=True)
         for s in self.servers:
             s.stop()
