@@ -168,7 +168,7 @@ class Cluster:
 
 def replica_in_sync(node: Server) -> bool:
     info = node.client().info("replication")
-    return info["role"] == "slave" and info.get("master_link_status") == "up" \
+    return info["role"] in ("slave", "replica") and info.get("master_link_status") == "up" \
         and not info.get("master_sync_in_progress")
 
 
@@ -185,7 +185,7 @@ def _replica_online(primary: Server, replica: Server, caught_up: bool = True) ->
     info = primary.client().info("replication")
     offset = info.get("master_repl_offset")
     for name, value in info.items():
-        if name.startswith("slave") and isinstance(value, dict) and value.get("port") == replica.port:
+        if name.startswith(("slave", "replica")) and isinstance(value, dict) and value.get("port") == replica.port:
             return value.get("state") == "online" and (not caught_up or value.get("offset") == offset)
     return False
 
@@ -219,7 +219,7 @@ class Replicated:
 
     def detach(self) -> None:
         self.replica.client().execute_command("REPLICAOF", "NO", "ONE")
-        wait_for(lambda: not any(k.startswith("slave") and isinstance(v, dict)
+        wait_for(lambda: not any(k.startswith(("slave", "replica")) and isinstance(v, dict)
                                  for k, v in self.primary.client().info("replication").items()),
                  "the primary still lists its replica")
         self.attached = False
