@@ -169,10 +169,12 @@ def translate(error: redis.ResponseError) -> redis.ResponseError:
 #: time is left; a DONE within done_retries). TRYAGAIN: writes paused or
 #: the record moving; UNBLOCKED: a waiter woken by a failover, a resharding
 #: or CLIENT UNBLOCK; READONLY: a demoted primary (Sentinel's client then
-#: finds the new one); MASTERDOWN, LOADING: a replica promoted or loading.
-NOT_RUN = ("TRYAGAIN", "UNBLOCKED", "READONLY", "MASTERDOWN", "LOADING")
+#: finds the new one); MASTERDOWN, LOADING: a replica promoted or loading;
+#: MOVED, ASK, CLUSTERDOWN: a cluster node that no longer (or not yet) serves the slot.
+NOT_RUN = ("TRYAGAIN", "UNBLOCKED", "READONLY", "MASTERDOWN", "LOADING", "MOVED", "ASK", "CLUSTERDOWN")
 _NOT_RUN_TYPES = (redis.exceptions.TryAgainError, redis.exceptions.ReadOnlyError,
-                  redis.exceptions.BusyLoadingError)  # redis-py strips the code from these
+                  redis.exceptions.BusyLoadingError, redis.exceptions.MovedError,  # redis-py strips
+                  redis.exceptions.AskError, redis.exceptions.ClusterDownError)  # the code from these
 
 
 def not_run(error: BaseException) -> bool:

@@ -74,22 +74,29 @@ def _sync_group(client: Any, cluster: bool, group: Group, deadline: float) -> Li
         pool.release(conn)
 
 
+def _moved(answers: List[Any]) -> bool:
+    return any(isinstance(a, (redis.exceptions.MovedError, redis.exceptions.AskError)) for a in answers)
+
+
 def send_sync(client: Any, cluster: bool, groups: Sequence[Group], timeout: float) -> List[Any]:
     """Every group's calls once, each group on one connection: one answer
     per call, in order (the parsed reply or the typed error); a group whose
-    connection failed answers that error for each of its calls."""
+    connection failed answers that error for each of its calls. In a
+    cluster, a lost node or a MOVED answer (a failover, a resharding) makes
+    the client ask the cluster again before the loop resends."""
     deadline = time.monotonic() + timeout
     per_group: List[List[Any]] = []
     for group in groups:
         try:
-            per_group.append(_sync_group(client, cluster, group, deadline))
+            answers = _sync_group(client, cluster, group, deadline)
         except (redis.ConnectionError, redis.TimeoutError) as e:
-            if cluster:  # the node may be gone: the next send asks the cluster again
-                try:
-                    client.nodes_manager.initialize()
-                except redis.RedisError:
-                    pass
-            per_group.append([e] * len(group.calls))
+            answers = [e] * len(group.calls)
+        if cluster and (isinstance(answers[0], (redis.ConnectionError, redis.TimeoutError)) or _moved(answers)):
+            try:
+                client.nodes_manager.initialize()
+            except redis.RedisError:
+                pass
+        per_group.append(answers)
     return _flat(groups, per_group)
 
 
@@ -132,12 +139,13 @@ async def send_async(client: Any, cluster: bool, groups: Sequence[Group], timeou
     per_group: List[List[Any]] = []
     for group in groups:
         try:
-            per_group.append(await _async_group(client, cluster, group, deadline))
+            answers = await _async_group(client, cluster, group, deadline)
         except (redis.ConnectionError, redis.TimeoutError) as e:
-            if cluster:
-                try:
-                    await client.nodes_manager.initialize()
-                except redis.RedisError:
-                    pass
-            per_group.append([e] * len(group.calls))
+            answers = [e] * len(group.calls)
+        if cluster and (isinstance(answers[0], (redis.ConnectionError, redis.TimeoutError)) or _moved(answers)):
+            try:
+                await client.nodes_manager.initialize()
+            except redis.RedisError:
+                pass
+        per_group.append(answers)
     return _flat(groups, per_group)
