@@ -18,7 +18,8 @@ from typing import List, Optional
 import redis
 
 REPO = Path(__file__).resolve().parents[3]
-FUNCTIONS = REPO / "functions" / "idem.lua"
+#: REDIS_IDEM_FUNCTIONS tests another build of the Functions edition.
+FUNCTIONS = Path(os.environ.get("REDIS_IDEM_FUNCTIONS", str(REPO / "functions" / "idem.lua")))
 
 
 def server_bin() -> str:
