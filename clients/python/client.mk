@@ -7,9 +7,12 @@
 #       conformance cases of clients/conformance/cases.json with Idem and
 #       AsyncIdem, and the library's own tests) once per server config: the
 #       module on Redis 7.0, Redis 8.2 and Valkey 9.1 (each with a 3-node
-#       cluster for the cluster cases), and the Functions edition
-#       (functions/idem.lua, no module) on Redis 7.0 and Valkey 9.1. The
-#       configs are independent targets, so `make -j` runs them side by side.
+#       cluster for the cluster cases, a primary and replica for the durable
+#       cases, a primary, replica and Sentinel (the server binary with
+#       --sentinel) for the Sentinel case and test), and the Functions
+#       edition (functions/idem.lua, no module) on Redis 7.0 and Valkey 9.1.
+#       The configs are independent targets, so `make -j` runs them side by
+#       side (each starts 3-8 servers; two at a time suit 2 cores).
 #       The 30-second heartbeat test and the planned failover test (a
 #       6-node cluster, every primary failed over in turn) run once, on
 #       Redis 7.0 with the module.

@@ -18,7 +18,8 @@ from typing import List, Optional
 import redis
 
 REPO = Path(__file__).resolve().parents[3]
-FUNCTIONS = REPO / "functions" / "idem.lua"
+#: REDIS_IDEM_FUNCTIONS tests another build of the Functions edition.
+FUNCTIONS = Path(os.environ.get("REDIS_IDEM_FUNCTIONS", str(REPO / "functions" / "idem.lua")))
 
 
 def server_bin() -> str:
@@ -33,6 +34,17 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def stop_process(proc: Optional[subprocess.Popen]) -> None:
+    """SIGTERM, then SIGKILL after 5 s."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 class Server:
@@ -90,13 +102,7 @@ class Server:
             return ""
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -163,7 +169,7 @@ class Cluster:
 
 def replica_in_sync(node: Server) -> bool:
     info = node.client().info("replication")
-    return info["role"] == "slave" and info.get("master_link_status") == "up" \
+    return info["role"] in ("slave", "replica") and info.get("master_link_status") == "up" \
         and not info.get("master_sync_in_progress")
 
 
@@ -173,3 +179,139 @@ def wait_for(ok, what: str, timeout: float = 30) -> None:  # type: ignore[no-unt
         if time.monotonic() > deadline:
             raise RuntimeError(what)
         time.sleep(0.05)
+
+
+def _replica_online(primary: Server, replica: Server, caught_up: bool = True) -> bool:
+    """The primary lists the replica online (and, `caught_up`, at its own offset: no traffic meanwhile)."""
+    info = primary.client().info("replication")
+    offset = info.get("master_repl_offset")
+    for name, value in info.items():
+        if name.startswith(("slave", "replica")) and isinstance(value, dict) and value.get("port") == replica.port:
+            return value.get("state") == "online" and (not caught_up or value.get("offset") == offset)
+    return False
+
+
+class Replicated:
+    """A primary and one replica of it (the `replicated` topology of the
+    conformance cases): `detach` makes the replica stop acknowledging,
+    `attach` makes it a replica again, in sync; `restore` re-attaches
+    after a case."""
+
+    def __init__(self, edition: str):
+        self.primary = Server(edition)
+        # Functions travel by replication: the replica of the Functions edition runs no module.
+        self.replica = Server("module" if edition == "module" else None)
+        self.attached = False
+        try:
+            self.attach()
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def port(self) -> int:
+        return self.primary.port
+
+    def primaries(self) -> List[redis.Redis]:
+        return [self.primary.client()]
+
+    def replica_client(self) -> redis.Redis:
+        return self.replica.client()
+
+    def detach(self) -> None:
+        self.replica.client().execute_command("REPLICAOF", "NO", "ONE")
+        wait_for(lambda: not any(k.startswith(("slave", "replica")) and isinstance(v, dict)
+                                 for k, v in self.primary.client().info("replication").items()),
+                 "the primary still lists its replica")
+        self.attached = False
+
+    def attach(self) -> None:
+        self.replica.client().execute_command("REPLICAOF", "127.0.0.1", self.primary.port)
+        wait_for(lambda: replica_in_sync(self.replica) and _replica_online(self.primary, self.replica),
+                 "the replica did not come in sync")
+        # And it acknowledges: a write of the primary's own, waited for.
+        primary = self.primary.client()
+        primary.execute_command("PING")
+        wait_for(lambda: primary.execute_command("WAIT", 1, 1000) == 1, "the replica does not acknowledge")
+        self.attached = True
+
+    def restore(self) -> None:
+        if not self.attached:
+            self.attach()
+
+    def stop(self) -> None:
+        self.replica.stop()
+        self.primary.stop()
+
+
+class Sentineled:
+    """A primary, one replica and one Sentinel monitoring them as
+    `mymaster` with quorum 1 (the `sentinel` topology): `failover` is
+    SENTINEL FAILOVER, waited for until the roles have swapped, in sync."""
+
+    NAME = "mymaster"
+
+    def __init__(self, edition: str):
+        self.servers = [Server(edition)]
+        self.servers.append(Server("module" if edition == "module" else None))
+        self.sentinel_port = 0
+        self.proc: Optional[subprocess.Popen] = None
+        self.dir = tempfile.mkdtemp(prefix="redis-idem-py-sentinel-")
+        try:
+            self.servers[1].client().execute_command("REPLICAOF", "127.0.0.1", self.servers[0].port)
+            wait_for(lambda: _replica_online(self.servers[0], self.servers[1]), "the replica did not sync")
+            self._start_sentinel()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_sentinel(self) -> None:
+        self.sentinel_port = free_port()
+        conf = Path(self.dir, "sentinel.conf")
+        conf.write_text("\n".join([
+            f"port {self.sentinel_port}", "bind 127.0.0.1", f"dir {self.dir}", "logfile sentinel.log",
+            f"sentinel monitor {self.NAME} 127.0.0.1 {self.servers[0].port} 1",
+            f"sentinel down-after-milliseconds {self.NAME} 2000",
+            f"sentinel failover-timeout {self.NAME} 10000", ""]))
+        self.proc = subprocess.Popen([server_bin(), str(conf), "--sentinel"], cwd=self.dir, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: self._knows_replica(), "the Sentinel did not find the replica")
+
+    def _sentinel(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.sentinel_port, socket_timeout=2, decode_responses=True)
+
+    def _knows_replica(self) -> bool:
+        try:
+            replicas = self._sentinel().execute_command("SENTINEL", "REPLICAS", self.NAME)
+        except redis.RedisError:
+            return False
+        return any("s_down" not in str(r) and "disconnected" not in str(r) for r in replicas)
+
+    @property
+    def sentinels(self) -> list:
+        return [("127.0.0.1", self.sentinel_port)]
+
+    def primary(self) -> Server:
+        _, port = self._sentinel().execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.NAME)
+        return next(s for s in self.servers if s.port == int(port))
+
+    def primaries(self) -> List[redis.Redis]:
+        return [self.primary().client()]
+
+    def failover(self) -> None:
+        old = self.primary()
+        new = next(s for s in self.servers if s is not old)
+        self._sentinel().execute_command("SENTINEL", "FAILOVER", self.NAME)
+        wait_for(lambda: self.primary() is new, "the Sentinel did not name the replica primary")
+        wait_for(lambda: new.client().execute_command("ROLE")[0] in (b"master", "master"), "no new primary")
+        wait_for(lambda: replica_in_sync(old) and _replica_online(new, old, caught_up=False),
+                 "the old primary is not the new one's replica with the link up")
+
+    def restore(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        for s in self.servers:
+            s.stop()

@@ -12,7 +12,7 @@ import redis
 import redis.asyncio
 
 from conformance import Runner, load_cases
-from servers import Cluster
+from servers import Cluster, Replicated, Sentineled
 
 CASES = load_cases()
 
@@ -32,9 +32,24 @@ def conformance_cluster():  # type: ignore[no-untyped-def]
     cluster.stop()
 
 
+@pytest.fixture(scope="session")
+def replicated(edition):  # type: ignore[no-untyped-def]
+    pair = Replicated(edition)
+    yield pair
+    pair.stop()
+
+
 def test_case(case, flavour, server, edition, request):  # type: ignore[no-untyped-def]
     module, asynchronous = edition == "module", flavour == "async"
-    if case["topology"] == "cluster":
+    if case["topology"] == "sentinel":
+        return run_sentinel_case(case, edition, asynchronous)
+    if case["topology"] == "replicated":
+        pair = request.getfixturevalue("replicated")
+        raw = pair.primary.client()
+        kind = redis.asyncio.Redis if asynchronous else redis.Redis
+        runner = Runner(case, lambda port: kind(host="127.0.0.1", port=port), raw, [raw], pair.port, module,
+                        asynchronous, topology=pair)
+    elif case["topology"] == "cluster":
         cluster = request.getfixturevalue("conformance_cluster")
         raw = redis.RedisCluster(host="127.0.0.1", port=cluster.port)
         primaries = [n.client() for n in cluster.nodes]
@@ -50,3 +65,26 @@ def test_case(case, flavour, server, edition, request):  # type: ignore[no-untyp
         runner.run()
     finally:
         raw.close()
+
+
+def run_sentinel_case(case, edition, asynchronous):  # type: ignore[no-untyped-def]
+    """A fresh primary, replica and Sentinel (the case fails them over);
+    the library's client and the runner's own both from redis-py's
+    Sentinel support, so both follow the primary."""
+    import redis.asyncio.sentinel
+    import redis.sentinel
+
+    topology = Sentineled(edition)
+    raw = redis.sentinel.Sentinel(topology.sentinels, socket_timeout=5).master_for(Sentineled.NAME)
+    try:
+        if asynchronous:
+            factory = lambda port: redis.asyncio.sentinel.Sentinel(  # noqa: E731
+                topology.sentinels, socket_timeout=5).master_for(Sentineled.NAME)
+        else:
+            factory = lambda port: redis.sentinel.Sentinel(  # noqa: E731
+                topology.sentinels, socket_timeout=5).master_for(Sentineled.NAME)
+        Runner(case, factory, raw, [], topology.primary().port, edition == "module", asynchronous,
+               topology=topology).run()
+    finally:
+        raw.close()
+        topology.stop()

@@ -61,7 +61,7 @@ def test_hooks_get_what_docs_clients_md_says(idem, r):  # type: ignore[no-untype
     ]
     counts = idem.stats.as_dict()
     assert set(counts) == {"first_runs", "retries", "replays", "waits", "busy", "completed", "released",
-                           "leases_lost", "results_dropped", "mismatches", "exhausted", "extends"}
+                           "leases_lost", "results_dropped", "mismatches", "exhausted", "extends", "not_durable"}
     assert (idem.stats.first_runs, idem.stats.completed, idem.stats.waits, idem.stats.busy) == (3, 2, 1, 1)
 
 
@@ -224,3 +224,52 @@ def test_batch_commands_as_sent(r, ns, module):  # type: ignore[no-untyped-def]
     assert cmds.mrelease([("b", b.token), ("b", b.token)]) == [True, False]
     with pytest.raises(redis.ResponseError):
         cmds.mclaim([], 30)
+
+
+def test_no_thread_per_message_one_heartbeat_thread_per_idem(r, ns, monkeypatch):  # type: ignore[no-untyped-def]
+    started = []
+    real_start = threading.Thread.start
+
+    def counting_start(thread):  # type: ignore[no-untyped-def]
+        started.append(thread.name)
+        return real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", counting_start)
+    idem = ri.Idem(r, prefix=ns)
+    for i in range(100):
+        assert idem.process(f"short{i}", lambda job: i) == i
+    assert len(started) <= 1, started  # the instance's one heartbeat thread, asleep: none per message
+    # ... and it keeps a long job: a 1-second lease outlived three times over.
+    assert idem.process("long", lambda job: time.sleep(3.2) or "kept", lease=1) == "kept"
+    assert idem.stats.extends >= 5 and idem.stats.leases_lost == 0
+    assert len(started) <= 1, started
+
+
+async def test_no_task_per_message_one_heartbeat_task_per_async_idem(server, ns):  # type: ignore[no-untyped-def]
+    import asyncio
+
+    import redis.asyncio
+
+    loop = asyncio.get_running_loop()
+    created = []
+    default = loop.get_task_factory()
+
+    def counting(loop, coro, **kwargs):  # type: ignore[no-untyped-def]
+        code = getattr(coro, "cr_code", None)
+        if code is not None and "redis_idem" in code.co_filename:  # redis-py's own tasks are its business
+            created.append(coro.__qualname__)
+        return default(loop, coro, **kwargs) if default else asyncio.Task(coro, loop=loop, **kwargs)
+
+    client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+    try:
+        idem = ri.AsyncIdem(client, prefix=ns)
+        loop.set_task_factory(counting)
+        for i in range(100):
+            assert await idem.process(f"short{i}", lambda job: i) == i
+        assert len(created) <= 1, created
+        assert await idem.process("long", lambda job: asyncio.sleep(3.2), lease=1) is None
+        assert idem.stats.extends >= 5 and idem.stats.leases_lost == 0
+        assert len(created) <= 1, created
+    finally:
+        loop.set_task_factory(default)
+        await client.aclose()

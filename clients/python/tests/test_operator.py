@@ -9,6 +9,8 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
+import time
 from typing import List
 
 import pytest
@@ -169,3 +171,103 @@ def test_ls_finds_every_primarys_records(cluster, ns):  # type: ignore[no-untype
         assert ri.Operator(rc).requeue(ns + "marked") is True
     finally:
         rc.close()
+
+
+HOSTILE = [b"\x1b[2J\x1b]0;owned\x07", b"bel\x07", b"cr\rx", b"nul\x00x", b"line\nforged  released  9  9",
+           b"\xff\xfe", "caf\u00e9".encode(), b'q"uote', b"\xe2\x80\xaeevil", b"sp ace"]
+
+
+def first_column(line: str) -> str:
+    if not line.startswith('"'):
+        return line.split("  ")[0]
+    i = 1
+    while line[i] != '"':
+        i += 2 if line[i] == "\\" else 1
+    return line[: i + 1]
+
+
+def test_ls_and_show_escape_every_hostile_key_and_take_the_quoted_form_back(server, r, ns):  # type: ignore[no-untyped-def]
+    cmds = ri.IdemCommands(r)
+    keys = [ns.encode() + name for name in HOSTILE]
+    for key in keys:
+        assert cmds.claim(key, 600).status is Status.NEW
+    listed = subprocess.run([sys.executable, "-m", "redis_idem.cli", "-u", server.url, "ls", "--match", ns + "*"],
+                            capture_output=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    out = listed.stdout
+    for byte in (b"\x1b", b"\x07", b"\r", b"\x00", b"\xff", b"\xe2\x80\xae"):
+        assert byte not in out, (byte, out)
+    lines = out.decode().splitlines()
+    assert len(lines) == 1 + len(keys), lines  # a newline in a key forges no row
+    shown = [first_column(line) for line in lines[1:]]
+    assert f"{ns}caf\u00e9" in shown  # printable UTF-8 stays readable
+    from redis_idem._quote import quote, unquote
+
+    assert sorted(unquote(s) for s in shown) == sorted(keys)
+    for key in keys:
+        form = quote(key)
+        assert form in shown, (form, shown)
+        one = subprocess.run([sys.executable, "-m", "redis_idem.cli", "-u", server.url, "show", form],
+                             capture_output=True, timeout=60)
+        assert one.returncode == 0 and b"processing" in one.stdout and b"Traceback" not in one.stderr, one
+        assert b"\x1b" not in one.stdout and b"\x00" not in one.stdout
+    # The raw bytes, as a shell passes them, work too.
+    raw = subprocess.run([sys.executable, "-m", "redis_idem.cli", "-u", server.url, "show", keys[5]],
+                         capture_output=True, timeout=60)
+    assert raw.returncode == 0 and b"processing" in raw.stdout, raw
+    # requeue of a quoted key: refused while its lease is live, by name, without a traceback.
+    refused = subprocess.run([sys.executable, "-m", "redis_idem.cli", "-u", server.url, "requeue", quote(keys[0])],
+                             capture_output=True, timeout=60)
+    assert refused.returncode == 1 and b"Traceback" not in refused.stderr and b"\x1b" not in refused.stderr
+    reply = cmds.claim(ns.encode() + b"\xff\x00", 60)
+    cmds.release(ns.encode() + b"\xff\x00", reply.token)
+    requeued = subprocess.run([sys.executable, "-m", "redis_idem.cli", "-u", server.url, "requeue",
+                               quote(ns.encode() + b"\xff\x00")], capture_output=True, timeout=60)
+    assert requeued.returncode == 0 and b"requeued" in requeued.stdout, requeued
+    assert cmds.get(ns.encode() + b"\xff\x00").tries == 0
+
+
+def test_ls_and_show_print_the_owner(server, r, ns):  # type: ignore[no-untyped-def]
+    cmds = ri.IdemCommands(r)
+    cmds.claim(ns + "held", 600, owner="worker-7:\x1b[31m")
+    listed = tool(server.url, "ls", "--match", ns + "*")
+    assert listed.returncode == 0, listed.stderr
+    assert "owner" in listed.stdout.splitlines()[0] and '"worker-7:\\x1b[31m"' in listed.stdout, listed.stdout
+    shown = tool(server.url, "show", ns + "held")
+    assert 'owner        "worker-7:\\x1b[31m"' in shown.stdout, shown.stdout
+
+
+def _scan_calls(r, module):  # type: ignore[no-untyped-def]
+    """Keyspace walk steps: IDEM.SCAN shows as itself or as the SCAN it runs; idem_scan as the SCAN it calls."""
+    stats = {name.lower(): value for name, value in r.info("commandstats").items()}
+    names = ("cmdstat_idem.scan", "cmdstat_scan") if module else ("cmdstat_scan",)
+    return max(stats.get(name, {}).get("calls", 0) for name in names)
+
+
+def test_stats_samples_read_counters_and_walk_only_at_its_interval(server, r, ns, module):  # type: ignore[no-untyped-def]
+    dead_letter(ri.IdemCommands(r), ns + "dead", 3)
+    before = _scan_calls(r, module)
+    assert tool(server.url, "stats", "--once", "--interval", "0.1").returncode == 0
+    one_walk = _scan_calls(r, module) - before  # the session's keyspace, walked three times
+    assert one_walk >= 3
+    argv = [sys.executable, "-m", "redis_idem.cli", "-u", server.url, "stats", "--interval", "0.1"]
+    for extra in (["--no-walk"], []):
+        before = _scan_calls(r, module)
+        proc = subprocess.Popen(argv + extra, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        watchdog = threading.Timer(120, proc.terminate)
+        watchdog.start()
+        lines = []
+        while sum("INFO idem, per second" in line for line in lines) < 10:  # ten samples
+            line = proc.stdout.readline()
+            assert line, ("stats ended", lines, proc.stderr.read())
+            lines.append(line)
+        watchdog.cancel()
+        proc.terminate()
+        out = "".join(lines) + proc.communicate(timeout=10)[0]
+        walked = _scan_calls(r, module) - before
+        if extra:
+            assert walked == 0, walked  # counters only: no keyspace walk at all
+        else:
+            # One walk at start, none per sample (the keyspace is the same: as many calls as --once made).
+            assert walked <= one_walk + 3, (walked, one_walk)
+            assert out.count("dead letters") == 1 and "ms of server time" in out, out

@@ -25,6 +25,7 @@ from ._errors import (
     LiveLeaseError,
     MismatchError,
     ModuleRequiredError,
+    NotDurableError,
     NotInstalledError,
     RecordError,
     ResultNotStoredError,
@@ -32,10 +33,12 @@ from ._errors import (
     StaleError,
     WrongTypeError,
 )
-from ._loop import BatchItem, Hooks, Job, Outcome, Settings, Stats
+from ._job import BatchItem, Job, Outcome
 from ._operator import AsyncOperator, Operator
 from ._protocol import MAX_BATCH
-from ._replies import ClaimReply, DoneReply, Edition, FilterInfo, Record, RecordState, ShardInfo, Status
+from ._replies import (BatchStatus, ClaimReply, DoneItem, DoneReply, Edition, FilterInfo, Record, RecordState,
+                       ReleaseItem, ShardInfo, Status)
+from ._settings import DEFAULT_OWNER, Durable, Hooks, Settings, Stats
 from ._sync import Idem
 
 __version__ = "0.2.0"
@@ -56,12 +59,16 @@ __all__ = [
     "AsyncIdemCommands",
     "AsyncOperator",
     "BatchItem",
+    "BatchStatus",
     "BusyError",
     "BytesCodec",
     "ClaimReply",
     "Codec",
+    "DEFAULT_OWNER",
+    "DoneItem",
     "DoneReply",
     "DoneUnconfirmedError",
+    "Durable",
     "Edition",
     "ExhaustedError",
     "FilterInfo",
@@ -78,12 +85,14 @@ __all__ = [
     "MAX_BATCH",
     "MismatchError",
     "ModuleRequiredError",
+    "NotDurableError",
     "NotInstalledError",
     "Operator",
     "Outcome",
     "Record",
     "RecordError",
     "RecordState",
+    "ReleaseItem",
     "ResultNotStoredError",
     "ResultTooLargeError",
     "Settings",

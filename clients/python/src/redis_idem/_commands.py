@@ -120,9 +120,9 @@ class _Commands:
     # Records
 
     def claim(self, key: KeyT, lease: int, *, payload: Any = None, max_tries: Optional[int] = None,
-              bloom: Optional[KeyT] = None, wait: Optional[float] = None) -> ClaimReply:
-        """IDEM.CLAIM key lease [PAYLOAD p] [MAXTRIES n] [BLOOM f] [WAIT ms]; `wait` in seconds."""
-        return self._send(lambda p: p.claim(key, lease, payload, max_tries, bloom, wait))
+              bloom: Optional[KeyT] = None, wait: Optional[float] = None, owner: Optional[str] = None) -> ClaimReply:
+        """IDEM.CLAIM key lease [PAYLOAD p] [MAXTRIES n] [OWNER o] [BLOOM f] [WAIT ms]; `wait` in seconds."""
+        return self._send(lambda p: p.claim(key, lease, payload, max_tries, bloom, wait, owner))
 
     def done(self, key: KeyT, token: Any, *, result: Any = None, retain: Optional[int] = None,
              bloom: Optional[KeyT] = None) -> DoneReply:
@@ -149,9 +149,10 @@ class _Commands:
     # keys; ModuleRequiredError on the Functions edition).
 
     def mclaim(self, keys: Sequence[KeyT], lease: int, *, payloads: Optional[Sequence[Any]] = None,
-               max_tries: Optional[int] = None, bloom: Optional[KeyT] = None) -> List[Any]:
+               max_tries: Optional[int] = None, bloom: Optional[KeyT] = None,
+               owner: Optional[str] = None) -> List[Any]:
         """IDEM.MCLAIM: a ClaimReply or a typed error per key."""
-        return self._send(lambda p: p.mclaim(keys, lease, payloads, max_tries, bloom))
+        return self._send(lambda p: p.mclaim(keys, lease, payloads, max_tries, bloom, owner))
 
     def mdone(self, items: Sequence[Sequence[Any]], *, retain: Optional[int] = None,
               bloom: Optional[KeyT] = None) -> List[Any]:
@@ -169,9 +170,10 @@ class _Commands:
     # one single command per key, pipelined.
 
     def claim_many(self, keys: Sequence[KeyT], lease: int, *, payloads: Optional[Sequence[Any]] = None,
-                   max_tries: Optional[int] = None, bloom: Optional[KeyT] = None) -> List[Any]:
+                   max_tries: Optional[int] = None, bloom: Optional[KeyT] = None,
+                   owner: Optional[str] = None) -> List[Any]:
         """CLAIM each key: a ClaimReply or a typed error per key."""
-        return self._send_batch(lambda p: p.claim_many(keys, lease, payloads, max_tries, bloom, self.cluster))
+        return self._send_batch(lambda p: p.claim_many(keys, lease, payloads, max_tries, bloom, self.cluster, owner))
 
     def done_many(self, items: Sequence[Sequence[Any]], *, retain: Optional[int] = None,
                   bloom: Optional[KeyT] = None) -> List[Any]:

@@ -64,11 +64,15 @@ class RecordError(IdemError):
 
 class BusyError(RecordError):
     """Still held by another worker when the wait ended; `lease_left` is
-    the seconds left on its lease."""
+    the seconds left on its lease, `owner` who holds it (the holder's
+    OWNER, read with one IDEM.GET; None when it has none or the read
+    failed)."""
 
-    def __init__(self, key: KeyT, lease_left: float, attempt: Optional[int] = None):
-        super().__init__(key, f"still held by another worker ({lease_left:.3f} s left on its lease)", attempt)
+    def __init__(self, key: KeyT, lease_left: float, attempt: Optional[int] = None, owner: Optional[str] = None):
+        held_by = f"held by {owner}" if owner else "held by another worker"
+        super().__init__(key, f"still {held_by} ({lease_left:.3f} s left on its lease)", attempt)
         self.lease_left = lease_left
+        self.owner = owner
 
 
 class MismatchError(RecordError):
@@ -119,6 +123,23 @@ class DoneUnconfirmedError(RecordError):
         self.cause = cause
 
 
+class NotDurableError(RecordError):
+    """`durable`: a WAIT (or WAITAOF) answered fewer acknowledgements than
+    asked. `stage` "claim": the claim was released and the work never ran
+    (the message is redelivered); "done": the record is done on the primary
+    but not yet on enough replicas (do not acknowledge the message;
+    `result` is the work's value). `acknowledged`: how many replicas did."""
+
+    def __init__(self, key: KeyT, stage: str, acknowledged: int, wanted: int, result: Any = None,
+                 attempt: Optional[int] = None, cause: Optional[BaseException] = None):
+        why = f": {cause}" if cause is not None else ""
+        super().__init__(key, f"{stage} acknowledged by {acknowledged} of {wanted} replicas{why}", attempt)
+        self.stage = stage
+        self.acknowledged = acknowledged
+        self.result = result
+        self.cause = cause
+
+
 def translate(error: redis.ResponseError) -> redis.ResponseError:
     """The typed exception for a server error reply (the same text)."""
     if isinstance(error, IdemError):
@@ -144,11 +165,27 @@ def translate(error: redis.ResponseError) -> redis.ResponseError:
     return typed
 
 
-def retryable_claim(error: BaseException) -> bool:
-    """A CLAIM answered TRYAGAIN (writes paused, the record moving) or
-    UNBLOCKED (a waiter unblocked by a failover, a resharding or CLIENT
-    UNBLOCK) wrote nothing: it may be sent again."""
-    if isinstance(error, redis.exceptions.TryAgainError):  # redis-py's cluster parser strips the code
+#: Answers of a command the server did not run: sent again (a claim while
+#: time is left; a DONE within done_retries). TRYAGAIN: writes paused or
+#: the record moving; UNBLOCKED: a waiter woken by a failover, a resharding
+#: or CLIENT UNBLOCK; READONLY: a demoted primary (Sentinel's client then
+#: finds the new one); MASTERDOWN, LOADING: a replica promoted or loading;
+#: MOVED, ASK, CLUSTERDOWN: a cluster node that no longer (or not yet) serves the slot.
+NOT_RUN = ("TRYAGAIN", "UNBLOCKED", "READONLY", "MASTERDOWN", "LOADING", "MOVED", "ASK", "CLUSTERDOWN")
+_NOT_RUN_TYPES = (redis.exceptions.TryAgainError, redis.exceptions.ReadOnlyError,
+                  redis.exceptions.BusyLoadingError, redis.exceptions.MovedError,  # redis-py strips
+                  redis.exceptions.AskError, redis.exceptions.ClusterDownError)  # the code from these
+
+
+def not_run(error: BaseException) -> bool:
+    """The server answered without running the command."""
+    if isinstance(error, _NOT_RUN_TYPES):
         return True
-    text = str(error)
-    return isinstance(error, redis.ResponseError) and (text.startswith("TRYAGAIN") or text.startswith("UNBLOCKED"))
+    return isinstance(error, redis.ResponseError) and str(error).startswith(NOT_RUN)
+
+
+def retryable_claim(error: BaseException) -> bool:
+    """A CLAIM that wrote nothing, or whose connection was lost (a failover:
+    the client below reconnects; a lost claim that was granted lapses with
+    its lease, and this one waits on it): it may be sent again."""
+    return not_run(error) or isinstance(error, (redis.ConnectionError, redis.TimeoutError))

@@ -79,6 +79,7 @@ class Protocol:
         max_tries: Optional[int] = None,
         bloom: Optional[KeyT] = None,
         wait: Optional[float] = None,
+        owner: Optional[str] = None,
     ) -> Call:
         whole_seconds("lease", lease)
         opts: List[Any] = []
@@ -86,6 +87,8 @@ class Protocol:
             opts += ["PAYLOAD", payload]
         if max_tries is not None:
             opts += ["MAXTRIES", max_tries]
+        if owner is not None:
+            opts += ["OWNER", owner]
         if bloom is not None:
             if not self.module:
                 raise needs_module("BLOOM", "which keeps no Bloom filters")
@@ -156,6 +159,7 @@ class Protocol:
         payloads: Optional[Sequence[Any]] = None,
         max_tries: Optional[int] = None,
         bloom: Optional[KeyT] = None,
+        owner: Optional[str] = None,
     ) -> Call:
         self._batch_only("IDEM.MCLAIM")
         whole_seconds("lease", lease)
@@ -166,6 +170,8 @@ class Protocol:
             args += ["PAYLOADS", *payloads]
         if max_tries is not None:
             args += ["MAXTRIES", max_tries]
+        if owner is not None:
+            args += ["OWNER", owner]
         if bloom is not None:
             args += ["BLOOM", self.key(bloom)]
         return args, _claims
@@ -205,15 +211,17 @@ class Protocol:
     # The batch helpers' plans: any number of keys, on either edition.
 
     def claim_many(self, keys: Sequence[KeyT], lease: int, payloads: Optional[Sequence[Any]],
-                   max_tries: Optional[int], bloom: Optional[KeyT], cluster: bool) -> "Batch":
+                   max_tries: Optional[int], bloom: Optional[KeyT], cluster: bool,
+                   owner: Optional[str] = None) -> "Batch":
         if payloads is not None and len(payloads) != len(keys):
             raise ValueError("payloads: one per key")
         pick = (lambda group: None) if payloads is None else (lambda group: [payloads[i] for i in group])
         if not self.module:
-            return Batch([self.claim(k, lease, None if payloads is None else payloads[i], max_tries, bloom)
-                          for i, k in enumerate(keys)], [[i] for i in range(len(keys))], len(keys), False)
+            return Batch([self.claim(k, lease, None if payloads is None else payloads[i], max_tries, bloom,
+                                     owner=owner) for i, k in enumerate(keys)],
+                         [[i] for i in range(len(keys))], len(keys), False)
         groups = group_by_slot([self.key(k) for k in keys], cluster)
-        return Batch([self.mclaim([keys[i] for i in g], lease, pick(g), max_tries, bloom) for g in groups],
+        return Batch([self.mclaim([keys[i] for i in g], lease, pick(g), max_tries, bloom, owner) for g in groups],
                      groups, len(keys), True)
 
     def done_many(self, items: Sequence[Sequence[Any]], retain: Optional[int], bloom: Optional[KeyT],

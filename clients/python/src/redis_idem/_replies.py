@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, List, Mapping, Optional, Union
+from typing import Any, List, Mapping, NamedTuple, Optional, Union
 
 Value = Union[bytes, str]
 
@@ -48,7 +48,8 @@ class ClaimReply:
     @classmethod
     def parse(cls, reply: Any) -> "ClaimReply":
         status, value, attempt = reply
-        return cls(Status(_text(status)), value, int(attempt))
+        known = _STATUSES.get(status)  # a dict look-up: this runs once per message
+        return cls(Status(_text(status)) if known is None else known, value, int(attempt))
 
     @property
     def claimed(self) -> bool:
@@ -68,6 +69,9 @@ class ClaimReply:
     def lease_left(self) -> Optional[float]:
         """Seconds left on the holder's lease for BUSY, else None."""
         return int(self.value) / 1000.0 if self.status is Status.BUSY else None
+
+
+_STATUSES = {**{s.value.encode(): s for s in Status}, **{s.value: s for s in Status}}
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,9 @@ class Record:
     #: Claims since the latest requeue (what MAXTRIES counts); None from a
     #: server older than IDEM.REQUEUE.
     tries: Optional[int] = None
+    #: Who holds (or last held) the claim: the latest claim's OWNER; None
+    #: when it sent none, the record is done, or the server is older.
+    owner: Optional[str] = None
 
     @classmethod
     def parse(cls, reply: Any) -> Optional["Record"]:
@@ -148,6 +155,7 @@ class Record:
             result=f.get("result"),
             fingerprint=None if fingerprint is None else _text(fingerprint),
             tries=int(f["tries"]) if "tries" in f else None,
+            owner=None if f.get("owner") is None else _text(f["owner"]),
         )
 
 
@@ -191,3 +199,33 @@ class FilterInfo:
             bytes=int(f["bytes"]),
             shards=shards,
         )
+
+
+class DoneItem(NamedTuple):
+    """One item of `done_many` (a plain `(key, token)` or `(key, token,
+    result)` tuple will do too): `result` bytes or str, or None for none."""
+
+    key: Union[str, bytes]
+    token: Any
+    result: Optional[Value] = None
+
+
+class ReleaseItem(NamedTuple):
+    """One item of `release_many` (a plain `(key, token)` tuple will do too)."""
+
+    key: Union[str, bytes]
+    token: Any
+
+
+class BatchStatus:
+    """`BatchItem.status` of process_many, as str constants."""
+
+    PROCESSED = "processed"  #: the work ran and its record is done
+    REPLAYED = "replayed"  #: a stored completion: `value` is its decoded result
+    BUSY = "busy"  #: held by another worker: not waited for
+    FAILED = "failed"  #: the work (or on_run) raised: released; `error` is that
+    LOST = "lost"  #: the lease lapsed and another worker claimed: LeaseLostError
+    MISMATCH = "mismatch"
+    EXHAUSTED = "exhausted"
+    NOT_DURABLE = "not_durable"  #: durable: the claim (or DONE) was not acknowledged: NotDurableError
+    ERROR = "error"  #: the key's own error (WrongTypeError, DoneUnconfirmedError, ...)

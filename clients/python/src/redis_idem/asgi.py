@@ -3,7 +3,8 @@
 as docs/clients.md defines it for every library:
 
 - the key is `http:<scope>:<Idempotency-Key>` (`http:<Idempotency-Key>`
-  without `scope_key`) under the prefix;
+  without `scope_key`) under the prefix, the header's value taken without
+  leading and trailing spaces and tabs;
 - the fingerprint, sent as PAYLOAD, is the hex SHA-256 of
   `METHOD SP target LF body` (the target as received: the path, then `?`
   and the raw query when there is one; the raw body bytes), so the same
@@ -17,7 +18,8 @@ as docs/clients.md defines it for every library:
 - the app raising or answering 5xx: nothing stored, the claim released;
   after `max_tries` (3) failed runs, `500`.
 
-    app.add_middleware(IdempotencyMiddleware, client=redis.asyncio.Redis(), prefix="shop:")
+    idem = AsyncIdem(redis.asyncio.Redis(), prefix="shop:", lease=30)
+    app.add_middleware(IdempotencyMiddleware, idem=idem)       # its settings; or client=..., prefix=...
 """
 
 from __future__ import annotations
@@ -79,31 +81,44 @@ async def _plain(send: Send, status: int, text: str, extra: Iterable[Tuple[bytes
     await send({"type": "http.response.body", "body": body})
 
 
+_UNSET: Any = object()
+
+
 class IdempotencyMiddleware:
-    """See the module's doc. `client` is a redis.asyncio.Redis or
-    RedisCluster with the module or the Functions edition; `prefix` scopes
-    the records, and `scope_key(scope)`, if given, per client or account
-    (keys from two accounts never meet); `methods` are the requests it
-    applies to; `required` answers 400 to those without the header."""
+    """See the module's doc. Give it `idem=` (an AsyncIdem: its client,
+    prefix, edition, hooks and settings: `lease`, `wait`, `max_tries`,
+    `retain`, `durable`, `owner`), or `client=` (a redis.asyncio.Redis,
+    RedisCluster or Sentinel `master_for` client with the module or the
+    Functions edition) with `prefix`. Its own options set what they name,
+    over the Idem's: `lease` (s, 30), `wait` (s, 10), `max_tries` (3),
+    `retain`, `durable`, `owner`. `scope_key(scope)`, if given, keys the
+    records per client or account (keys from two accounts never meet);
+    `methods` are the requests it applies to; `required` answers 400 to
+    those without the header."""
 
     def __init__(
         self,
         app: Any,
-        client: Any,
+        client: Any = None,
         *,
-        prefix: str = "idempotency:",
+        idem: Optional[AsyncIdem] = None,
+        prefix: Optional[str] = None,
         header: str = "idempotency-key",
         methods: Iterable[str] = ("POST", "PATCH"),
         required: bool = False,
         scope_key: Optional[Callable[[Scope], str]] = None,
-        lease: int = 30,
-        wait: float = 10.0,
-        max_tries: int = 3,
+        lease: Optional[int] = None,
+        wait: Optional[float] = None,
+        max_tries: Optional[int] = None,
         retain: Optional[int] = None,
+        durable: Any = _UNSET,
+        owner: Any = _UNSET,
         retry_after: int = 1,
         max_key_length: int = 255,
         edition: Optional[str] = None,
     ):
+        if (idem is None) == (client is None):
+            raise TypeError("IdempotencyMiddleware: give idem= (an AsyncIdem) or client= (a redis.asyncio client)")
         self.app = app
         self.header = header.lower().encode("latin-1")
         self.methods = {m.upper() for m in methods}
@@ -111,8 +126,21 @@ class IdempotencyMiddleware:
         self.scope_key = scope_key
         self.retry_after = retry_after
         self.max_key_length = max_key_length
-        self.idem = AsyncIdem(client, prefix=prefix, edition=edition, lease=lease, wait=wait, max_tries=max_tries,
-                              retain=retain, codec=ResponseCodec())
+        mine = {"lease": lease, "wait": wait, "max_tries": max_tries, "retain": retain}
+        settings = {name: value for name, value in mine.items() if value is not None}
+        settings.update({name: value for name, value in (("durable", durable), ("owner", owner)) if value is not _UNSET})
+        if idem is not None:
+            base = idem.settings
+            settings = {"lease": base.lease, "wait": base.wait, "max_tries": base.max_tries or 3, "retain": base.retain,
+                        "durable": base.durable, "owner": base.owner, "done_retries": base.done_retries,
+                        "done_timeout": base.done_timeout, **settings}
+            self.idem = AsyncIdem(idem.client, prefix=idem.commands.prefix if prefix is None else prefix,
+                                  edition=edition or idem.commands._edition, hooks=idem.hooks,
+                                  codec=ResponseCodec(), **settings)
+        else:
+            settings.setdefault("max_tries", 3)
+            self.idem = AsyncIdem(client, prefix="idempotency:" if prefix is None else prefix, edition=edition,
+                                  codec=ResponseCodec(), **settings)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"].upper() not in self.methods:
@@ -122,7 +150,7 @@ class IdempotencyMiddleware:
             if self.required:
                 return await _plain(send, 400, "this request needs an Idempotency-Key header")
             return await self.app(scope, receive, send)
-        key = values[0].decode("latin-1").strip()
+        key = values[0].decode("latin-1").strip(" \t")  # RFC 9110's optional whitespace, nothing else
         if len(values) > 1 or not key or len(key) > self.max_key_length:
             return await _plain(send, 400, "Idempotency-Key: one value, of 1 to %d characters" % self.max_key_length)
         body = await _read_body(receive)

@@ -8,7 +8,11 @@ cluster.
     redis-idem stats --max-tries 3                        # --once: one sample
 
 `-u` takes a URL as redis-cli does (default redis://127.0.0.1:6379);
-`--cluster` scans every primary of a cluster."""
+`--cluster` scans every primary of a cluster. Key names are shown as
+redis-cli shows them: one that holds a control character, a quote, a
+space or bytes that are not UTF-8 is printed in double quotes with
+redis-cli's escapes (`"order\x1b[2J"`), and `show` and `requeue` take that
+form back."""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 import redis
 
 from ._operator import Operator
+from ._quote import printable, quote, unquote
 
 #: A scan running longer than this shows its progress on stderr.
 PROGRESS_AFTER_S = 1.0
@@ -100,13 +105,23 @@ def _selected(op: Operator, args: argparse.Namespace) -> List[bytes]:
         progress.end()
 
 
+def _name(value: Any) -> str:
+    """A key (or an owner: both are whatever a client sent) as redis-cli shows it."""
+    return quote(value if isinstance(value, bytes) else str(value).encode())
+
+
+def _owner(fields: Dict[str, Any]) -> str:
+    owner = fields.get("owner")
+    return "-" if owner is None else _name(owner)
+
+
 def _row(key: bytes, fields: Dict[str, Any], now: int) -> Dict[str, Any]:
     # Since the latest claim, or the completion of a done record.
     changed = fields["done_at"] if fields["state"] == "done" else fields["claimed_at"]
-    return {"key": _text(key), "state": fields["state"], "attempt": fields["attempt"],
-            "tries": fields.get("tries", fields["attempt"]), "claimed_at": fields["claimed_at"],
-            "done_at": fields["done_at"], "lease_ms": fields["lease_ms"], "pttl": fields["pttl"],
-            "age": _age(changed, now) if changed else "-"}
+    return {"key": _name(key), "state": fields["state"], "attempt": fields["attempt"],
+            "tries": fields.get("tries", fields["attempt"]), "owner": _owner(fields),
+            "claimed_at": fields["claimed_at"], "done_at": fields["done_at"], "lease_ms": fields["lease_ms"],
+            "pttl": fields["pttl"], "age": _age(changed, now) if changed else "-"}
 
 
 def cmd_ls(op: Operator, args: argparse.Namespace) -> int:
@@ -121,7 +136,7 @@ def cmd_ls(op: Operator, args: argparse.Namespace) -> int:
         json.dump(rows, sys.stdout)
         sys.stdout.write("\n")
         return 0
-    columns = ["key", "state", "attempt", "tries", "age", "lease_ms", "pttl"]
+    columns = ["key", "state", "attempt", "tries", "owner", "age", "lease_ms", "pttl"]
     table = [columns] + [[str(row[c]) for c in columns] for row in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     for line in table:
@@ -131,20 +146,23 @@ def cmd_ls(op: Operator, args: argparse.Namespace) -> int:
 
 
 def cmd_show(op: Operator, args: argparse.Namespace) -> int:
-    fields = op.get(args.key)
+    key = unquote(args.key)
+    fields = op.get(key)
     if fields is None:
-        print(f"{args.key}: no record", file=sys.stderr)
+        print(f"{_name(key)}: no record", file=sys.stderr)
         return 1
     if args.json:
         shown = {k: _text(v) if isinstance(v, bytes) else v for k, v in fields.items()}
-        json.dump({"key": args.key, **shown}, sys.stdout)
+        shown["owner"] = None if fields.get("owner") is None else _owner(fields)
+        json.dump({"key": _name(key), **shown}, sys.stdout)
         sys.stdout.write("\n")
         return 0
     now = _now_ms()
-    print(f"key          {args.key}")
+    print(f"key          {_name(key)}")
     for name in ["state", "attempt", "tries"]:
         if name in fields:
             print(f"{name:<12} {fields[name]}")
+    print(f"{'owner':<12} {_owner(fields)}")
     for name in ["claimed_at", "done_at"]:
         ms = fields[name]
         print(f"{name:<12} {_date(ms)} ({_age(ms, now)} ago)" if ms else f"{name:<12} -")
@@ -152,7 +170,7 @@ def cmd_show(op: Operator, args: argparse.Namespace) -> int:
     print(f"{'lease left':<12} {lease / 1000:.1f}s" if lease else f"{'lease left':<12} -")
     print(f"{'expires':<12} {_date(now + pttl)} (in {pttl / 1000:.1f}s)" if pttl >= 0 else f"{'expires':<12} never")
     result = fields.get("result")
-    print(f"{'result':<12} {'-' if result is None else repr(result)}")
+    print(f"{'result':<12} {'-' if result is None else _name(result)}")
     print(f"{'fingerprint':<12} {fields.get('fingerprint') or '-'}")
     return 0
 
@@ -166,7 +184,7 @@ def cmd_requeue(op: Operator, args: argparse.Namespace) -> int:
         print("requeue: give the keys, or filters (--state, --min-tries, --idle, --match) to select them",
               file=sys.stderr)
         return 2
-    keys: Sequence[Any] = args.keys or _selected(op, args)
+    keys: Sequence[Any] = [unquote(k) for k in args.keys] or _selected(op, args)
     if not args.keys:
         print(f"{len(keys)} records match.", file=sys.stderr)
         if not keys:
@@ -183,20 +201,49 @@ def cmd_requeue(op: Operator, args: argparse.Namespace) -> int:
             outcome = "requeued" if op.requeue(key) else "absent"
         except redis.ResponseError as e:
             outcome = "refused"
-            print(f"{_text(key)}: {e}", file=sys.stderr)
+            print(f"{_name(key)}: {printable(str(e))}", file=sys.stderr)
         counts[outcome] += 1
         if args.keys:
-            print(f"{_text(key)}: {outcome}")
+            print(f"{_name(key)}: {outcome}")
     print(", ".join(f"{n} {what}" for what, n in counts.items()))
     return 0 if counts["refused"] == 0 else 1
 
 
-def _dead_and_stuck(op: Operator, max_tries: int, stuck_after: int) -> Dict[str, int]:
-    dead = set()
-    for state in ("expired", "released"):
-        dead.update(op.scan(state=state, min_tries=max_tries, count=1000))
-    stuck = set(op.scan(state="expired", idle=stuck_after, count=1000)) - dead
-    return {"dead_letters": len(dead), "stuck": len(stuck)}
+class _Walk:
+    """The dead-letter and stuck counts: three IDEM.SCAN walks of the
+    keyspace (STATE expired / released MINTRIES n, STATE expired IDLE s),
+    which cost the server's main thread time in proportion to every key it
+    holds, so `stats` makes them only at a long interval (or once, on
+    demand) and prints what they cost: calls and the server's time (INFO
+    commandstats), besides the wall time."""
+
+    def __init__(self, op: Operator, max_tries: int, stuck_after: int):
+        self.op, self.max_tries, self.stuck_after = op, max_tries, stuck_after
+
+    def _server_usec(self) -> int:
+        # The module's walk shows as IDEM.SCAN and as the server's SCAN it
+        # runs (Redis 7.0 lists only the latter); the Functions edition's as FCALL_RO.
+        names = ("cmdstat_idem.scan", "cmdstat_scan") if self.op.module else ("cmdstat_fcall_ro",)
+        total = 0
+        for node in self.op.primaries():
+            stats = {name.lower(): value for name, value in node.info("commandstats").items()}
+            total += sum(int(stats.get(name, {}).get("usec", 0)) for name in names)
+        return total
+
+    def __call__(self) -> Dict[str, Any]:
+        calls = [0]
+
+        def count(node: int, nodes: int, n: int, found: int) -> None:
+            calls[0] += 1
+
+        usec, started = self._server_usec(), time.monotonic()
+        dead = set()
+        for state in ("expired", "released"):
+            dead.update(self.op.scan(state=state, min_tries=self.max_tries, count=1000, progress=count))
+        stuck = set(self.op.scan(state="expired", idle=self.stuck_after, count=1000, progress=count)) - dead
+        cost = {"calls": calls[0], "seconds": round(time.monotonic() - started, 3),
+                "server_ms": round((self._server_usec() - usec) / 1000, 1)}
+        return {"dead_letters": len(dead), "stuck": len(stuck), "walked_at": _date(_now_ms()), "cost": cost}
 
 
 def _rates(before: Dict[str, int], after: Dict[str, int], seconds: float) -> Dict[str, float]:
@@ -204,24 +251,36 @@ def _rates(before: Dict[str, int], after: Dict[str, int], seconds: float) -> Dic
 
 
 def cmd_stats(op: Operator, args: argparse.Namespace) -> int:
+    """Every `interval`: INFO idem as rates (a few counters; no keyspace
+    walk). The dead letters and stuck work: a walk at start and every
+    `walk_every` seconds (0: at start only; --no-walk: never)."""
+    walk = _Walk(op, args.max_tries, args.stuck_after)
+    counts: Optional[Dict[str, Any]] = None if args.no_walk else walk()
+    walked, shown = time.monotonic(), False
     before, started = op.counters(), time.monotonic()
     while True:
         time.sleep(args.interval)
         after, now = op.counters(), time.monotonic()
+        fresh = False
+        if not args.no_walk and args.walk_every and now - walked >= args.walk_every:
+            counts, walked, fresh = walk(), time.monotonic(), True
         rates = _rates(before, after, now - started)
-        counts = _dead_and_stuck(op, args.max_tries, args.stuck_after)
         if args.json:
-            json.dump({"rates_per_second": rates, **counts}, sys.stdout)
+            json.dump({"rates_per_second": rates, **(counts or {})}, sys.stdout)
             sys.stdout.write("\n")
         else:
-            stamp = _date(_now_ms())
-            print(f"{stamp}  dead letters (tries >= {args.max_tries}): {counts['dead_letters']}  "
-                  f"stuck (expired, idle >= {args.stuck_after}s): {counts['stuck']}")
+            print(f"{_date(_now_ms())}  INFO idem, per second:")
             busy = [(name, rate) for name, rate in rates.items() if rate]
             for name, rate in busy or [("(no traffic)", 0.0)]:
                 print(f"  {name:<24} {rate:10.1f}/s")
             if not op.module:
                 print("  (the Functions edition keeps no INFO idem counters)")
+            if counts is not None and (fresh or not shown):
+                cost = counts["cost"]
+                print(f"  dead letters (tries >= {args.max_tries}): {counts['dead_letters']}  stuck (expired, idle >= "
+                      f"{args.stuck_after}s): {counts['stuck']}  [walk at {counts['walked_at']}: {cost['calls']} "
+                      f"IDEM.SCAN calls, {cost['server_ms']} ms of server time, {cost['seconds']} s]")
+                shown = True
         sys.stdout.flush()
         if args.once:
             return 0
@@ -252,9 +311,13 @@ def parser() -> argparse.ArgumentParser:
     requeue.add_argument("keys", nargs="*")
     _add_filters(requeue)
     requeue.add_argument("--yes", action="store_true", help="do not ask before requeueing what filters select")
-    stats = sub.add_parser("stats", help="INFO idem as rates per second, with the dead letters and stuck work")
-    stats.add_argument("--once", action="store_true", help="one sample, then exit")
+    stats = sub.add_parser("stats", help="INFO idem as rates per second; the dead letters and stuck work from a "
+                           "walk of the keyspace at start and every --walk-every seconds")
+    stats.add_argument("--once", action="store_true", help="one sample (and one walk), then exit")
     stats.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
+    stats.add_argument("--walk-every", type=float, default=600.0, metavar="SECONDS",
+                       help="seconds between walks for the dead-letter and stuck counts (default 600; 0: at start only)")
+    stats.add_argument("--no-walk", action="store_true", help="never walk the keyspace: counters only")
     stats.add_argument("--max-tries", type=int, default=3, help="your consumers' MAXTRIES (default 3)")
     stats.add_argument("--stuck-after", type=int, default=60, help="an expired record idle this long is stuck")
     stats.add_argument("--json", action="store_true")
@@ -270,8 +333,8 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
         return COMMANDS[args.command](_connect(args), args)
     except KeyboardInterrupt:
         return 130
-    except redis.RedisError as e:
-        print(f"redis-idem: {e}", file=sys.stderr)
+    except Exception as e:  # an operator's tool answers in a line, never a traceback
+        print(f"redis-idem: {printable(str(e))}", file=sys.stderr)
         return 1
 
 
