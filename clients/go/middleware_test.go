@@ -35,7 +35,10 @@ func TestMiddlewareStoresTheSharedFormat(t *testing.T) {
 	forEachEdition(t, func(t *testing.T, addr string) {
 		i := newIdem(t, addr, idem.Options{Prefix: fresh("mw")})
 		var runs atomic.Int64
-		mw := i.Middleware(idem.MiddlewareOptions{Scope: "orders", Required: true, MaxTries: 2})
+		mw, err := i.Middleware(idem.MiddlewareOptions{Scope: "orders", Required: true, MaxTries: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
 		srv := httptest.NewServer(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			runs.Add(1)
 			if r.Method == "POST" && strings.Contains(r.URL.Path, "fail") {
@@ -93,7 +96,7 @@ func TestDoneUnconfirmed(t *testing.T) {
 		client := redis.NewClient(&redis.Options{Addr: p.addr()})
 		defer client.Close()
 		i, _ := idem.New(client, idem.Options{Prefix: fresh("unconfirmed"), DoneRetries: -1})
-		p.armed.Store(true)
+		p.cut("done", false, 1)
 		work := func(context.Context, *idem.Job) (string, error) { return "v", nil }
 		_, err := idem.Process(context.Background(), i, "k", work)
 		var unconfirmed *idem.DoneUnconfirmedError

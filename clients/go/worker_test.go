@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -132,6 +133,43 @@ func TestLapsedLeaseCancelsTheJob(t *testing.T) {
 		}
 		if s := i.Stats(); s.LeasesLost != 1 || s.Completed != 0 || s.FirstRuns != 1 {
 			t.Errorf("stats %+v", s)
+		}
+	})
+}
+
+// Duplicates waiting in IDEM.CLAIM ... WAIT hold a connection each; they
+// take at most half of the client's pool, so that the holders' DONEs (which
+// end the waits) always find one. Every delivery twice at once, on a pool
+// of 4: all complete, none ends Busy.
+func TestWaitersLeaveTheHoldersAConnection(t *testing.T) {
+	forEachEdition(t, func(t *testing.T, addr string) {
+		client := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 4})
+		defer client.Close()
+		i, err := idem.New(client, idem.Options{Prefix: fresh("starve"), Wait: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		for n := range 20 {
+			for range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, err := idem.Process(context.Background(), i, fmt.Sprint("order:", n), func(context.Context, *idem.Job) (int, error) {
+						time.Sleep(20 * time.Millisecond)
+						return n, nil
+					})
+					if err != nil {
+						failed.Add(1)
+						t.Log(err)
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		if s := i.Stats(); failed.Load() != 0 || s.FirstRuns != 20 || s.Replays != 20 || s.Busy != 0 {
+			t.Errorf("%d failed, stats %+v", failed.Load(), s)
 		}
 	})
 }
