@@ -338,21 +338,27 @@ func (r *runner) replica(at, action string) {
 	}
 }
 
-// failover has the Sentinel promote the replica and waits until the
-// switch is whole: the Sentinel names it, it is a primary, and the old
-// primary is its replica with the link up. The topology's roles swap.
+// failover has the Sentinel promote the replica.
 func (r *runner) failover(at string) {
-	s := redis.NewSentinelClient(&redis.Options{Addr: r.tp.sentinel})
+	if err := sentinelFailover(r.ctx, r.tp.sentinel, r.tp.primaries[0], r.tp.replica); err != nil {
+		r.t.Fatalf("%s: %v", at, err)
+	}
+}
+
+// sentinelFailover has the Sentinel promote newPrimary and waits until the
+// switch is whole: the Sentinel names it, it is a primary, and the old
+// primary is its replica with the link up.
+func sentinelFailover(ctx context.Context, sentinel, oldPrimary, newPrimary string) error {
+	s := redis.NewSentinelClient(&redis.Options{Addr: sentinel})
 	defer s.Close()
-	oldPrimary, newPrimary := r.tp.primaries[0], r.tp.replica
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		err := s.Failover(r.ctx, "mymaster").Err()
+		err := s.Failover(ctx, "mymaster").Err()
 		if err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
-			r.t.Fatalf("%s: SENTINEL FAILOVER: %v", at, err)
+			return fmt.Errorf("SENTINEL FAILOVER: %v", err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -360,18 +366,18 @@ func (r *runner) failover(at string) {
 	defer newNode.Close()
 	oldNode := redis.NewClient(&redis.Options{Addr: oldPrimary})
 	defer oldNode.Close()
+	_, port, _ := net.SplitHostPort(newPrimary)
 	for {
-		addr, _ := s.GetMasterAddrByName(r.ctx, "mymaster").Result()
-		role, _ := newNode.Do(r.ctx, "ROLE").Slice()
-		info, _ := oldNode.Info(r.ctx, "replication").Result()
+		addr, _ := s.GetMasterAddrByName(ctx, "mymaster").Result()
+		role, _ := newNode.Do(ctx, "ROLE").Slice()
+		info, _ := oldNode.Info(ctx, "replication").Result()
 		f := infoFields(info)
-		_, port, _ := net.SplitHostPort(newPrimary)
 		if len(addr) == 2 && net.JoinHostPort(addr[0], addr[1]) == newPrimary && len(role) > 0 && role[0] == "master" &&
 			f["role"] == "slave" && f["master_port"] == port && f["master_link_status"] == "up" {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			r.t.Fatalf("%s: the failover did not complete: sentinel %v, role %v, old primary %v", at, addr, role, f)
+			return fmt.Errorf("the failover did not complete: sentinel %v, role %v, old primary %v", addr, role, f)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
