@@ -55,6 +55,9 @@ func (i *Idem) Stats() Stats {
 	}
 }
 
+// Prefix is the instance's key prefix.
+func (i *Idem) Prefix() string { return i.core.prefix }
+
 // Owner is the OWNER this instance's claims carry.
 func (i *Idem) Owner() string { return i.core.owner }
 
