@@ -80,6 +80,9 @@ type claimItem struct {
 // edition), with one WAIT per connection when durable.
 func (i *Idem) claimRound(ctx context.Context, items []claimItem) []claimAnswer {
 	ctx = context.WithoutCancel(ctx)
+	if len(items) == 1 {
+		return []claimAnswer{i.claimOne(ctx, i.core.edition(), items[0].key, items[0].payload, 0)}
+	}
 	keys := make([]string, len(items))
 	var payloads [][]byte
 	for n, it := range items {
@@ -97,7 +100,10 @@ func (i *Idem) claimRound(ctx context.Context, items []claimItem) []claimAnswer 
 // doneRound sends a round of DONEs, each once (the loop resends), within
 // DoneTimeout.
 func (i *Idem) doneRound(ctx context.Context, items []DoneItem) []doneAnswer {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), i.core.doneTimeout)
+	ctx, cancel := i.settling(ctx)
 	defer cancel()
+	if len(items) == 1 {
+		return []doneAnswer{i.doneOne(ctx, i.core.edition(), items[0])}
+	}
 	return i.doneBatch(ctx, i.core.edition(), items, i.core.retain, true, true)
 }

@@ -145,6 +145,9 @@ type settings struct {
 	hooks       Hooks
 	cluster     bool
 	readTimeout time.Duration // 0: none
+	// ctxDeadlines: the client applies a context's deadline to its I/O
+	// (ContextTimeoutEnabled), so DoneTimeout is given as one.
+	ctxDeadlines bool
 	// blockers is how many claims may block in WAIT at once: half the
 	// client's pool, so that the holders' DONEs always find a connection.
 	blockers int
@@ -204,10 +207,12 @@ func resolve(client redis.UniversalClient, opts Options) (settings, error) {
 	s.readTimeout, s.blockers = 3*time.Second, 5
 	switch c := client.(type) {
 	case *redis.Client:
-		s.readTimeout, s.blockers = c.Options().ReadTimeout, c.Options().PoolSize/2
+		o := c.Options()
+		s.readTimeout, s.blockers, s.ctxDeadlines = o.ReadTimeout, o.PoolSize/2, o.ContextTimeoutEnabled
 	case *redis.ClusterClient:
+		o := c.Options()
 		s.cluster = true
-		s.readTimeout, s.blockers = c.Options().ReadTimeout, c.Options().PoolSize/2
+		s.readTimeout, s.blockers, s.ctxDeadlines = o.ReadTimeout, o.PoolSize/2, o.ContextTimeoutEnabled
 	}
 	s.blockers = max(s.blockers, 1)
 	s.readTimeout = max(s.readTimeout, 0)

@@ -112,6 +112,12 @@ func (i *Idem) claimOnce(ctx context.Context, ed Edition, key string, payload []
 	if wait > 0 {
 		defer func() { <-i.blocking }()
 	}
+	return i.claimOne(ctx, ed, key, payload, wait)
+}
+
+// claimOne sends one IDEM.CLAIM with the instance's settings (and WAIT
+// after it when durable).
+func (i *Idem) claimOne(ctx context.Context, ed Edition, key string, payload []byte, wait time.Duration) claimAnswer {
 	cmd, err := i.core.claimCmd(ed, key, i.core.leaseSecs, i.core.claimArgs(payload, wait))
 	if err != nil {
 		return claimAnswer{err: err}
@@ -195,7 +201,7 @@ func (i *Idem) releaseFailed(ctx context.Context, ed Edition, jobs []*Job, failu
 
 // release sends the jobs' RELEASEs once: which were given up.
 func (i *Idem) release(ctx context.Context, ed Edition, jobs []*Job) []bool {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), i.core.doneTimeout)
+	ctx, cancel := i.settling(ctx)
 	defer cancel()
 	out := make([]bool, len(jobs))
 	if len(jobs) == 1 {
@@ -268,14 +274,28 @@ func (i *Idem) sendDones(ctx context.Context, ed Edition, items []DoneItem, batc
 	if !batch && i.dones != nil {
 		return []doneAnswer{i.dones.do(ctx, items[0])}
 	}
-	ctx, cancel := context.WithTimeout(ctx, i.core.doneTimeout)
+	ctx, cancel := i.settling(ctx)
 	defer cancel()
-	return i.doneBatch(ctx, ed, items, i.core.retain, true, !batch)
+	if !batch {
+		return []doneAnswer{i.doneOne(ctx, ed, items[0])}
+	}
+	return i.doneBatch(ctx, ed, items, i.core.retain, true, false)
+}
+
+// doneOne sends one IDEM.DONE once (and WAIT after it when durable).
+func (i *Idem) doneOne(ctx context.Context, ed Edition, item DoneItem) doneAnswer {
+	cmd, err := i.core.doneCmd(ed, item, i.core.retain, i.core.bloom)
+	if err != nil {
+		return doneAnswer{err: err}
+	}
+	p := i.exchange(ctx, cmd, item.Key, true, true)
+	n, _ := p.value.(int64)
+	return doneAnswer{code: DoneCode(n), err: p.err, ack: p.ack}
 }
 
 // getAll reads records, pipelined, within DoneTimeout.
 func (i *Idem) getAll(ctx context.Context, ed Edition, keys []string) []piped {
-	ctx, cancel := context.WithTimeout(ctx, i.core.doneTimeout)
+	ctx, cancel := i.settling(ctx)
 	defer cancel()
 	cmds := make([][]any, len(keys))
 	for n, key := range keys {

@@ -21,6 +21,18 @@ type sentOnce struct{ *redis.Cmd }
 
 func (sentOnce) NoRetry() bool { return true }
 
+// settling is the context of a DONE (or RELEASE, or the GET checking a
+// DONE): the caller's cancellation does not reach it, and DoneTimeout
+// bounds it where the client applies deadlines (else its ReadTimeout
+// does, and no timer is made).
+func (i *Idem) settling(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx = context.WithoutCancel(ctx)
+	if !i.core.ctxDeadlines {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, i.core.doneTimeout)
+}
+
 // do sends one command: its reply, a server error named.
 func (i *Idem) do(ctx context.Context, args []any, once bool) (any, error) {
 	cmd := redis.NewCmd(ctx, args...)
