@@ -144,3 +144,42 @@ func kind(err error) string {
 	}
 	return err.Error()
 }
+
+// go-redis's failover cluster client (a *redis.ClusterClient whose one
+// shard the Sentinel names): Process, ProcessMany and Durable's WAIT on
+// the primary's connection, before and after a failover.
+func TestFailoverClusterClient(t *testing.T) {
+	t.Parallel()
+	cfg := configs()[0]
+	primary, replica := startPair(t, cfg)
+	sentinel := startSentinel(t, cfg.binary, primary)
+	client := redis.NewFailoverClusterClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{sentinel}})
+	defer client.Close()
+	i, err := idem.New(client, idem.Options{Prefix: fresh("failover-cluster"), Durable: &idem.Durable{Replicas: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	work := func(_ context.Context, job *idem.Job) (string, error) { return job.Key(), nil }
+	check := func(round string) {
+		res, err := idem.Process(ctx, i, round+":one", work)
+		if err != nil || res.Value != round+":one" || res.Replayed {
+			t.Fatalf("%s: Process %+v %v", round, res, err)
+		}
+		items, err := idem.ProcessMany(ctx, i, []string{round + ":a", round + ":b", round + ":one"}, work)
+		if err != nil || items[0].Status != idem.BatchProcessed || items[1].Status != idem.BatchProcessed ||
+			items[2].Status != idem.BatchReplayed || items[2].Value != round+":one" {
+			t.Fatalf("%s: ProcessMany %+v %v", round, items, err)
+		}
+	}
+	check("before")
+	if err := sentinelFailover(ctx, sentinel, primary, replica); err != nil {
+		t.Fatal(err)
+	}
+	// The first claim after the switch may meet the demoted primary
+	// (READONLY): it is sent again, and reaches the new one.
+	check("after")
+	if res, err := idem.Process(ctx, i, "before:one", work); err != nil || !res.Replayed {
+		t.Errorf("a record of the old primary on the new one: %+v %v", res, err)
+	}
+}
