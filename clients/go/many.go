@@ -13,7 +13,7 @@ import (
 // key, in order; a busy key is not waited for. A work that panics: the
 // works after it do not run (BatchFailed), the ones before it are
 // completed, the failed ones released, then the panic goes on. The error
-// is only for the batch as a whole (a connection's, at the claim).
+// is only for the batch as a whole: every claim lost with its connection.
 func ProcessMany[T any](ctx context.Context, i *Idem, keys []string, work Work[T], opts ...CallOption) ([]BatchItem[T], error) {
 	var c call
 	for _, o := range opts {
@@ -27,13 +27,13 @@ func ProcessMany[T any](ctx context.Context, i *Idem, keys []string, work Work[T
 		return nil, err
 	}
 	claims := i.claimBatch(ctx, ed, keys, i.core.leaseSecs, c.payloads, false)
+	if failedWhole(claims) {
+		return nil, claims[0].err
+	}
 	items := make([]BatchItem[T], len(keys))
 	var jobs, undurable []*Job
 	var at []int
 	for j, a := range claims {
-		if isConnError(a.err) {
-			return nil, a.err
-		}
 		it := &items[j]
 		it.Key, it.Attempt = keys[j], a.reply.Attempt
 		if a.err != nil {
@@ -90,6 +90,18 @@ func ProcessMany[T any](ctx context.Context, i *Idem, keys []string, work Work[T
 		panic(panicked.panicValue)
 	}
 	return items, nil
+}
+
+// failedWhole: every claim of the batch was lost with its connection (in
+// a cluster, where one node's failure leaves the others' claims granted,
+// those go on and the lost keys are BatchError).
+func failedWhole(claims []claimAnswer) bool {
+	for _, a := range claims {
+		if !isConnError(a.err) {
+			return false
+		}
+	}
+	return len(claims) > 0
 }
 
 // runMany runs each job's work in key order under one heartbeat (OnRun of
