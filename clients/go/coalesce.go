@@ -79,10 +79,10 @@ type claimItem struct {
 // ClaimMany does (MCLAIM per slot, pipelined singles on the Functions
 // edition), with one WAIT per connection when durable.
 func (i *Idem) claimRound(ctx context.Context, items []claimItem) []claimAnswer {
-	ctx = context.WithoutCancel(ctx)
 	if len(items) == 1 {
 		return []claimAnswer{i.claimOne(ctx, i.core.edition(), items[0].key, items[0].payload, 0)}
 	}
+	ctx = context.WithoutCancel(ctx) // the others' claims too
 	keys := make([]string, len(items))
 	var payloads [][]byte
 	for n, it := range items {

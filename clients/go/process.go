@@ -223,7 +223,8 @@ func (i *Idem) release(ctx context.Context, ed Edition, jobs []*Job) []bool {
 // round of DONEs (or of the GETs checking them) goes as one batch
 // (ProcessMany), or through the batch of its tick (Process).
 func (i *Idem) settle(ctx context.Context, ed Edition, jobs []*Job, values []any, batch bool) []next {
-	ctx = context.WithoutCancel(ctx)
+	// Each send is under settling's context: the caller's cancellation
+	// does not reach it.
 	settles, nexts := make([]*settle, len(jobs)), make([]next, len(jobs))
 	for k, job := range jobs {
 		settles[k], nexts[k] = i.core.startSettle(job, values[k])
