@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -172,4 +173,27 @@ func TestWaitersLeaveTheHoldersAConnection(t *testing.T) {
 			t.Errorf("%d failed, stats %+v", failed.Load(), s)
 		}
 	})
+}
+
+// The heartbeat is one timer per Idem, idle until a job has run for a
+// heartbeat: a short work runs with no goroutine (nor timer goroutine)
+// more than there were before its call.
+func TestNoGoroutinePerMessage(t *testing.T) {
+	addr := serverFor(t, configs()[0])
+	i := newIdem(t, addr, idem.Options{Prefix: fresh("goroutines"), Lease: 3 * time.Second})
+	ctx := context.Background()
+	work := func(context.Context, *idem.Job) (int, error) { return runtime.NumGoroutine(), nil }
+	if _, err := idem.Process(ctx, i, "warm", work); err != nil {
+		t.Fatal(err)
+	}
+	for n := range 50 {
+		before := runtime.NumGoroutine()
+		res, err := idem.Process(ctx, i, fmt.Sprint(n), work)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Value > before {
+			t.Fatalf("message %d: %d goroutines while its work ran, %d before its call", n, res.Value, before)
+		}
+	}
 }
