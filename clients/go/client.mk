@@ -2,12 +2,15 @@
 # and its tests; included by the top Makefile, whose test-clients runs
 # test-client-go.
 #
-#   make test-client-go   gofmt and go vet (the library and its consumer
-#       example, examples/clients/go), then one `go test -race` run: the
-#       conformance cases and the library's own tests with the module on
-#       Redis 7.0, Redis 8.2 and Valkey 9.1, the Functions edition
-#       (functions/idem.lua, no module) on Redis 7.0 and Valkey 9.1, and a
-#       3-node cluster; the server configs run side by side (t.Parallel).
+#   make test-client-go   gofmt and go vet (the library, its consumer
+#       example, examples/clients/go, and its bench program,
+#       bench/clients/go), then one `go test -race` run: the conformance
+#       cases and the library's own tests with the module on Redis 7.0,
+#       Redis 8.2 and Valkey 9.1, the Functions edition (functions/idem.lua,
+#       no module) on Redis 7.0 and Valkey 9.1, each config also as a
+#       primary with a replica and under a Sentinel (the server's own binary
+#       with --sentinel), and a 3-node cluster; the server configs run side
+#       by side (t.Parallel).
 #       Dependencies come from the Go module proxy, pinned by go.sum.
 #
 # REDIS_IDEM_MODULE=<path.so> tests that build of the module instead of
@@ -30,10 +33,11 @@ client-go-toolchain:
 # which ask the venv's python, find it.
 test-client-go: $(if $(REDIS_IDEM_MODULE),,build) redis8 valkey client-go-toolchain
 	@echo "== clients/go: gofmt, go vet"
-	@out="$$($$(GOTOOLCHAIN=auto $(GO_CLIENT_GO) env GOROOT)/bin/gofmt -l clients/go examples/clients/go)" && \
+	@out="$$($$(GOTOOLCHAIN=auto $(GO_CLIENT_GO) env GOROOT)/bin/gofmt -l clients/go examples/clients/go bench/clients/go)" && \
 		if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
 	GOTOOLCHAIN=auto $(GO_CLIENT_GO) -C clients/go vet ./...
 	GOTOOLCHAIN=auto $(GO_CLIENT_GO) -C examples/clients/go vet ./...
+	GOTOOLCHAIN=auto $(GO_CLIENT_GO) -C bench/clients/go vet ./...
 	@echo "== clients/go: Redis 7.0, 8.2, Valkey 9.1 (module), Redis 7.0, Valkey 9.1 (Functions edition), a cluster"
 	GOTOOLCHAIN=auto REDIS_IDEM_MODULE="$(GO_CLIENT_MODULE)" \
 		REDIS_SERVER="$(or $(REDIS_SERVER),$(REDIS7_SERVER))" \

@@ -54,8 +54,8 @@ func TestTypedCommands(t *testing.T) {
 		if code, err := i.Done(ctx, "k", c.Token, idem.DoneArgs{}); err != nil || code.Completed() {
 			t.Errorf("done again %v %v", code, err)
 		}
-		var stale *idem.StaleError
-		if err := i.Extend(ctx, "k", c.Token, time.Minute); !errors.As(err, &stale) || !errors.Is(err, idem.ErrStale) {
+		var stale *idem.ServerError
+		if err := i.Extend(ctx, "k", c.Token, time.Minute); !errors.As(err, &stale) || stale.Kind != idem.KindStale || !errors.Is(err, idem.ErrStale) {
 			t.Errorf("extend after done: %v", err)
 		}
 		if replay, _ := i.Claim(ctx, "k", 30*time.Second, idem.ClaimArgs{}); replay.Status != idem.StatusDone || string(replay.Result) != "r" {
@@ -74,16 +74,15 @@ func TestTypedCommands(t *testing.T) {
 		if ok, err := i.Release(ctx, "r", c2.Token); !ok || err != nil {
 			t.Errorf("release %v %v", ok, err)
 		}
-		var tooLarge *idem.ResultTooLargeError
 		c3, _ := i.Claim(ctx, "big", 30*time.Second, idem.ClaimArgs{})
-		if _, err := i.Done(ctx, "big", c3.Token, idem.DoneArgs{Result: make([]byte, 1<<20+1)}); !errors.As(err, &tooLarge) {
+		if _, err := i.Done(ctx, "big", c3.Token, idem.DoneArgs{Result: make([]byte, 1<<20+1)}); !errors.Is(err, idem.ErrResultTooLarge) {
 			t.Errorf("a result over idem.max-result: %v", err)
 		}
 		raw := redis.NewClient(&redis.Options{Addr: addr})
 		defer raw.Close()
 		raw.Set(ctx, prefix+"str", "x", 0)
-		var wrong *idem.WrongTypeError
-		if _, err := i.Claim(ctx, "str", 30*time.Second, idem.ClaimArgs{}); !errors.As(err, &wrong) {
+		var wrong *idem.ServerError
+		if _, err := i.Claim(ctx, "str", 30*time.Second, idem.ClaimArgs{}); !errors.As(err, &wrong) || wrong.Kind != idem.KindWrongType {
 			t.Errorf("claim of a string: %v", err)
 		}
 		_, mclaimErr := i.MClaim(ctx, []string{"{m}1", "{m}2"}, 30*time.Second, idem.MClaimArgs{})
@@ -91,8 +90,8 @@ func TestTypedCommands(t *testing.T) {
 		_, waitErr := i.Claim(ctx, "w", 30*time.Second, idem.ClaimArgs{Wait: time.Second})
 		if !module {
 			for _, err := range []error{mclaimErr, bfErr, waitErr} {
-				var required *idem.ModuleRequiredError
-				if !errors.As(err, &required) || !errors.Is(err, idem.ErrModuleRequired) {
+				var required *idem.ServerError
+				if !errors.As(err, &required) || required.Kind != idem.KindModuleRequired || !errors.Is(err, idem.ErrModuleRequired) {
 					t.Errorf("the Functions edition: %v, want ModuleRequired", err)
 				}
 			}
@@ -204,7 +203,7 @@ func TestProcessManyInChunks(t *testing.T) {
 		t.Fatal(len(items), err)
 	}
 	for j, it := range items {
-		if it.Status != idem.ItemProcessed || it.Value != keys[j] || !it.ResultStored {
+		if it.Status != idem.BatchProcessed || it.Value != keys[j] || !it.ResultStored {
 			t.Fatalf("item %d: %+v", j, it)
 		}
 	}
@@ -218,7 +217,7 @@ func TestProcessManyInChunks(t *testing.T) {
 
 // calls is INFO commandstats' calls of each command, by lowercase name.
 func calls(t *testing.T, node *redis.Client) map[string]int64 {
-	r := &runner{t: t, ctx: context.Background(), nodes: []*redis.Client{node}}
+	r := &runner{t: t, ctx: context.Background(), nodes: []*redis.Client{node}, tp: topology{primaries: []string{node.Options().Addr}}}
 	return r.commandCalls()
 }
 

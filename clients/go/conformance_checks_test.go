@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 
 	idem "github.com/redis-idem/redis-idem/clients/go"
@@ -22,7 +23,7 @@ func errName(err error) string {
 		{"Mismatch", idem.ErrMismatch}, {"Exhausted", idem.ErrExhausted}, {"LeaseLost", idem.ErrLeaseLost},
 		{"DoneUnconfirmed", idem.ErrDoneUnconfirmed}, {"Stale", idem.ErrStale}, {"WrongType", idem.ErrWrongType},
 		{"ResultTooLarge", idem.ErrResultTooLarge}, {"ModuleRequired", idem.ErrModuleRequired},
-		{"NotInstalled", idem.ErrNotInstalled},
+		{"NotInstalled", idem.ErrNotInstalled}, {"NotDurable", idem.ErrNotDurable}, {"LiveLease", idem.ErrLiveLease},
 	} {
 		if errors.Is(err, e.err) {
 			return e.name
@@ -35,6 +36,7 @@ func errResult(err error) any {
 	var hook *idem.HookError
 	var notStored *idem.ResultNotStoredError
 	var unconfirmed *idem.DoneUnconfirmedError
+	var notDurable *idem.NotDurableError
 	switch {
 	case errors.As(err, &hook):
 		return hook.Result
@@ -42,6 +44,8 @@ func errResult(err error) any {
 		return notStored.Result
 	case errors.As(err, &unconfirmed):
 		return unconfirmed.Result
+	case errors.As(err, &notDurable):
+		return notDurable.Result
 	}
 	return nil
 }
@@ -83,6 +87,9 @@ func (r *runner) checkCall(at string, e map[string]any, c *bgCall) {
 			continue
 		case "value":
 			got = c.res.Value
+			if _, ok := got.(charge); c.typed && !ok {
+				r.t.Errorf("%s: a typed call's value is a %T, not a charge", at, got)
+			}
 		case "replayed":
 			got = c.res.Replayed
 		case "status":
@@ -95,6 +102,22 @@ func (r *runner) checkCall(at string, e map[string]any, c *bgCall) {
 			got = c.w.ran
 		case "lost_seen":
 			got = c.w.lostSeen
+		case "job_key":
+			got = c.w.jobKey
+		case "owner":
+			var busy *idem.BusyError
+			if !errors.As(c.err, &busy) {
+				r.t.Errorf("%s: owner of %v, want a Busy", at, c.err)
+				continue
+			}
+			got = nullable(busy.Owner)
+		case "stage":
+			var nd *idem.NotDurableError
+			if !errors.As(c.err, &nd) {
+				r.t.Errorf("%s: stage of %v, want a NotDurable", at, c.err)
+				continue
+			}
+			got = string(nd.Stage)
 		case "error_result":
 			got = errResult(c.err)
 		case "lease_left_ms_min":
@@ -112,8 +135,8 @@ func (r *runner) checkCall(at string, e map[string]any, c *bgCall) {
 	}
 }
 
-func (r *runner) checkItem(at string, e map[string]any, it idem.Item[any]) {
-	if _, ok := e["error"]; ok || it.Status == idem.ItemFailed || it.Status == idem.ItemError {
+func (r *runner) checkItem(at string, e map[string]any, it idem.BatchItem[any]) {
+	if _, ok := e["error"]; ok || it.Status == idem.BatchFailed || it.Status == idem.BatchError {
 		r.checkError(at, e, it.Err)
 	}
 	for k, want := range e {
@@ -212,6 +235,11 @@ func (r *runner) checkGet(at string, expect any, rec *idem.Record) {
 			if rec.Result != nil {
 				got = string(rec.Result)
 			}
+		case "owner":
+			got = nullable(rec.Owner)
+			if want == "$default" {
+				want = defaultOwner()
+			}
 		default:
 			r.t.Fatalf("%s: unknown field %s", at, k)
 		}
@@ -227,6 +255,7 @@ func (r *runner) checkStats(want map[string]any) {
 		"first_runs": s.FirstRuns, "retries": s.Retries, "replays": s.Replays, "waits": s.Waits,
 		"busy": s.Busy, "completed": s.Completed, "released": s.Released, "leases_lost": s.LeasesLost,
 		"results_dropped": s.ResultsDropped, "mismatches": s.Mismatches, "exhausted": s.Exhausted,
+		"not_durable": s.NotDurable,
 	}
 	for name := range want {
 		if _, ok := got[name]; !ok && name != "extends_min" {
@@ -242,4 +271,18 @@ func (r *runner) checkStats(want map[string]any) {
 	if min, ok := want["extends_min"].(float64); ok && float64(s.Extends) < min {
 		r.t.Errorf("stats: extends = %d, want at least %v", s.Extends, min)
 	}
+}
+
+// nullable is a text the library gives as "" for none, as JSON's null.
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// defaultOwner is docs/clients.md's default OWNER of this process.
+func defaultOwner() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s:%d", host, os.Getpid())
 }

@@ -1,15 +1,16 @@
 package idem_test
 
-// The runner of ../conformance/cases.json: every case that applies, on
-// every server config, each case with its own prefix, client name and
-// Idem (so cases on one server run side by side), the cluster's cases one
-// after another (they count the servers' commandstats).
+// The runner of ../conformance/cases.json: every case on every server
+// config, none skipped. Standalone cases run side by side, each with its
+// own prefix, client name and Idem; the replicated, Sentinel and cluster
+// cases one after another on their topology (they count commands, detach
+// the replica, fail the primary over).
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -22,13 +23,14 @@ import (
 )
 
 type conformanceCase struct {
-	ID       string           `json:"id"`
-	Editions []string         `json:"editions"`
-	Topology string           `json:"topology"`
-	Needs    []string         `json:"needs"`
-	Options  map[string]any   `json:"options"`
-	Steps    []map[string]any `json:"steps"`
-	Stats    map[string]any   `json:"stats"`
+	ID          string           `json:"id"`
+	Editions    []string         `json:"editions"`
+	Topology    string           `json:"topology"`
+	Needs       []string         `json:"needs"`
+	Options     map[string]any   `json:"options"`
+	Steps       []map[string]any `json:"steps"`
+	Stats       map[string]any   `json:"stats"`
+	HooksCalled map[string]any   `json:"hooks_called"`
 }
 
 func loadCases(t *testing.T) []conformanceCase {
@@ -48,54 +50,111 @@ func loadCases(t *testing.T) []conformanceCase {
 	return file.Cases
 }
 
+// topology is where a case runs.
+type topology struct {
+	kind      string // standalone, cluster, replicated, sentinel
+	edition   string
+	protocol  int
+	primaries []string // the library's server(s); commandstats are summed over them
+	replica   string   // replicated, sentinel: the other server
+	sentinel  string   // sentinel
+}
+
+// servers are every server of the topology (clients blocked are looked
+// for on each).
+func (tp topology) servers() []string {
+	if tp.replica == "" {
+		return tp.primaries
+	}
+	return append(slices.Clone(tp.primaries), tp.replica)
+}
+
 func TestConformance(t *testing.T) {
 	cases := loadCases(t)
+	of := func(kind, edition string) []conformanceCase {
+		var out []conformanceCase
+		for _, c := range cases {
+			if c.Topology == kind && slices.Contains(c.Editions, edition) {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
 	for _, cfg := range configs() {
 		t.Run(cfg.name, func(t *testing.T) {
 			if cfg.binary == "" {
 				t.Skipf("%s: its server's variable is not set", cfg.name)
 			}
 			t.Parallel()
-			addr := serverFor(t, cfg)
-			for n, c := range cases {
-				if c.Topology != "standalone" || !slices.Contains(c.Editions, cfg.edition) {
-					continue
+			t.Run("standalone", func(t *testing.T) {
+				tp := topology{kind: "standalone", edition: cfg.edition, protocol: cfg.protocol, primaries: []string{serverFor(t, cfg)}}
+				for _, c := range of("standalone", cfg.edition) {
+					t.Run(c.ID, func(t *testing.T) {
+						t.Parallel()
+						tp := tp
+						if counts(c) { // a server of its own: the others' commands are not its
+							tp.primaries = []string{startServer(t, cfg.binary, cfg.edition == "module", false)}
+							if cfg.edition == "functions" {
+								loadFunctions(t, tp.primaries[0])
+							}
+						}
+						newRunner(t, tp, c).run(c)
+					})
 				}
-				t.Run(c.ID, func(t *testing.T) {
-					t.Parallel()
-					r := newRunner(t, fmt.Sprintf("%s-%d", cfg.name, n), cfg.edition, []string{addr}, false, cfg.protocol, c)
-					r.run(c)
-				})
-			}
+			})
+			t.Run("replicated", func(t *testing.T) {
+				t.Parallel()
+				primary, replica := startPair(t, cfg)
+				tp := topology{kind: "replicated", edition: cfg.edition, protocol: cfg.protocol, primaries: []string{primary}, replica: replica}
+				for _, c := range of("replicated", cfg.edition) {
+					t.Run(c.ID, func(t *testing.T) { newRunner(t, tp, c).run(c) })
+				}
+			})
+			t.Run("sentinel", func(t *testing.T) {
+				t.Parallel()
+				primary, replica := startPair(t, cfg)
+				tp := topology{kind: "sentinel", edition: cfg.edition, protocol: cfg.protocol, primaries: []string{primary},
+					replica: replica, sentinel: startSentinel(t, cfg.binary, primary)}
+				for _, c := range of("sentinel", cfg.edition) {
+					t.Run(c.ID, func(t *testing.T) { newRunner(t, tp, c).run(c) })
+				}
+			})
 		})
 	}
 	t.Run("cluster-module", func(t *testing.T) {
 		t.Parallel()
-		nodes := clusterNodes(t)
-		for n, c := range cases {
-			if c.Topology != "cluster" || !slices.Contains(c.Editions, "module") {
-				continue
-			}
-			t.Run(c.ID, func(t *testing.T) {
-				r := newRunner(t, fmt.Sprintf("cluster-%d", n), "module", nodes, true, 3, c)
-				r.run(c)
-			})
+		tp := topology{kind: "cluster", edition: "module", protocol: 3, primaries: clusterNodes(t)}
+		for _, c := range of("cluster", "module") {
+			t.Run(c.ID, func(t *testing.T) { newRunner(t, tp, c).run(c) })
 		}
 	})
 }
 
+// counts: the case counts the server's commands.
+func counts(c conformanceCase) bool {
+	for _, s := range c.Steps {
+		if s["op"] == "command_calls" {
+			return true
+		}
+	}
+	return false
+}
+
 type runner struct {
-	t       *testing.T
-	ctx     context.Context
-	name    string
-	edition string
-	prefix  string
-	i       *idem.Idem
-	raw     redis.UniversalClient // direct, for SET and DEL
-	nodes   []*redis.Client       // each primary, direct
-	proxy   *proxy
-	http    *httpHarness
-	base    map[string]int64 // commandstats calls when the case began
+	t        *testing.T
+	ctx      context.Context
+	tp       topology
+	name     string
+	prefix   string
+	i        *idem.Idem
+	raw      redis.UniversalClient // not through the proxy, for SET and DEL
+	nodes    []*redis.Client       // every server, direct
+	proxy    *proxy
+	http     *httpHarness
+	hooks    *hookCounts
+	base     map[string]int64 // commandstats calls when the case began
+	options  idem.Options
+	detached bool // the replica, by a step
 
 	mu     sync.Mutex
 	tokens map[string]string
@@ -103,24 +162,31 @@ type runner struct {
 	calls  map[string]*bgCall
 }
 
-func newRunner(t *testing.T, name, edition string, addrs []string, cluster bool, protocol int, c conformanceCase) *runner {
-	name = strings.TrimSuffix(fresh(name), ":")
-	r := &runner{t: t, ctx: context.Background(), name: name, edition: edition, prefix: name + ":",
+func newRunner(t *testing.T, tp topology, c conformanceCase) *runner {
+	name := strings.TrimSuffix(fresh(tp.edition+"-"+c.ID), ":")
+	r := &runner{t: t, ctx: context.Background(), tp: tp, name: name, prefix: name + ":",
 		tokens: map[string]string{}, gates: map[string]chan struct{}{}, calls: map[string]*bgCall{}}
-	libAddrs := addrs
+	libAddrs := tp.primaries
 	if slices.Contains(c.Needs, "proxy") {
-		r.proxy = startProxy(t, addrs[0])
+		r.proxy = startProxy(t, tp.primaries[0])
 		libAddrs = []string{r.proxy.addr()}
 	}
 	var lib redis.UniversalClient
-	if cluster {
-		lib = redis.NewClusterClient(&redis.ClusterOptions{Addrs: libAddrs, ClientName: name, Protocol: protocol})
-		r.raw = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	} else {
-		lib = redis.NewClient(&redis.Options{Addr: libAddrs[0], ClientName: name, Protocol: protocol})
-		r.raw = redis.NewClient(&redis.Options{Addr: addrs[0]})
+	switch tp.kind {
+	case "cluster":
+		lib = redis.NewClusterClient(&redis.ClusterOptions{Addrs: libAddrs, ClientName: name, Protocol: tp.protocol})
+		r.raw = redis.NewClusterClient(&redis.ClusterOptions{Addrs: tp.primaries})
+	case "sentinel":
+		failover := func(clientName string) *redis.Client {
+			return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{tp.sentinel},
+				ClientName: clientName, Protocol: tp.protocol})
+		}
+		lib, r.raw = failover(name), failover("")
+	default:
+		lib = redis.NewClient(&redis.Options{Addr: libAddrs[0], ClientName: name, Protocol: tp.protocol})
+		r.raw = redis.NewClient(&redis.Options{Addr: tp.primaries[0]})
 	}
-	for _, a := range addrs {
+	for _, a := range tp.servers() {
 		r.nodes = append(r.nodes, redis.NewClient(&redis.Options{Addr: a}))
 	}
 	t.Cleanup(func() {
@@ -130,7 +196,8 @@ func newRunner(t *testing.T, name, edition string, addrs []string, cluster bool,
 			n.Close()
 		}
 	})
-	i, err := idem.New(lib, r.options(c.Options))
+	r.options = r.makeOptions(c.Options)
+	i, err := idem.New(lib, r.options)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,49 +211,6 @@ func newRunner(t *testing.T, name, edition string, addrs []string, cluster bool,
 
 func ms(v any) time.Duration { return time.Duration(v.(float64)) * time.Millisecond }
 
-func (r *runner) options(o map[string]any) idem.Options {
-	opts := idem.Options{Prefix: r.prefix}
-	offOr := func(v any) time.Duration {
-		if d := ms(v); d > 0 {
-			return d
-		}
-		return idem.Off
-	}
-	for k, v := range o {
-		switch k {
-		case "lease_ms":
-			opts.Lease = ms(v)
-		case "wait_ms":
-			opts.Wait = offOr(v)
-		case "heartbeat_ms":
-			opts.Heartbeat = offOr(v)
-		case "max_tries":
-			opts.MaxTries = int(v.(float64))
-		case "oversize":
-			if v == "error" {
-				opts.Oversize = idem.OversizeError
-			}
-		case "hooks":
-			for hook, what := range v.(map[string]any) {
-				if what != "raise" {
-					r.t.Fatalf("hook %s: %v", hook, what)
-				}
-				switch hook {
-				case "on_run":
-					opts.Hooks.OnRun = func(*idem.Job) error { return errors.New("hook failed") }
-				case "on_done":
-					opts.Hooks.OnDone = func(*idem.Job, bool) error { return errors.New("hook failed") }
-				default:
-					r.t.Fatalf("unknown hook %s", hook)
-				}
-			}
-		default:
-			r.t.Fatalf("unknown option %s", k)
-		}
-	}
-	return opts
-}
-
 func (r *runner) run(c conformanceCase) {
 	for n, step := range c.Steps {
 		r.step(fmt.Sprintf("step %d (%v)", n+1, step["op"]), step)
@@ -195,6 +219,10 @@ func (r *runner) run(c conformanceCase) {
 		}
 	}
 	r.checkStats(c.Stats)
+	r.hooks.check(r.t, c.HooksCalled)
+	if r.detached { // the next case finds the replica as it was
+		r.replica("after the case", "attach")
+	}
 }
 
 func (r *runner) gate(name string) chan struct{} {
@@ -222,61 +250,6 @@ func (r *runner) keep(name any, token string) {
 	}
 }
 
-// workRun is what one call's work did.
-type workRun struct {
-	ran      bool
-	lostSeen bool
-	started  chan struct{}
-}
-
-func (r *runner) work(spec map[string]any, w *workRun) idem.Work[any] {
-	return func(ctx context.Context, job *idem.Job) (any, error) {
-		w.ran = true
-		close(w.started)
-		if g, ok := spec["gate"].(string); ok {
-			<-r.gate(g)
-		}
-		if d, ok := spec["sleep_ms"]; ok {
-			time.Sleep(ms(d))
-		}
-		w.lostSeen = job.Lost()
-		if msg, ok := spec["raise"].(string); ok {
-			return nil, errors.New(msg)
-		}
-		if _, ok := spec["return_unserializable"]; ok {
-			return make(chan int), nil
-		}
-		if n, ok := spec["return_bytes"]; ok {
-			return strings.Repeat("x", int(n.(float64))), nil
-		}
-		return spec["return"], nil
-	}
-}
-
-type bgCall struct {
-	w    *workRun
-	done chan struct{}
-	res  idem.Result[any]
-	err  error
-	http *httpOutcome
-}
-
-func (r *runner) process(step map[string]any) *bgCall {
-	if step["options"] != nil {
-		r.t.Fatalf("per-call options of process are not mapped: %v", step["options"])
-	}
-	call := &bgCall{w: &workRun{started: make(chan struct{})}, done: make(chan struct{})}
-	var opts []idem.CallOption
-	if p, ok := step["payload"].(string); ok {
-		opts = append(opts, idem.WithPayload([]byte(p)))
-	}
-	go func() {
-		defer close(call.done)
-		call.res, call.err = idem.Process(r.ctx, r.i, step["key"].(string), r.work(step["work"].(map[string]any), call.w), opts...)
-	}()
-	return call
-}
-
 func (r *runner) bg(id any) *bgCall {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -290,145 +263,8 @@ func (r *runner) bg(id any) *bgCall {
 func waitFor(t *testing.T, what string, ch <-chan struct{}) {
 	select {
 	case <-ch:
-	case <-time.After(20 * time.Second):
+	case <-time.After(60 * time.Second):
 		t.Fatalf("timed out waiting for %s", what)
-	}
-}
-
-func (r *runner) step(at string, s map[string]any) {
-	t, ctx := r.t, r.ctx
-	expect := s["expect"]
-	switch s["op"] {
-	case "process":
-		c := r.process(s)
-		waitFor(t, at, c.done)
-		r.checkCall(at, expect.(map[string]any), c)
-	case "start":
-		r.mu.Lock()
-		r.calls[s["id"].(string)] = r.process(s)
-		r.mu.Unlock()
-	case "running":
-		waitFor(t, at, r.bg(s["id"]).w.started)
-	case "waiting":
-		r.waiting(at)
-	case "finish":
-		c := r.bg(s["id"])
-		waitFor(t, at, c.done)
-		r.checkCall(at, expect.(map[string]any), c)
-	case "open":
-		close(r.gate(s["gate"].(string)))
-	case "process_many":
-		var keys []string
-		for _, k := range s["keys"].([]any) {
-			keys = append(keys, k.(string))
-		}
-		works := s["work"].(map[string]any)
-		runs := map[string]*workRun{}
-		for _, k := range keys {
-			runs[k] = &workRun{started: make(chan struct{})}
-		}
-		var opts []idem.CallOption
-		if ps, ok := s["payloads"].([]any); ok {
-			var payloads [][]byte
-			for _, p := range ps {
-				payloads = append(payloads, []byte(p.(string)))
-			}
-			opts = append(opts, idem.WithPayloads(payloads))
-		}
-		items, err := idem.ProcessMany(ctx, r.i, keys, func(ctx context.Context, job *idem.Job) (any, error) {
-			return r.work(works[job.Key()].(map[string]any), runs[job.Key()])(ctx, job)
-		}, opts...)
-		if err != nil {
-			t.Fatalf("%s: %v", at, err)
-		}
-		exp := expect.([]any)
-		if len(items) != len(exp) {
-			t.Fatalf("%s: %d items, want %d", at, len(items), len(exp))
-		}
-		for n, e := range exp {
-			r.checkItem(fmt.Sprintf("%s item %d", at, n), e.(map[string]any), items[n])
-		}
-	case "claim":
-		reply, err := r.i.Claim(ctx, s["key"].(string), ms(s["lease_ms"]), idem.ClaimArgs{})
-		reply.Err = err
-		r.keep(s["as"], reply.Token)
-		if expect != nil {
-			r.checkClaim(at, expect.(map[string]any), reply)
-		}
-	case "done":
-		var result []byte
-		if res, ok := s["result"].(string); ok {
-			result = []byte(res)
-		}
-		code, err := r.i.Done(ctx, s["key"].(string), r.token(s["token"].(string)), idem.DoneArgs{Result: result})
-		if expect != nil {
-			r.checkDone(at, expect.(map[string]any), idem.DoneAnswer{Code: code, Err: err})
-		} else if err != nil {
-			t.Fatalf("%s: %v", at, err)
-		}
-	case "release":
-		released, err := r.i.Release(ctx, s["key"].(string), r.token(s["token"].(string)))
-		if err != nil {
-			t.Fatalf("%s: %v", at, err)
-		}
-		if e, ok := expect.(map[string]any); ok && e["released"] != released {
-			t.Errorf("%s: released %v, want %v", at, released, e["released"])
-		}
-	case "claim_many":
-		var keys []string
-		for _, k := range s["keys"].([]any) {
-			keys = append(keys, k.(string))
-		}
-		replies, err := r.i.ClaimMany(ctx, keys, ms(s["lease_ms"]), nil)
-		if err != nil {
-			t.Fatalf("%s: %v", at, err)
-		}
-		as, _ := s["as"].([]any)
-		for n, reply := range replies {
-			if as != nil {
-				r.keep(as[n], reply.Token)
-			}
-			if e, ok := expect.([]any); ok {
-				r.checkClaim(fmt.Sprintf("%s key %d", at, n), e[n].(map[string]any), reply)
-			}
-		}
-	case "done_many", "release_many":
-		r.settleMany(at, s)
-	case "get":
-		rec, err := r.i.Get(ctx, s["key"].(string))
-		if err != nil {
-			t.Fatalf("%s: %v", at, err)
-		}
-		r.checkGet(at, expect, rec)
-	case "set":
-		if err := r.raw.Set(ctx, r.prefix+s["key"].(string), s["value"], 0).Err(); err != nil {
-			t.Fatal(err)
-		}
-	case "del":
-		if err := r.raw.Del(ctx, r.prefix+s["key"].(string)).Err(); err != nil {
-			t.Fatal(err)
-		}
-	case "sleep":
-		time.Sleep(ms(s["ms"]))
-	case "unblock":
-		for _, c := range r.blocked() {
-			c.node.ClientUnblockWithError(ctx, c.id)
-		}
-	case "cut_reply":
-		if s["command"] != "done" {
-			t.Fatalf("%s: cut_reply %v", at, s["command"])
-		}
-		r.proxy.armed.Store(true)
-	case "command_calls":
-		calls := r.commandCalls()
-		name := s["command"].(string)
-		if got, want := calls[name]-r.base[name], int64(expect.(float64)); got != want {
-			t.Errorf("%s: %s called %d times, want %d", at, name, got, want)
-		}
-	case "http", "http_start", "http_finish", "handler_finished", "fingerprint":
-		r.httpStep(at, s)
-	default:
-		t.Fatalf("%s: unknown op", at)
 	}
 }
 
@@ -437,7 +273,7 @@ type blockedClient struct {
 	id   int64
 }
 
-// blocked lists this case's clients blocked in idem.claim, on every node.
+// blocked lists this case's clients blocked in idem.claim, on every server.
 func (r *runner) blocked() []blockedClient {
 	var out []blockedClient
 	for _, node := range r.nodes {
@@ -463,7 +299,7 @@ func (r *runner) blocked() []blockedClient {
 }
 
 func (r *runner) waiting(at string) {
-	if r.edition == "functions" {
+	if r.tp.edition == "functions" {
 		time.Sleep(300 * time.Millisecond)
 		return
 	}
@@ -476,10 +312,10 @@ func (r *runner) waiting(at string) {
 	}
 }
 
-// commandCalls sums INFO commandstats' calls over every node.
+// commandCalls sums INFO commandstats' calls over every primary.
 func (r *runner) commandCalls() map[string]int64 {
 	out := map[string]int64{}
-	for _, node := range r.nodes {
+	for _, node := range r.nodes[:len(r.tp.primaries)] {
 		info, err := node.Info(r.ctx, "commandstats").Result()
 		if err != nil {
 			r.t.Fatal(err)
@@ -495,4 +331,71 @@ func (r *runner) commandCalls() map[string]int64 {
 		}
 	}
 	return out
+}
+
+// replica detaches the replicated topology's replica (it stops
+// acknowledging) or attaches it again, in sync.
+func (r *runner) replica(at, action string) {
+	node := r.nodes[len(r.nodes)-1]
+	switch action {
+	case "detach":
+		if err := node.SlaveOf(r.ctx, "NO", "ONE").Err(); err != nil {
+			r.t.Fatalf("%s: %v", at, err)
+		}
+		r.detached = true
+	case "attach":
+		host, port, _ := net.SplitHostPort(r.tp.primaries[0])
+		if err := node.SlaveOf(r.ctx, host, port).Err(); err != nil {
+			r.t.Fatalf("%s: %v", at, err)
+		}
+		waitReplicaOnline(r.t, r.tp.primaries[0], r.tp.replica)
+		r.detached = false
+	default:
+		r.t.Fatalf("%s: replica %s", at, action)
+	}
+}
+
+// failover has the Sentinel promote the replica.
+func (r *runner) failover(at string) {
+	if err := sentinelFailover(r.ctx, r.tp.sentinel, r.tp.primaries[0], r.tp.replica); err != nil {
+		r.t.Fatalf("%s: %v", at, err)
+	}
+}
+
+// sentinelFailover has the Sentinel promote newPrimary and waits until the
+// switch is whole: the Sentinel names it, it is a primary, and the old
+// primary is its replica with the link up.
+func sentinelFailover(ctx context.Context, sentinel, oldPrimary, newPrimary string) error {
+	s := redis.NewSentinelClient(&redis.Options{Addr: sentinel})
+	defer s.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := s.Failover(ctx, "mymaster").Err()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("SENTINEL FAILOVER: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	newNode := redis.NewClient(&redis.Options{Addr: newPrimary})
+	defer newNode.Close()
+	oldNode := redis.NewClient(&redis.Options{Addr: oldPrimary})
+	defer oldNode.Close()
+	_, port, _ := net.SplitHostPort(newPrimary)
+	for {
+		addr, _ := s.GetMasterAddrByName(ctx, "mymaster").Result()
+		role, _ := newNode.Do(ctx, "ROLE").Slice()
+		info, _ := oldNode.Info(ctx, "replication").Result()
+		f := infoFields(info)
+		if len(addr) == 2 && net.JoinHostPort(addr[0], addr[1]) == newPrimary && len(role) > 0 && role[0] == "master" &&
+			f["role"] == "slave" && f["master_port"] == port && f["master_link_status"] == "up" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the failover did not complete: sentinel %v, role %v, old primary %v", addr, role, f)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

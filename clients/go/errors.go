@@ -9,9 +9,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The sentinel errors of docs/clients.md's table, for errors.Is. Each one
-// has a struct type (BusyError, MismatchError, ...) for errors.As that
-// carries what the table says it carries, and matches its sentinel.
+// The sentinel errors of docs/clients.md's table, for errors.Is. The
+// outcomes of the loop have a struct type each (*BusyError, ...) for
+// errors.As, carrying what the table says; the server's own error answers
+// are one type, *ServerError, told apart by its Kind.
 var (
 	// ErrBusy: the key was still held by another worker when the wait ended.
 	ErrBusy = errors.New("idem: busy")
@@ -28,6 +29,9 @@ var (
 	ErrHook = errors.New("idem: hook failed")
 	// ErrDoneUnconfirmed: DONE could not be confirmed after DoneRetries.
 	ErrDoneUnconfirmed = errors.New("idem: DONE unconfirmed")
+	// ErrNotDurable: Durable, and a WAIT answered fewer replicas than asked.
+	ErrNotDurable = errors.New("idem: not durable")
+
 	// ErrStale: the server answered STALE to EXTEND or DONE.
 	ErrStale = errors.New("idem: stale token")
 	// ErrWrongType: the key holds another type.
@@ -43,15 +47,114 @@ var (
 	ErrNotInstalled = errors.New("idem: neither the redis-idem module nor its functions are installed")
 )
 
-// BusyError is ErrBusy with the holder's time left.
+// ErrorKind tells the server's error answers apart.
+type ErrorKind int
+
+// The kinds of *ServerError, each matching its sentinel with errors.Is.
+const (
+	KindStale          ErrorKind = iota + 1 // ErrStale
+	KindWrongType                           // ErrWrongType
+	KindResultTooLarge                      // ErrResultTooLarge
+	KindModuleRequired                      // ErrModuleRequired
+	KindLiveLease                           // ErrLiveLease
+	KindNotInstalled                        // ErrNotInstalled
+)
+
+var kindSentinels = map[ErrorKind]error{
+	KindStale: ErrStale, KindWrongType: ErrWrongType, KindResultTooLarge: ErrResultTooLarge,
+	KindModuleRequired: ErrModuleRequired, KindLiveLease: ErrLiveLease, KindNotInstalled: ErrNotInstalled,
+}
+
+// ServerError is an error answer of the server that the library names
+// (or, for KindModuleRequired, what the Functions edition cannot do). It
+// is a go-redis reply error (it has RedisError), so a connection error is
+// never mistaken for it:
+//
+//	var se *idem.ServerError
+//	if errors.As(err, &se) && se.Kind == idem.KindStale { ... }
+//	if errors.Is(err, idem.ErrStale) { ... } // the same test
+type ServerError struct {
+	Kind    ErrorKind
+	Message string // the server's text
+}
+
+// Error is the server's text.
+func (e *ServerError) Error() string { return e.Message }
+
+// RedisError marks it a reply of the server, as go-redis's own errors are.
+func (e *ServerError) RedisError() {}
+
+// Is makes errors.Is(err, ErrStale) (and the others) true for its kind.
+func (e *ServerError) Is(target error) bool { return target == kindSentinels[e.Kind] }
+
+// serverErrorKinds: the one place where the server's texts are read, as
+// go-redis reads its own (a prefix, or the words of the module's message).
+var serverErrorKinds = []struct {
+	kind             ErrorKind
+	prefix, contains string
+}{
+	{KindStale, "STALE", ""},
+	{KindWrongType, "WRONGTYPE", ""},
+	{KindResultTooLarge, "", "larger than idem.max-result"},
+	{KindResultTooLarge, "", "proto-max-bulk-len"},
+	{KindModuleRequired, "", "needs the redis-idem module"},
+	{KindLiveLease, "", "processing with a live lease"},
+}
+
+// serverError makes a reply error the library names a *ServerError, and
+// gives any other error back as it is.
+func serverError(err error) error {
+	var rerr redis.Error
+	if err == nil || !errors.As(err, &rerr) {
+		return err
+	}
+	if _, named := rerr.(*ServerError); named {
+		return err
+	}
+	msg := rerr.Error()
+	for _, k := range serverErrorKinds {
+		if (k.prefix != "" && redis.HasErrorPrefix(err, k.prefix)) || (k.contains != "" && strings.Contains(msg, k.contains)) {
+			return &ServerError{Kind: k.kind, Message: msg}
+		}
+	}
+	return err
+}
+
+func moduleRequired(what string) error {
+	return &ServerError{Kind: KindModuleRequired, Message: "idem: " + what + " needs the redis-idem module"}
+}
+
+// isConnError: the command's fate is unknown (no reply came: a closed
+// connection, a timeout), as opposed to an answer of the server.
+func isConnError(err error) bool {
+	var rerr redis.Error
+	return err != nil && !errors.As(err, &rerr) && !errors.Is(err, redis.Nil)
+}
+
+// wroteNothing: a claim answered so changed nothing and may be sent again
+// (to the new primary after a failover, which the client finds): a waiter
+// unblocked, a resharding, a demoted or loading primary, or a connection
+// lost (a claim that did run meets itself as BUSY and waits).
+func wroteNothing(err error) bool {
+	return redis.HasErrorPrefix(err, "UNBLOCKED") || redis.IsTryAgainError(err) || redis.IsReadOnlyError(err) ||
+		redis.IsMasterDownError(err) || redis.IsLoadingError(err) || isConnError(err)
+}
+
+// BusyError is ErrBusy: the key's holder, still at work when the wait ended.
 type BusyError struct {
 	Key       string
 	LeaseLeft time.Duration
 	Attempt   int64
+	// Owner is the holder's OWNER ("" when its claim carried none, or when
+	// it could not be read; ProcessMany does not read it).
+	Owner string
 }
 
 // Error is the message.
 func (e *BusyError) Error() string {
+	if e.Owner != "" {
+		return fmt.Sprintf("idem: %q is busy (held by %s, lease left %v)", e.Key, e.Owner, e.LeaseLeft)
+	}
 	return fmt.Sprintf("idem: %q is busy (lease left %v)", e.Key, e.LeaseLeft)
 }
 
@@ -106,7 +209,7 @@ type ResultNotStoredError struct {
 	Key string
 	// Result is the work's value.
 	Result any
-	// Cause is the codec's error, or a *ResultTooLargeError.
+	// Cause is the codec's error, or why the result is too large.
 	Cause error
 }
 
@@ -125,7 +228,7 @@ func (e *ResultNotStoredError) Unwrap() error { return e.Cause }
 // panicked. Before the work the claim was released; after it the record is
 // completed and Result holds the work's value.
 type HookError struct {
-	Hook   string
+	Hook   string // "on_run" or "on_done"
 	Cause  error
 	Result any
 }
@@ -158,85 +261,43 @@ func (e *DoneUnconfirmedError) Is(target error) bool { return target == ErrDoneU
 // Unwrap gives the cause.
 func (e *DoneUnconfirmedError) Unwrap() error { return e.Cause }
 
-// StaleError is ErrStale with the server's text.
-type StaleError struct{ Message string }
+// Stage is where durability failed.
+type Stage string
 
-// Error is the message.
-func (e *StaleError) Error() string { return e.Message }
+// The stages of a *NotDurableError.
+const (
+	// StageClaim: the claim was released; the work never ran.
+	StageClaim Stage = "claim"
+	// StageDone: the record is done on the primary; do not acknowledge
+	// the message.
+	StageDone Stage = "done"
+)
 
-// Is makes errors.Is(err, ErrStale) true.
-func (e *StaleError) Is(target error) bool { return target == ErrStale }
-
-// WrongTypeError is ErrWrongType with the server's text.
-type WrongTypeError struct{ Message string }
-
-// Error is the message.
-func (e *WrongTypeError) Error() string { return e.Message }
-
-// Is makes errors.Is(err, ErrWrongType) true.
-func (e *WrongTypeError) Is(target error) bool { return target == ErrWrongType }
-
-// ResultTooLargeError is ErrResultTooLarge with the server's text.
-type ResultTooLargeError struct{ Message string }
-
-// Error is the message.
-func (e *ResultTooLargeError) Error() string { return e.Message }
-
-// Is makes errors.Is(err, ErrResultTooLarge) true.
-func (e *ResultTooLargeError) Is(target error) bool { return target == ErrResultTooLarge }
-
-// ModuleRequiredError is ErrModuleRequired with what was asked of the
-// Functions edition.
-type ModuleRequiredError struct{ Message string }
-
-// Error is the message.
-func (e *ModuleRequiredError) Error() string { return e.Message }
-
-// Is makes errors.Is(err, ErrModuleRequired) true.
-func (e *ModuleRequiredError) Is(target error) bool { return target == ErrModuleRequired }
-
-// LiveLeaseError is ErrLiveLease with the server's text.
-type LiveLeaseError struct{ Message string }
-
-// Error is the message.
-func (e *LiveLeaseError) Error() string { return e.Message }
-
-// Is makes errors.Is(err, ErrLiveLease) true.
-func (e *LiveLeaseError) Is(target error) bool { return target == ErrLiveLease }
-
-// serverError names a reply error of the server, or returns err as it is.
-func serverError(err error) error {
-	var rerr redis.Error
-	if err == nil || !errors.As(err, &rerr) {
-		return err
-	}
-	msg := rerr.Error()
-	switch {
-	case strings.HasPrefix(msg, "STALE"):
-		return &StaleError{msg}
-	case strings.HasPrefix(msg, "WRONGTYPE"):
-		return &WrongTypeError{msg}
-	case strings.Contains(msg, "larger than idem.max-result") || strings.Contains(msg, "proto-max-bulk-len"):
-		return &ResultTooLargeError{msg}
-	case strings.Contains(msg, "needs the redis-idem module"):
-		return &ModuleRequiredError{msg}
-	case strings.Contains(msg, "processing with a live lease"):
-		return &LiveLeaseError{msg}
-	}
-	return err
+// NotDurableError is ErrNotDurable: Options.Durable, and the WAIT (or
+// WAITAOF) after a claim or a DONE answered fewer replicas than asked, or
+// was refused.
+type NotDurableError struct {
+	Key   string
+	Stage Stage
+	// Acknowledged is how many replicas did.
+	Acknowledged int64
+	// Result is the work's value (StageDone).
+	Result any
+	// Cause is the WAIT's own error, if it failed.
+	Cause error
 }
 
-// isConnError: the command's fate is unknown (no reply came), as opposed to
-// an error the server answered.
-func isConnError(err error) bool {
-	var rerr redis.Error
-	if err == nil || errors.As(err, &rerr) || errors.Is(err, redis.Nil) {
-		return false
+// Error is the message.
+func (e *NotDurableError) Error() string {
+	msg := fmt.Sprintf("idem: the %s of %q was acknowledged by %d replicas only", e.Stage, e.Key, e.Acknowledged)
+	if e.Cause != nil {
+		msg += ": " + e.Cause.Error()
 	}
-	for _, named := range []error{ErrStale, ErrWrongType, ErrResultTooLarge, ErrModuleRequired, ErrLiveLease} {
-		if errors.Is(err, named) {
-			return false
-		}
-	}
-	return true
+	return msg
 }
+
+// Is makes errors.Is(err, ErrNotDurable) true.
+func (e *NotDurableError) Is(target error) bool { return target == ErrNotDurable }
+
+// Unwrap gives the cause.
+func (e *NotDurableError) Unwrap() error { return e.Cause }

@@ -35,7 +35,7 @@ func ExampleProcess() {
 	// Output:
 	// map[charged:1250] false NEW 1 <nil>
 	// map[charged:1250] true <nil>
-	// {FirstRuns:1 Retries:0 Replays:1 Waits:0 Busy:0 Completed:1 Released:0 LeasesLost:0 ResultsDropped:0 Mismatches:0 Exhausted:0 Extends:0}
+	// {FirstRuns:1 Retries:0 Replays:1 Waits:0 Busy:0 Completed:1 Released:0 LeasesLost:0 ResultsDropped:0 Mismatches:0 Exhausted:0 Extends:0 NotDurable:0}
 }
 
 func ExampleProcessMany() {
@@ -72,7 +72,11 @@ func ExampleIdem_Middleware() {
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, `{"id":1}`)
 	})
-	srv := httptest.NewServer(service.Middleware(idem.MiddlewareOptions{Scope: "orders"}).Handler(orders))
+	mw, err := service.Middleware(idem.MiddlewareOptions{Scope: "orders"})
+	if err != nil {
+		panic(err)
+	}
+	srv := httptest.NewServer(mw.Handler(orders))
 	defer srv.Close()
 	for range 2 {
 		req, _ := http.NewRequest("POST", srv.URL+"/orders", strings.NewReader(`{"amount":1250}`))

@@ -67,7 +67,7 @@ func (r *runner) handler(spec map[string]any) http.Handler {
 func (r *runner) request(s map[string]any) *bgCall {
 	h := r.http
 	id := "s" + string(rune('a'+h.n.Add(1)))
-	opts := idem.MiddlewareOptions{Scope: "test"}
+	opts := idem.MiddlewareOptions{}
 	if o, ok := s["options"].(map[string]any); ok {
 		for k, v := range o {
 			if k != "wait_ms" {
@@ -79,8 +79,12 @@ func (r *runner) request(s map[string]any) *bgCall {
 			}
 		}
 	}
+	mw, err := r.i.Middleware(opts)
+	if err != nil {
+		r.t.Fatal(err)
+	}
 	h.mu.Lock()
-	h.steps[id] = r.i.Middleware(opts).Handler(r.handler(s["handler"].(map[string]any)))
+	h.steps[id] = mw.Handler(r.handler(s["handler"].(map[string]any)))
 	h.mu.Unlock()
 	req, err := http.NewRequest(s["method"].(string), h.srv.URL+s["target"].(string), strings.NewReader(s["body"].(string)))
 	if err != nil {

@@ -3,185 +3,145 @@ package idem
 import (
 	"context"
 	"errors"
-	"time"
 )
 
-// ItemStatus is what became of one key of ProcessMany.
-type ItemStatus string
-
-// The statuses of ProcessMany's items.
-const (
-	ItemProcessed ItemStatus = "processed" // the work ran and the record is completed
-	ItemReplayed  ItemStatus = "replayed"  // already done: the stored result
-	ItemBusy      ItemStatus = "busy"      // another worker holds it (not waited for)
-	ItemFailed    ItemStatus = "failed"    // the work or OnRun failed: released
-	ItemLost      ItemStatus = "lost"      // the lease was lost: its result not kept
-	ItemMismatch  ItemStatus = "mismatch"
-	ItemExhausted ItemStatus = "exhausted"
-	ItemError     ItemStatus = "error" // the key's own error (e.g. ErrWrongType)
-)
-
-// Item is one key's outcome in ProcessMany.
-type Item[T any] struct {
-	Key          string
-	Status       ItemStatus
-	Value        T
-	Err          error
-	Attempt      int64
-	ResultStored bool
-}
-
-// ProcessMany is Process for a batch: one ClaimMany, the work for each
-// granted key in key order under one heartbeat, the successes completed in
-// one DoneMany and the failures released in one ReleaseMany. It answers
-// one item per key, in order; a busy key is not waited for. The error is
-// only for the batch as a whole (a connection's).
-func ProcessMany[T any](ctx context.Context, i *Idem, keys []string, work Work[T], opts ...CallOption) ([]Item[T], error) {
-	c := i.call(opts)
-	replies, err := i.ClaimMany(ctx, keys, i.lease, c.payloads)
+// ProcessMany is Process for a batch, with every promise of the single
+// call: one ClaimMany, the work for each granted key in key order under
+// one heartbeat, the successes completed in one DONE batch (resent after a
+// connection error and confirmed with IDEM.GET per key, as Process does)
+// and the failures released in one RELEASE batch. It answers one item per
+// key, in order; a busy key is not waited for. A work that panics: the
+// works after it do not run (BatchFailed), the ones before it are
+// completed, the failed ones released, then the panic goes on. The error
+// is only for the batch as a whole: every claim lost with its connection.
+func ProcessMany[T any](ctx context.Context, i *Idem, keys []string, work Work[T], opts ...CallOption) ([]BatchItem[T], error) {
+	var c call
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.payloads != nil && len(c.payloads) != len(keys) {
+		return nil, errors.New("idem: one payload per key")
+	}
+	ed, err := i.Edition(ctx)
 	if err != nil {
 		return nil, err
 	}
-	items := make([]Item[T], len(keys))
-	var jobs []*Job
+	claims := i.claimBatch(ctx, ed, keys, i.core.leaseSecs, c.payloads, false)
+	if failedWhole(claims) {
+		return nil, claims[0].err
+	}
+	items := make([]BatchItem[T], len(keys))
+	var jobs, undurable []*Job
 	var at []int
-	for j, r := range replies {
+	for j, a := range claims {
 		it := &items[j]
-		it.Key, it.Attempt = keys[j], r.Attempt
-		if r.Err != nil {
-			it.Status, it.Err = ItemError, r.Err
+		it.Key, it.Attempt = keys[j], a.reply.Attempt
+		if a.err != nil {
+			it.Status, it.Err = BatchError, a.err
 			continue
 		}
-		job, err := i.onClaim(keys[j], r)
+		job, status, err := i.core.verdict(keys[j], a.reply, a.ack)
 		switch {
 		case job != nil:
 			jobs, at = append(jobs, job), append(at, j)
-		case errors.Is(err, ErrMismatch):
-			it.Status, it.Err = ItemMismatch, err
-		case errors.Is(err, ErrExhausted):
-			it.Status, it.Err = ItemExhausted, err
-		case r.Status == StatusBusy:
-			i.stats.busy.Add(1)
-			it.Status, it.Err = ItemBusy, &BusyError{Key: keys[j], LeaseLeft: r.LeaseLeft, Attempt: r.Attempt}
-		default:
-			it.Status = ItemReplayed
-			if r.Result != nil {
-				it.Err = c.codec.Decode(r.Result, &it.Value)
+		case status == BatchBusy:
+			it.Status, it.Err = BatchBusy, i.core.busy(keys[j], a.reply)
+		case status == BatchReplayed:
+			it.Status = BatchReplayed
+			if a.reply.Result != nil {
+				it.Err = i.core.codec.Decode(a.reply.Result, &it.Value)
 				it.ResultStored = it.Err == nil
 			}
+		default:
+			it.Status, it.Err = status, err
+			if status == BatchNotDurable {
+				undurable = append(undurable, &Job{key: keys[j], token: a.reply.Token})
+			}
 		}
+	}
+	if len(undurable) > 0 {
+		i.release(ctx, ed, undurable)
 	}
 	if len(jobs) == 0 {
 		return items, nil
 	}
-	outs := i.run(ctx, jobs, func(ctx context.Context, j *Job) (any, error) { return work(ctx, j) })
-	var panicked *outcome
-	var done []int
-	var doneItems []DoneItem
-	encErrs := map[int]error{}
-	for n, o := range outs {
+	runs := runMany(ctx, i, ed, jobs, work)
+	var done []*Job
+	var values []any
+	var doneAt []int
+	var panicked *ran[T]
+	for n, r := range runs {
 		it := &items[at[n]]
-		if o.panicked && panicked == nil {
-			panicked = &outs[n]
+		if r.panicked && panicked == nil {
+			panicked = &runs[n]
 		}
-		if o.err != nil || o.panicked {
-			it.Status, it.Err = ItemFailed, o.err
+		if r.failure() != nil {
+			it.Status, it.Err = BatchFailed, r.failure()
 			continue
 		}
-		if v, ok := o.value.(T); ok {
-			it.Value = v
-		}
-		d := DoneItem{Key: jobs[n].key, Token: jobs[n].token}
-		if d.Result, encErrs[n] = c.codec.Encode(o.value); encErrs[n] != nil {
-			d.Result = nil
-		}
-		done, doneItems = append(done, n), append(doneItems, d)
+		it.Value = r.value
+		done, values, doneAt = append(done, jobs[n]), append(values, r.value), append(doneAt, at[n])
 	}
-	settleMany(ctx, i, jobs, at, done, doneItems, encErrs, items)
+	for n, settled := range i.settle(ctx, ed, done, values, true) {
+		it := &items[doneAt[n]]
+		it.ResultStored, it.Err, it.Status = settled.stored, settled.err, settledStatus(settled.err)
+	}
 	if panicked != nil {
-		panic(panicked.panicVal)
+		panic(panicked.panicValue)
 	}
 	return items, nil
 }
 
-// settleMany completes the jobs done[k] (whose works returned) with one
-// DoneMany, sent again after a connection error, then once more without
-// the results the server refused as too large.
-func settleMany[T any](ctx context.Context, i *Idem, jobs []*Job, at, done []int, doneItems []DoneItem, encErrs map[int]error, items []Item[T]) {
-	if len(done) == 0 {
-		return
-	}
-	ctx = context.WithoutCancel(ctx)
-	answers, resent, err := i.sendDoneMany(ctx, doneItems)
-	if err != nil {
-		for _, n := range done {
-			it := &items[at[n]]
-			it.Status, it.Err = ItemError, &DoneUnconfirmedError{Key: it.Key, Result: it.Value, Cause: err}
-		}
-		return
-	}
-	var again []int
-	for k, a := range answers {
-		if errors.Is(a.Err, ErrResultTooLarge) {
-			again = append(again, k)
+// failedWhole: every claim of the batch was lost with its connection (in
+// a cluster, where one node's failure leaves the others' claims granted,
+// those go on and the lost keys are BatchError).
+func failedWhole(claims []claimAnswer) bool {
+	for _, a := range claims {
+		if !isConnError(a.err) {
+			return false
 		}
 	}
-	tooLarge := map[int]error{}
-	if len(again) > 0 {
-		retry := make([]DoneItem, len(again))
-		for m, k := range again {
-			retry[m] = DoneItem{Key: doneItems[k].Key, Token: doneItems[k].Token}
-		}
-		second, resent2, err := i.sendDoneMany(ctx, retry)
-		for m, k := range again {
-			tooLarge[k] = answers[k].Err
-			if err != nil {
-				answers[k] = DoneAnswer{Err: &DoneUnconfirmedError{Key: retry[m].Key, Cause: err}}
-			} else {
-				answers[k] = second[m]
-			}
-		}
-		resent = resent || resent2
-	}
-	for k, n := range done {
-		job, it, a := jobs[n], &items[at[n]], answers[k]
-		if a.Err == nil && a.Code == 0 && !(resent && i.ownCompletion(ctx, job)) {
-			a.Err = ErrLeaseLost
-		} else if a.Err == nil && a.Code == 0 {
-			a.Code = 1
-		}
-		if a.Err != nil {
-			it.Err = i.doneFailed(job, it.Value, a.Err)
-			it.Status = ItemError
-			if errors.Is(it.Err, ErrLeaseLost) {
-				it.Status = ItemLost
-			}
-			continue
-		}
-		reason, cause := "", error(nil)
-		if encErrs[n] != nil {
-			reason, cause = "unserializable", encErrs[n]
-		} else if tooLarge[k] != nil {
-			reason, cause = "oversize", tooLarge[k]
-		}
-		it.Status = ItemProcessed
-		it.ResultStored, it.Err = i.completed(job, it.Value, a.Code, reason, cause)
-	}
+	return len(claims) > 0
 }
 
-// sendDoneMany is DoneMany sent again after a connection error (resent
-// says it was: an answer 0 may then be its own first completion).
-func (i *Idem) sendDoneMany(ctx context.Context, items []DoneItem) ([]DoneAnswer, bool, error) {
-	delay := 50 * time.Millisecond
-	for try := 0; ; try++ {
-		answers, err := i.doneMany(ctx, items, i.opts.Retain, true)
-		if !isConnError(err) {
-			return answers, try > 0, err
+// runMany runs each job's work in key order under one heartbeat (OnRun of
+// each first); after a panic the rest do not run. The failed ones are
+// released in one batch, sent once.
+func runMany[T any](ctx context.Context, i *Idem, ed Edition, jobs []*Job, work Work[T]) []ran[T] {
+	out := make([]ran[T], len(jobs))
+	ctxs := make([]context.Context, len(jobs))
+	var runnable []*Job
+	for n, job := range jobs {
+		var cancel context.CancelCauseFunc
+		ctxs[n], cancel = context.WithCancelCause(ctx)
+		job.cancel = cancel
+		defer cancel(context.Canceled)
+		if out[n].err = i.core.beforeWork(job); out[n].err == nil {
+			runnable = append(runnable, job)
 		}
-		if try >= i.doneRetries {
-			return nil, true, err
-		}
-		_ = sleep(ctx, delay)
-		delay *= 2
 	}
+	i.beats.add(runnable...)
+	panicked := false
+	for n, job := range jobs {
+		switch {
+		case out[n].err != nil:
+		case panicked:
+			out[n].err = errors.New("idem: not run: another work of the batch panicked")
+		default:
+			out[n] = safely(ctxs[n], job, work)
+			panicked = out[n].panicked
+		}
+	}
+	i.beats.remove(runnable...)
+	var failed []*Job
+	var failures []error
+	for n, r := range out {
+		if err := r.failure(); err != nil {
+			failed, failures = append(failed, jobs[n]), append(failures, err)
+		}
+	}
+	if len(failed) > 0 {
+		i.releaseFailed(ctx, ed, failed, failures)
+	}
+	return out
 }

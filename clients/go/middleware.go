@@ -9,69 +9,99 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 )
 
-// MiddlewareOptions configure Idem.Middleware. The zero value of each
-// field is its default.
+// MiddlewareOptions configure Idem.Middleware. A zero field takes the
+// Idem's setting (Wait, Lease, MaxTries, Durable, Owner) or the
+// middleware's default.
 type MiddlewareOptions struct {
 	// Scope names the service: the record is http:<Scope>:<Idempotency-Key>
 	// under the Idem's prefix, or http:<Idempotency-Key> without a Scope.
 	Scope string
 	// Wait is how long a repeat waits for the first one at work before it
-	// answers 409: default 10 s, Off for none.
+	// answers 409: default the Idem's Wait (10 s unless set), Off for none.
 	Wait time.Duration
-	// MaxTries failures of the handler under one key, then 500: default 3.
+	// Lease of a request's claim: default the Idem's Lease (whole seconds).
+	Lease time.Duration
+	// MaxTries failures of the handler under one key, then 500: default the
+	// Idem's MaxTries, or 3 when the Idem has none.
 	MaxTries int
+	// Durable: default the Idem's.
+	Durable *Durable
+	// Owner sent with each request's claim: default the Idem's.
+	Owner string
 	// Methods the middleware applies to: default POST and PATCH.
 	Methods []string
 	// Required answers 400 to a request of those methods without the header.
 	Required bool
 }
 
-// Middleware is the Idempotency-Key middleware of an Idem: its settings
-// (prefix, lease, heartbeat, edition) with counters of its own.
+// Middleware is the Idempotency-Key middleware of an Idem: the Idem's
+// settings, unless its own options set them, with counters of its own.
 type Middleware struct {
 	idem    *Idem
 	opts    MiddlewareOptions
-	wait    time.Duration
-	tries   int
 	methods []string
 }
 
 // Middleware makes the Idempotency-Key middleware; see Middleware.Handler.
-func (i *Idem) Middleware(opts MiddlewareOptions) *Middleware {
-	m := &Middleware{opts: opts, wait: defaulted(opts.Wait, 10*time.Second), tries: opts.MaxTries, methods: opts.Methods}
-	m.idem, _ = New(i.client, i.opts) // i.opts were checked by i's New
-	m.idem.edition = i.currentEdition()
-	if m.tries <= 0 {
-		m.tries = 3
+// Its error is an invalid option (a Lease that is not whole seconds).
+func (i *Idem) Middleware(opts MiddlewareOptions) (*Middleware, error) {
+	o := i.opts
+	o.Codec = BytesCodec{}
+	if opts.Wait != 0 {
+		o.Wait = opts.Wait
 	}
+	if opts.Lease != 0 {
+		o.Lease = opts.Lease
+	}
+	if opts.MaxTries != 0 {
+		o.MaxTries = opts.MaxTries
+	} else if o.MaxTries == 0 {
+		o.MaxTries = 3
+	}
+	if opts.Durable != nil {
+		o.Durable = opts.Durable
+	}
+	if opts.Owner != "" {
+		o.Owner = opts.Owner
+	}
+	if o.Edition == EditionAuto {
+		o.Edition = i.core.edition()
+	}
+	mi, err := New(i.client, o)
+	if err != nil {
+		return nil, err
+	}
+	m := &Middleware{idem: mi, opts: opts, methods: opts.Methods}
 	if m.methods == nil {
 		m.methods = []string{http.MethodPost, http.MethodPatch}
 	}
-	return m
+	return m, nil
 }
 
 // Stats are the middleware's counters.
 func (m *Middleware) Stats() Stats { return m.idem.Stats() }
 
 // Handler makes an http.Handler idempotent under the Idempotency-Key
-// header: the first request with a key runs the handler and its response
-// is stored when the handler finishes, whether or not the client is still
-// connected (the handler's context is not cancelled when it leaves). A
-// repeat gets the stored response with Idempotent-Replayed: true; a repeat
-// while the first is at work waits, then 409 with Retry-After: 1; another
-// method, target or body under the key is 422. A handler that answers 5xx
-// (or panics) stores nothing and the claim is released; MaxTries such
-// failures answer 500.
+// header (its value without leading and trailing spaces and tabs): the
+// first request with a key runs the handler and its response is stored
+// when the handler finishes, whether or not the client is still connected
+// (the handler's context is not cancelled when it leaves). A repeat gets
+// the stored response with Idempotent-Replayed: true; a repeat while the
+// first is at work waits, then 409 with Retry-After: 1; another method,
+// target or body under the key is 422. A handler that answers 5xx (or
+// panics) stores nothing and the claim is released; MaxTries such failures
+// answer 500.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	opts := m.opts
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		idemKey := r.Header.Get("Idempotency-Key")
-		if !contains(m.methods, r.Method) || (idemKey == "" && !opts.Required) {
+		idemKey := strings.Trim(r.Header.Get("Idempotency-Key"), " \t")
+		if !slices.Contains(m.methods, r.Method) || (idemKey == "" && !opts.Required) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -99,10 +129,9 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			}
 			return stored, err
 		}
-		set := func(c *call) { c.wait, c.maxTries, c.codec = m.wait, m.tries, BytesCodec{} }
 		// The client leaving does not stop the handler nor its DONE.
 		res, err := Process(context.WithoutCancel(r.Context()), m.idem, httpKey(opts.Scope, idemKey), run,
-			WithPayload([]byte(fingerprint)), set)
+			WithPayload([]byte(fingerprint)))
 		writeOutcome(w, res, err)
 	})
 }
@@ -125,12 +154,13 @@ func Fingerprint(method, target string, body []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-func writeOutcome(w http.ResponseWriter, res Result[[]byte], err error) {
+func writeOutcome(w http.ResponseWriter, res Outcome[[]byte], err error) {
 	var failed *handlerFailed
 	var notStored *ResultNotStoredError
 	var lost *LeaseLostError
 	var hook *HookError
 	var unconfirmed *DoneUnconfirmedError
+	var notDurable *NotDurableError
 	switch {
 	case errors.As(err, &failed):
 		writeStored(w, failed.response, false)
@@ -143,7 +173,7 @@ func writeOutcome(w http.ResponseWriter, res Result[[]byte], err error) {
 		http.Error(w, "this request failed too often: send it again with a new Idempotency-Key", http.StatusInternalServerError)
 	case errors.As(err, &notStored):
 		writeStored(w, notStored.Result.([]byte), false)
-	case errors.As(err, &lost), errors.As(err, &hook) && hook.Result != nil, errors.As(err, &unconfirmed):
+	case errors.As(err, &lost), errors.As(err, &hook) && hook.Result != nil, errors.As(err, &unconfirmed), errors.As(err, &notDurable) && notDurable.Stage == StageDone:
 		// The handler ran: its own response, though another is the one kept.
 		writeStored(w, res.Value, false)
 	case err != nil:
@@ -218,7 +248,7 @@ func (r *recorder) stored() ([]byte, error) {
 	s := storedResponse{V: 1, Status: r.status(), Headers: [][2]string{}, Body: r.body.Bytes()}
 	for name, values := range r.header {
 		lower := strings.ToLower(name)
-		if contains(hopHeaders, lower) {
+		if slices.Contains(hopHeaders, lower) {
 			continue
 		}
 		for _, v := range values {
@@ -227,13 +257,4 @@ func (r *recorder) stored() ([]byte, error) {
 	}
 	sort.Slice(s.Headers, func(a, b int) bool { return s.Headers[a][0] < s.Headers[b][0] })
 	return json.Marshal(s)
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

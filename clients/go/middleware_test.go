@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	idem "github.com/redis-idem/redis-idem/clients/go"
 	"github.com/redis/go-redis/v9"
@@ -35,7 +36,10 @@ func TestMiddlewareStoresTheSharedFormat(t *testing.T) {
 	forEachEdition(t, func(t *testing.T, addr string) {
 		i := newIdem(t, addr, idem.Options{Prefix: fresh("mw")})
 		var runs atomic.Int64
-		mw := i.Middleware(idem.MiddlewareOptions{Scope: "orders", Required: true, MaxTries: 2})
+		mw, err := i.Middleware(idem.MiddlewareOptions{Scope: "orders", Required: true, MaxTries: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
 		srv := httptest.NewServer(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			runs.Add(1)
 			if r.Method == "POST" && strings.Contains(r.URL.Path, "fail") {
@@ -93,7 +97,7 @@ func TestDoneUnconfirmed(t *testing.T) {
 		client := redis.NewClient(&redis.Options{Addr: p.addr()})
 		defer client.Close()
 		i, _ := idem.New(client, idem.Options{Prefix: fresh("unconfirmed"), DoneRetries: -1})
-		p.armed.Store(true)
+		p.cut("done", false, 1)
 		work := func(context.Context, *idem.Job) (string, error) { return "v", nil }
 		_, err := idem.Process(context.Background(), i, "k", work)
 		var unconfirmed *idem.DoneUnconfirmedError
@@ -103,6 +107,63 @@ func TestDoneUnconfirmed(t *testing.T) {
 		res, err := idem.Process(context.Background(), i, "k", work)
 		if err != nil || !res.Replayed || res.Value != "v" {
 			t.Errorf("the redelivery: %+v %v", res, err)
+		}
+	})
+}
+
+// The middleware takes the Idem's settings unless its own options set
+// them: here Wait off (a repeat in flight is 409 at once, not after a
+// wait), MaxTries 2 (the third failure is 500), the Owner of its claims.
+func TestMiddlewareTakesTheIdemsSettings(t *testing.T) {
+	forEachEdition(t, func(t *testing.T, addr string) {
+		i := newIdem(t, addr, idem.Options{Prefix: fresh("mw-settings"), Wait: idem.Off, MaxTries: 2, Owner: "svc-a:1"})
+		mw, err := i.Middleware(idem.MiddlewareOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gate := make(chan struct{})
+		srv := httptest.NewServer(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.Contains(r.URL.Path, "fail") {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
+			<-gate
+			w.WriteHeader(http.StatusCreated)
+		})))
+		defer srv.Close()
+		first := make(chan int)
+		go func() {
+			resp, _ := post(t, srv.URL+"/orders", "k", "{}")
+			first <- resp.StatusCode
+		}()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			rec, err := i.Get(context.Background(), "http:k")
+			if err == nil && rec != nil {
+				if rec.Owner != "svc-a:1" {
+					t.Errorf("the claim's owner %q, want the Idem's", rec.Owner)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the first request did not claim")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if resp, _ := post(t, srv.URL+"/orders", "k", "{}"); resp.StatusCode != http.StatusConflict {
+			t.Errorf("a repeat in flight: %d, want 409 at once", resp.StatusCode)
+		}
+		close(gate)
+		if code := <-first; code != http.StatusCreated {
+			t.Errorf("the first: %d", code)
+		}
+		for n, want := range []int{503, 503, 500} {
+			if resp, _ := post(t, srv.URL+"/fail", "f", "{}"); resp.StatusCode != want {
+				t.Errorf("failure %d: %d, want %d", n+1, resp.StatusCode, want)
+			}
+		}
+		if s := mw.Stats(); s.Waits != 0 || s.Busy != 1 || s.Exhausted != 1 {
+			t.Errorf("the middleware's stats %+v", s)
 		}
 	})
 }

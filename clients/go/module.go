@@ -18,6 +18,7 @@ type MClaimArgs struct {
 	Payloads [][]byte // nil, or one per key
 	MaxTries int
 	Bloom    string
+	Owner    string // OWNER, for every key ("": none)
 }
 
 // MDoneArgs are IDEM.MDONE's options.
@@ -32,18 +33,24 @@ func (i *Idem) moduleOnly(ctx context.Context, name string) error {
 		return err
 	}
 	if ed != EditionModule {
-		return &ModuleRequiredError{"idem: " + name + " needs the redis-idem module"}
+		return moduleRequired(name)
 	}
 	return nil
 }
 
 // MClaim sends IDEM.MCLAIM: one answer per key, a key's error in its Err.
 func (i *Idem) MClaim(ctx context.Context, keys []string, lease time.Duration, args MClaimArgs) ([]ClaimReply, error) {
-	cmd, err := i.mclaimCommand(ctx, keys, lease, args)
+	if err := i.moduleOnly(ctx, "IDEM.MCLAIM"); err != nil {
+		return nil, err
+	}
+	secs, err := seconds("lease", lease)
 	if err != nil {
 		return nil, err
 	}
-	v, err := i.do(ctx, cmd, false)
+	if args.Payloads != nil && len(args.Payloads) != len(keys) {
+		return nil, errors.New("idem: one payload per key")
+	}
+	v, err := i.do(ctx, i.core.mclaimCmd(keys, secs, args), false)
 	if err != nil {
 		return nil, err
 	}
@@ -55,22 +62,13 @@ func (i *Idem) MClaim(ctx context.Context, keys []string, lease time.Duration, a
 	return out, nil
 }
 
-func (i *Idem) mclaimCommand(ctx context.Context, keys []string, lease time.Duration, args MClaimArgs) ([]any, error) {
-	if err := i.moduleOnly(ctx, "IDEM.MCLAIM"); err != nil {
-		return nil, err
-	}
-	secs, err := seconds("lease", lease)
-	if err != nil {
-		return nil, err
-	}
-	cmd := []any{"IDEM.MCLAIM", secs, len(keys)}
+func (c *core) mclaimCmd(keys []string, leaseSecs int64, args MClaimArgs) []any {
+	cmd := make([]any, 0, 3+2*len(keys)+8)
+	cmd = append(cmd, "IDEM.MCLAIM", leaseSecs, len(keys))
 	for _, k := range keys {
-		cmd = append(cmd, i.prefix+k)
+		cmd = append(cmd, c.prefix+k)
 	}
 	if args.Payloads != nil {
-		if len(args.Payloads) != len(keys) {
-			return nil, errors.New("idem: one payload per key")
-		}
 		cmd = append(cmd, "PAYLOADS")
 		for _, p := range args.Payloads {
 			cmd = append(cmd, p)
@@ -79,47 +77,27 @@ func (i *Idem) mclaimCommand(ctx context.Context, keys []string, lease time.Dura
 	if args.MaxTries > 0 {
 		cmd = append(cmd, "MAXTRIES", args.MaxTries)
 	}
-	if args.Bloom != "" {
-		cmd = append(cmd, "BLOOM", i.prefix+args.Bloom)
+	if args.Owner != "" {
+		cmd = append(cmd, "OWNER", args.Owner)
 	}
-	return cmd, nil
+	if args.Bloom != "" {
+		cmd = append(cmd, "BLOOM", c.prefix+args.Bloom)
+	}
+	return cmd
 }
 
 // MDone sends IDEM.MDONE. When any item has a Result, every item's is
 // sent, a nil one as the empty string.
 func (i *Idem) MDone(ctx context.Context, items []DoneItem, args MDoneArgs) ([]DoneAnswer, error) {
-	return i.mdone(ctx, items, args, false)
-}
-
-func (i *Idem) mdone(ctx context.Context, items []DoneItem, args MDoneArgs, once bool) ([]DoneAnswer, error) {
 	if err := i.moduleOnly(ctx, "IDEM.MDONE"); err != nil {
 		return nil, err
 	}
-	cmd := []any{"IDEM.MDONE", len(items)}
-	withResults := false
-	for _, it := range items {
-		cmd = append(cmd, i.prefix+it.Key, it.Token)
-		withResults = withResults || it.Result != nil
-	}
-	if withResults {
-		// RESULTS has one value per key: an item without one stores ""
-		// here (DoneMany sends such items in a call of their own).
-		cmd = append(cmd, "RESULTS")
-		for _, it := range items {
-			cmd = append(cmd, it.Result)
-		}
-	}
 	if args.Retain != 0 {
-		secs, err := seconds("retain", args.Retain)
-		if err != nil {
+		if _, err := seconds("retain", args.Retain); err != nil {
 			return nil, err
 		}
-		cmd = append(cmd, "RETAIN", secs)
 	}
-	if args.Bloom != "" {
-		cmd = append(cmd, "BLOOM", i.prefix+args.Bloom)
-	}
-	v, err := i.do(ctx, cmd, once)
+	v, err := i.do(ctx, i.core.mdoneCmd(items, args), false)
 	if err != nil {
 		return nil, err
 	}
@@ -136,16 +114,38 @@ func (i *Idem) mdone(ctx context.Context, items []DoneItem, args MDoneArgs, once
 	return out, nil
 }
 
+// mdoneCmd: args.Retain is whole seconds (checked by the callers).
+func (c *core) mdoneCmd(items []DoneItem, args MDoneArgs) []any {
+	cmd := make([]any, 0, 2+3*len(items)+5)
+	cmd = append(cmd, "IDEM.MDONE", len(items))
+	withResults := false
+	for _, it := range items {
+		cmd = append(cmd, c.prefix+it.Key, it.Token)
+		withResults = withResults || it.Result != nil
+	}
+	if withResults {
+		// RESULTS has one value per key: an item without one stores ""
+		// here (the batch helpers send such items in a call of their own).
+		cmd = append(cmd, "RESULTS")
+		for _, it := range items {
+			cmd = append(cmd, it.Result)
+		}
+	}
+	if args.Retain != 0 {
+		cmd = append(cmd, "RETAIN", int64(args.Retain/time.Second))
+	}
+	if args.Bloom != "" {
+		cmd = append(cmd, "BLOOM", c.prefix+args.Bloom)
+	}
+	return cmd
+}
+
 // MRelease sends IDEM.MRELEASE.
 func (i *Idem) MRelease(ctx context.Context, items []ReleaseItem) ([]ReleaseAnswer, error) {
 	if err := i.moduleOnly(ctx, "IDEM.MRELEASE"); err != nil {
 		return nil, err
 	}
-	cmd := []any{"IDEM.MRELEASE", len(items)}
-	for _, it := range items {
-		cmd = append(cmd, i.prefix+it.Key, it.Token)
-	}
-	v, err := i.do(ctx, cmd, false)
+	v, err := i.do(ctx, i.core.mreleaseCmd(items), false)
 	if err != nil {
 		return nil, err
 	}
@@ -161,6 +161,15 @@ func (i *Idem) MRelease(ctx context.Context, items []ReleaseItem) ([]ReleaseAnsw
 	return out, nil
 }
 
+func (c *core) mreleaseCmd(items []ReleaseItem) []any {
+	cmd := make([]any, 0, 2+2*len(items))
+	cmd = append(cmd, "IDEM.MRELEASE", len(items))
+	for _, it := range items {
+		cmd = append(cmd, c.prefix+it.Key, it.Token)
+	}
+	return cmd
+}
+
 // BFReserveArgs are IDEM.BF.RESERVE's options (zero: the server's default).
 type BFReserveArgs struct {
 	Window    int
@@ -173,7 +182,7 @@ func (i *Idem) BFReserve(ctx context.Context, key string, errorRate float64, cap
 	if err := i.moduleOnly(ctx, "IDEM.BF.RESERVE"); err != nil {
 		return err
 	}
-	cmd := []any{"IDEM.BF.RESERVE", i.prefix + key, errorRate, capacity}
+	cmd := []any{"IDEM.BF.RESERVE", i.core.prefix + key, errorRate, capacity}
 	if args.Window > 0 {
 		cmd = append(cmd, "WINDOW", args.Window)
 	}
@@ -228,7 +237,7 @@ func (i *Idem) bf(ctx context.Context, name, key string, items []string) ([]bool
 	if err := i.moduleOnly(ctx, name); err != nil {
 		return nil, err
 	}
-	cmd := []any{name, i.prefix + key}
+	cmd := []any{name, i.core.prefix + key}
 	for _, it := range items {
 		cmd = append(cmd, it)
 	}
@@ -272,7 +281,7 @@ func (i *Idem) BFInfo(ctx context.Context, key string) (*FilterInfo, error) {
 	if err := i.moduleOnly(ctx, "IDEM.BF.INFO"); err != nil {
 		return nil, err
 	}
-	v, err := i.do(ctx, []any{"IDEM.BF.INFO", i.prefix + key}, false)
+	v, err := i.do(ctx, []any{"IDEM.BF.INFO", i.core.prefix + key}, false)
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}

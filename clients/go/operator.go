@@ -88,7 +88,7 @@ func (it *ScanIterator) Next(ctx context.Context) bool {
 		}
 		found, _ := arr[1].([]any)
 		for _, k := range found {
-			it.keys = append(it.keys, strings.TrimPrefix(str(k), it.idem.prefix))
+			it.keys = append(it.keys, strings.TrimPrefix(str(k), it.idem.core.prefix))
 		}
 		if it.cursor = str(arr[0]); it.cursor == "0" {
 			it.node++
@@ -111,7 +111,7 @@ func (it *ScanIterator) start(ctx context.Context) bool {
 	if match == "" {
 		match = "*"
 	}
-	it.args = []any{"MATCH", literalGlob(it.idem.prefix) + match}
+	it.args = []any{"MATCH", literalGlob(it.idem.core.prefix) + match}
 	if o.Count > 0 {
 		it.args = append(it.args, "COUNT", o.Count)
 	}
@@ -175,18 +175,4 @@ func literalGlob(prefix string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
-}
-
-// Requeue sends IDEM.REQUEUE (FCALL idem_requeue): true when the record's
-// work was given back (released now, its attempt kept so the next claim is
-// RETRY with attempt + 1, its tries restarted), false when there is no
-// record. A record whose lease is live is refused: a *LiveLeaseError
-// (errors.Is(err, ErrLiveLease)), the record unchanged.
-func (i *Idem) Requeue(ctx context.Context, key string) (bool, error) {
-	cmd, _, err := i.command(ctx, "IDEM.REQUEUE", "idem_requeue", key)
-	if err != nil {
-		return false, err
-	}
-	v, err := i.do(ctx, cmd, false)
-	return v == int64(1), err
 }

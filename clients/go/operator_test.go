@@ -101,8 +101,8 @@ func TestScanAndRequeueADeadLetter(t *testing.T) {
 			if ok, err := i.Requeue(ctx, "absent"); ok || err != nil {
 				t.Errorf("requeue of no record: %v %v", ok, err)
 			}
-			var liveErr *idem.LiveLeaseError
-			if ok, err := i.Requeue(ctx, "live"); ok || !errors.Is(err, idem.ErrLiveLease) || !errors.As(err, &liveErr) {
+			var liveErr *idem.ServerError
+			if ok, err := i.Requeue(ctx, "live"); ok || !errors.Is(err, idem.ErrLiveLease) || !errors.As(err, &liveErr) || liveErr.Kind != idem.KindLiveLease {
 				t.Errorf("requeue of a live lease: %v %v", ok, err)
 			}
 			if rec, _ := i.Get(ctx, "live"); rec.State != idem.StateProcessing {

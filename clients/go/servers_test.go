@@ -4,8 +4,10 @@ package idem_test
 // Redis 7.0 (REDIS_SERVER, default redis-server), Redis 8.2
 // (REDIS8_SERVER) and Valkey 9.1 (VALKEY_SERVER); the Functions edition
 // (functions/idem.lua, no module) on Redis 7.0 and Valkey 9.1; a 3-node
-// cluster with the module on Redis 7.0. REDIS_IDEM_MODULE is the module
-// (default ../../target/release/libredis_idem.so).
+// cluster with the module on Redis 7.0; for each config a primary with a
+// replica, and a primary with a replica under a Sentinel (the server's own
+// binary with --sentinel). REDIS_IDEM_MODULE is the module (default
+// ../../target/release/libredis_idem.so).
 
 import (
 	"context"
@@ -93,20 +95,20 @@ func freePort(cluster bool) (int, error) {
 }
 
 // startServer starts one server and waits until it answers.
-func startServer(t testing.TB, binary string, module bool, extra ...string) string {
+func startServer(t testing.TB, binary string, module, cluster bool, extra ...string) string {
 	t.Helper()
-	addr, err := start(binary, module, extra...)
+	addr, err := start(binary, module, cluster, extra...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return addr
 }
 
-func start(binary string, module bool, extra ...string) (string, error) {
+func start(binary string, module, cluster bool, extra ...string) (string, error) {
 	if _, err := os.Stat(modulePath()); module && err != nil {
 		return "", fmt.Errorf("the module is missing (set REDIS_IDEM_MODULE): %v", err)
 	}
-	port, err := freePort(len(extra) > 0)
+	port, err := freePort(cluster)
 	if err != nil {
 		return "", err
 	}
@@ -118,8 +120,16 @@ func start(binary string, module bool, extra ...string) (string, error) {
 	if module {
 		args = append(args, "--loadmodule", modulePath())
 	}
+	if cluster {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+	}
 	args = append(args, "--logfile", filepath.Join(dir, "server.log"))
-	cmd := exec.Command(binary, append(args, extra...)...)
+	return launch(binary, dir, port, append(args, extra...))
+}
+
+// launch runs a server (or a Sentinel) and waits until it answers PING.
+func launch(binary, dir string, port int, args []string) (string, error) {
+	cmd := exec.Command(binary, args...)
 	if err := cmd.Start(); err != nil {
 		return "", fmt.Errorf("starting %s: %v", binary, err)
 	}
@@ -165,12 +175,99 @@ func serverFor(t testing.TB, cfg serverConfig) string {
 	if addr, ok := servers[cfg.name]; ok {
 		return addr
 	}
-	addr := startServer(t, cfg.binary, cfg.edition == "module")
+	addr := startServer(t, cfg.binary, cfg.edition == "module", false)
 	if cfg.edition == "functions" {
 		loadFunctions(t, addr)
 	}
 	servers[cfg.name] = addr
 	return addr
+}
+
+// startPair starts a primary of cfg and a replica of it, in sync.
+func startPair(t testing.TB, cfg serverConfig) (primary, replica string) {
+	module := cfg.edition == "module"
+	primary = startServer(t, cfg.binary, module, false)
+	if !module {
+		loadFunctions(t, primary)
+	}
+	host, port, _ := net.SplitHostPort(primary)
+	replica = startServer(t, cfg.binary, module, false, "--replicaof", host, port)
+	waitReplicaOnline(t, primary, replica)
+	return primary, replica
+}
+
+// waitReplicaOnline waits until primary lists replica online at its own
+// offset.
+func waitReplicaOnline(t testing.TB, primary, replica string) {
+	t.Helper()
+	p := redis.NewClient(&redis.Options{Addr: primary})
+	defer p.Close()
+	_, port, _ := net.SplitHostPort(replica)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, _ := p.Info(context.Background(), "replication").Result()
+		fields := infoFields(info)
+		for k, v := range fields {
+			if strings.HasPrefix(k, "slave") && strings.Contains(v, "port="+port+",") && strings.Contains(v, "state=online") &&
+				strings.Contains(v, "offset="+fields["master_repl_offset"]+",") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica %s did not come online at %s: %s", replica, primary, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func infoFields(info string) map[string]string {
+	out := map[string]string{}
+	for _, line := range strings.Split(info, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// startSentinel starts a Sentinel (the server's binary with --sentinel)
+// monitoring primary as mymaster, quorum 1, and waits until it knows the
+// primary's replica.
+func startSentinel(t testing.TB, binary, primary string) string {
+	t.Helper()
+	port, err := freePort(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "idem-go-sentinel-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, pport, _ := net.SplitHostPort(primary)
+	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\n"+
+		"sentinel monitor mymaster %s %s 1\nsentinel down-after-milliseconds mymaster 3000\n"+
+		"sentinel failover-timeout mymaster 20000\n", port, dir, filepath.Join(dir, "server.log"), host, pport)
+	path := filepath.Join(dir, "sentinel.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, err := launch(binary, dir, port, []string{path, "--sentinel"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := redis.NewSentinelClient(&redis.Options{Addr: addr})
+	defer s.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		replicas, _ := s.Replicas(context.Background(), "mymaster").Result()
+		if len(replicas) == 1 && replicas[0]["flags"] == "slave" && replicas[0]["master-link-status"] == "ok" {
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the Sentinel %s did not see the replica: %v", addr, replicas)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 var (
@@ -186,8 +283,7 @@ func clusterNodes(t testing.TB) []string {
 		ctx := context.Background()
 		var addrs []string
 		for n := 0; n < 3; n++ {
-			addrs = append(addrs, startServer(t, binary, true, "--cluster-enabled", "yes",
-				"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"))
+			addrs = append(addrs, startServer(t, binary, true, true))
 		}
 		ranges := [][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}}
 		for n, addr := range addrs {
@@ -232,8 +328,9 @@ func TestMain(m *testing.M) {
 		runWorker()
 		return
 	}
+	redis.SetLogger(quiet{})
 	// The Example functions use the Redis 7.0 server with the module.
-	addr, err := start(configs()[0].binary, true)
+	addr, err := start(configs()[0].binary, true, false)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -243,3 +340,9 @@ func TestMain(m *testing.M) {
 	stopServers()
 	os.Exit(code)
 }
+
+// quiet keeps go-redis's log lines (a Sentinel's switches) out of the
+// tests' output.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -134,4 +136,64 @@ func TestLapsedLeaseCancelsTheJob(t *testing.T) {
 			t.Errorf("stats %+v", s)
 		}
 	})
+}
+
+// Duplicates waiting in IDEM.CLAIM ... WAIT hold a connection each; they
+// take at most half of the client's pool, so that the holders' DONEs (which
+// end the waits) always find one. Every delivery twice at once, on a pool
+// of 4: all complete, none ends Busy.
+func TestWaitersLeaveTheHoldersAConnection(t *testing.T) {
+	forEachEdition(t, func(t *testing.T, addr string) {
+		client := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 4})
+		defer client.Close()
+		i, err := idem.New(client, idem.Options{Prefix: fresh("starve"), Wait: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		for n := range 20 {
+			for range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, err := idem.Process(context.Background(), i, fmt.Sprint("order:", n), func(context.Context, *idem.Job) (int, error) {
+						time.Sleep(20 * time.Millisecond)
+						return n, nil
+					})
+					if err != nil {
+						failed.Add(1)
+						t.Log(err)
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		if s := i.Stats(); failed.Load() != 0 || s.FirstRuns != 20 || s.Replays != 20 || s.Busy != 0 {
+			t.Errorf("%d failed, stats %+v", failed.Load(), s)
+		}
+	})
+}
+
+// The heartbeat is one timer per Idem, idle until a job has run for a
+// heartbeat: a short work runs with no goroutine (nor timer goroutine)
+// more than there were before its call.
+func TestNoGoroutinePerMessage(t *testing.T) {
+	addr := serverFor(t, configs()[0])
+	i := newIdem(t, addr, idem.Options{Prefix: fresh("goroutines"), Lease: 3 * time.Second})
+	ctx := context.Background()
+	work := func(context.Context, *idem.Job) (int, error) { return runtime.NumGoroutine(), nil }
+	if _, err := idem.Process(ctx, i, "warm", work); err != nil {
+		t.Fatal(err)
+	}
+	for n := range 50 {
+		before := runtime.NumGoroutine()
+		res, err := idem.Process(ctx, i, fmt.Sprint(n), work)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Value > before {
+			t.Fatalf("message %d: %d goroutines while its work ran, %d before its call", n, res.Value, before)
+		}
+	}
 }
