@@ -128,7 +128,7 @@ fn a_batch_done_whose_reply_is_lost_is_its_own_completion() {
         assert_eq!((server.calls("idem.mdone"), server.calls("idem.get")), (2, 2), "both keys checked");
     }
     for item in &items {
-        assert_eq!((item.status, item.result_stored), (KeyStatus::Processed, true), "{item:?}");
+        assert_eq!((item.status, item.result_stored), (BatchStatus::Processed, true), "{item:?}");
         let record = idem.get(&item.key).unwrap().unwrap();
         assert_eq!((record.state, record.result), (RecordState::Done, Some(format!("\"{}\"", item.key).into_bytes())));
     }

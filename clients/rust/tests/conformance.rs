@@ -281,7 +281,7 @@ fn check_done(what: &str, expect: &Json, done: &Result<Done, Error>) {
     }
 }
 
-fn check_many(what: &str, expect: &Json, items: &[KeyOutcome<Out, String>]) {
+fn check_many(what: &str, expect: &Json, items: &[BatchItem<Out, String>]) {
     let expect = expect.as_array().unwrap();
     assert_eq!(items.len(), expect.len(), "{what}");
     for (item, want) in items.iter().zip(expect) {
@@ -305,7 +305,7 @@ fn check_many(what: &str, expect: &Json, items: &[KeyOutcome<Out, String>]) {
         };
         let want_name = w("error").and_then(Json::as_str);
         // A busy key carries its Busy error; a case need not name it.
-        if want_name.is_some() || item.status != KeyStatus::Busy {
+        if want_name.is_some() || item.status != BatchStatus::Busy {
             assert_eq!(name, want_name, "{what}: error {:?}", item.error);
         }
         if let Some(v) = w("message") {
@@ -320,7 +320,7 @@ type Work<'a> = &'a (dyn Fn(&Job) -> Result<Out, String> + Sync);
 /// `AsyncIdem` driven by a runtime (`Blocking`).
 trait Loop: Sync {
     fn process(&self, key: &str, call: &ProcessOptions, work: Work) -> Call;
-    fn process_many(&self, keys: &[&str], work: Work) -> Vec<KeyOutcome<Out, String>>;
+    fn process_many(&self, keys: &[&str], work: Work) -> Vec<BatchItem<Out, String>>;
     fn claim(&self, key: &str, lease: Duration) -> Result<Claim, Error>;
     fn claim_many(&self, keys: &[&str], lease: Duration) -> Vec<Result<Claim, Error>>;
     fn done(&self, key: &str, token: &str, options: &DoneOptions) -> Result<Done, Error>;
@@ -336,7 +336,7 @@ impl<S: ConnectionSource> Loop for Idem<S> {
     fn process(&self, key: &str, call: &ProcessOptions, work: Work) -> Call {
         self.process_with(key, call, work)
     }
-    fn process_many(&self, keys: &[&str], work: Work) -> Vec<KeyOutcome<Out, String>> {
+    fn process_many(&self, keys: &[&str], work: Work) -> Vec<BatchItem<Out, String>> {
         Idem::process_many(self, keys, work).unwrap()
     }
     fn claim(&self, key: &str, lease: Duration) -> Result<Claim, Error> {
@@ -377,7 +377,7 @@ impl<S: AsyncConnectionSource> Loop for Blocking<S> {
     fn process(&self, key: &str, call: &ProcessOptions, work: Work) -> Call {
         self.runtime.block_on(self.idem.process_with(key, call, |job| async move { work(&job) }))
     }
-    fn process_many(&self, keys: &[&str], work: Work) -> Vec<KeyOutcome<Out, String>> {
+    fn process_many(&self, keys: &[&str], work: Work) -> Vec<BatchItem<Out, String>> {
         self.runtime.block_on(self.idem.process_many(keys, |job| async move { work(&job) })).unwrap()
     }
     fn claim(&self, key: &str, lease: Duration) -> Result<Claim, Error> {
