@@ -155,6 +155,12 @@ impl Error {
             || matches!(error.code(), Some(code) if FAILOVER.contains(&code))
     }
 
+    /// An answer of a server that is not the primary (any more, or yet):
+    /// the command wrote nothing.
+    pub(crate) fn is_failover(&self) -> bool {
+        matches!(self, Error::Redis(e) if matches!(e.code(), Some(code) if FAILOVER.contains(&code)))
+    }
+
     /// A claim that wrote nothing and may be sent again: `TRYAGAIN` (the
     /// record is moving between nodes), `UNBLOCKED` (a waiter unblocked by
     /// a failover, a resharding or `CLIENT UNBLOCK`), a demoted or starting

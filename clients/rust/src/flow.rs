@@ -412,6 +412,18 @@ impl<T> Settle<T> {
         &self.job.record
     }
 
+    /// Whether the next send is a DONE (not the GET checking one).
+    #[cfg(feature = "tokio")]
+    pub fn sends_done(&self) -> bool {
+        !self.checking
+    }
+
+    /// The DONE's token and result, for a shared batch of completions.
+    #[cfg(feature = "tokio")]
+    pub fn done_args(&self) -> (&str, Option<&[u8]>) {
+        (&self.token, self.result.as_deref())
+    }
+
     fn finish<E>(&mut self, outcome: Result<Outcome<T>, ProcessError<T, Error>>) -> Next<T, E> {
         Next::Finish(outcome.map_err(|e| match e {
             ProcessError::Completed { value, error } => ProcessError::Completed { value, error },
@@ -463,7 +475,8 @@ impl<T> Settle<T> {
                 self.dropped = Some((DropReason::Oversize, oversize(size)));
                 self.send_done(core, Duration::ZERO)
             }
-            Err(e) if e.is_connection_error() => self.again(core, e, false),
+            // Lost with its connection, or refused by a demoted primary: again.
+            Err(e) if e.is_connection_error() || e.is_failover() => self.again(core, e, false),
             // WRONGTYPE (the key was overwritten), ...: not completed.
             Err(error) => {
                 let value = self.value();
@@ -502,7 +515,7 @@ impl<T> Settle<T> {
                 self.success(core, stored)
             }
             Ok(_) => self.finish(Err(ProcessError::Idem(core.lease_lost(&self.job)))),
-            Err(e) if e.is_connection_error() => self.again(core, e, true),
+            Err(e) if e.is_connection_error() || e.is_failover() => self.again(core, e, true),
             Err(error) => {
                 let value = self.value();
                 let error = Error::DoneUnconfirmed { key: self.job.key.clone(), cause: Box::new(error) };

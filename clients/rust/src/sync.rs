@@ -73,6 +73,16 @@ impl<S: ConnectionSource, C> Idem<S, C> {
         self.inner.send(cmd, key)
     }
 
+    /// A typed command: sent once more, on a new connection, when a pooled
+    /// one turns out stale (closed by a failover, or to a demoted primary).
+    fn send_typed(&self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
+        let reply = self.inner.send(cmd, key);
+        match &reply {
+            Err(e) if Error::broke_connection(e) => self.inner.send(cmd, key),
+            _ => reply,
+        }
+    }
+
     /// Sends `cmd` to the primary serving `slot` (one server: itself).
     pub(crate) fn send_to_primary(&self, cmd: &Cmd, slot: u16) -> RedisResult<Value> {
         let inner = &*self.inner;
@@ -183,32 +193,32 @@ impl<S: ConnectionSource, C> Idem<S, C> {
         let key = self.inner.core.key(key);
         let waits = options.wait.is_some_and(|w| cmd::wait_ms(w) > 0);
         let cmd = cmd::claim(self.edition(), &key, lease, options)?;
-        decode(if waits { self.inner.send_waiting(&cmd, &key) } else { self.send(&cmd, &key) })
+        decode(if waits { self.inner.send_waiting(&cmd, &key) } else { self.send_typed(&cmd, &key) })
     }
 
     pub fn done(&self, key: &str, token: &str, options: &DoneOptions) -> Result<Done, Error> {
         let key = self.inner.core.key(key);
-        decode(self.send(&cmd::done(self.edition(), &key, token, options)?, &key))
+        decode(self.send_typed(&cmd::done(self.edition(), &key, token, options)?, &key))
     }
 
     pub fn release(&self, key: &str, token: &str) -> Result<bool, Error> {
         let key = self.inner.core.key(key);
-        flag(self.send(&cmd::release(self.edition(), &key, token), &key))
+        flag(self.send_typed(&cmd::release(self.edition(), &key, token), &key))
     }
 
     pub fn extend(&self, key: &str, token: &str, lease: Duration) -> Result<(), Error> {
         let key = self.inner.core.key(key);
-        extended(self.send(&cmd::extend(self.edition(), &key, token, lease)?, &key))
+        extended(self.send_typed(&cmd::extend(self.edition(), &key, token, lease)?, &key))
     }
 
     pub fn get(&self, key: &str) -> Result<Option<Record>, Error> {
         let key = self.inner.core.key(key);
-        decode(self.send(&cmd::get(self.edition(), &key), &key))
+        decode(self.send_typed(&cmd::get(self.edition(), &key), &key))
     }
 
     pub fn once(&self, key: &str, retain: Duration) -> Result<bool, Error> {
         let key = self.inner.core.key(key);
-        flag(self.send(&cmd::once(self.edition(), &key, retain)?, &key))
+        flag(self.send_typed(&cmd::once(self.edition(), &key, retain)?, &key))
     }
 
     // --- operators ---
@@ -231,7 +241,7 @@ impl<S: ConnectionSource, C> Idem<S, C> {
     /// [`Error::LiveLease`], the record unchanged.
     pub fn requeue(&self, key: &str) -> Result<bool, Error> {
         let key = self.inner.core.key(key);
-        flag(self.send(&cmd::requeue(self.edition(), &key), &key))
+        flag(self.send_typed(&cmd::requeue(self.edition(), &key), &key))
     }
 
     // --- batches ---
@@ -438,11 +448,14 @@ impl<S: ConnectionSource, C> Inner<S, C> {
             }
         };
         let reply = call(&mut con);
-        if !reply.as_ref().is_err_and(&broken)
-            && let Ok(mut pool) = pool.lock()
-            && pool.len() < 64
-        {
-            pool.push(con);
+        let broke = reply.as_ref().is_err_and(&broken);
+        if let Ok(mut pool) = pool.lock() {
+            match broke {
+                // A failover: the other pooled connections are as stale.
+                true => pool.clear(),
+                false if pool.len() < 64 => pool.push(con),
+                false => {}
+            }
         }
         reply
     }

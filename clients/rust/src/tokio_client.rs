@@ -1,6 +1,7 @@
 //! The tokio client: [`AsyncIdem`], the same calls as [`Idem`](crate::Idem)
 //! with `async`; every decision is [`flow`](crate::flow)'s, the heartbeat
 //! one tokio task per instance.
+use crate::batch::{ClaimArgs, DoneArgs, Lane, Request, Turn, dropped};
 use crate::cmd::{self, ClaimOptions, DoneOptions, Edition};
 use crate::codec::{Codec, DefaultCodec};
 use crate::commands::{decode, detect_edition_async, extended, flag};
@@ -41,6 +42,9 @@ struct Inner<S: AsyncConnectionSource, C> {
     core: Core<C>,
     shared: Mutex<Option<S::Connection>>,
     waiting: Mutex<Vec<S::Connection>>,
+    /// The loop's claims and DONEs waiting for the one in flight (`batch`).
+    claims: Lane<ClaimArgs>,
+    dones: Lane<DoneArgs>,
 }
 
 /// Polls `future`, a panic in it caught: the work's claim is released
@@ -77,7 +81,8 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
         };
         core.edition = edition;
         let (shared, waiting) = (Mutex::new(Some(shared)), Mutex::new(Vec::new()));
-        Ok(AsyncIdem { inner: Arc::new(Inner { source, core, shared, waiting }) })
+        let (claims, dones) = (Lane::default(), Lane::default());
+        Ok(AsyncIdem { inner: Arc::new(Inner { source, core, shared, waiting, claims, dones }) })
     }
 
     pub fn edition(&self) -> Edition {
@@ -94,6 +99,17 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
         let reply = self.inner.source.route(&mut con, cmd, key.as_bytes().to_vec()).await;
         self.forget_if(reply.as_ref().is_err_and(Error::broke_connection));
         reply
+    }
+
+    /// A typed command: sent once more, on a new connection, when the
+    /// shared one turns out stale (closed by a failover, or to a demoted
+    /// primary).
+    async fn send_typed(&self, cmd: Cmd, key: &str) -> RedisResult<Value> {
+        let reply = self.send(cmd.clone(), key).await;
+        match &reply {
+            Err(e) if Error::broke_connection(e) => self.send(cmd, key).await,
+            _ => reply,
+        }
     }
 
     /// Sends `cmd` to the primary serving `slot` (one server: itself).
@@ -131,11 +147,13 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
             None => self.inner.source.connect(self.inner.core.waiting_timeout()).await?,
         };
         let reply = self.inner.source.route(&mut con, cmd, key.as_bytes().to_vec()).await;
-        if !reply.as_ref().is_err_and(Error::broke_connection)
-            && let Ok(mut pool) = self.inner.waiting.lock()
-            && pool.len() < 64
-        {
-            pool.push(con);
+        if let Ok(mut pool) = self.inner.waiting.lock() {
+            match reply.as_ref().is_err_and(Error::broke_connection) {
+                // A failover: the other pooled connections are as stale.
+                true => pool.clear(),
+                false if pool.len() < 64 => pool.push(con),
+                false => {}
+            }
         }
         reply
     }
@@ -214,7 +232,10 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
         let mut backoff = Backoff::new(core.options.wait);
         let (job, token) = loop {
             let (cmd, waits) = core.claim_cmd(&record, &call.payload, &backoff)?;
-            let (reply, ack) = self.send_write(cmd, &record, waits).await;
+            let (reply, ack) = match !waits && self.batching() {
+                true => (self.shared_claim(cmd, &record, &call.payload).await, None),
+                false => self.send_write(cmd, &record, waits).await,
+            };
             match core.on_claim(key, decode(reply), ack, &mut backoff)? {
                 Step::Work(job, token) => break (job, token),
                 Step::Return(outcome) => return Ok(outcome),
@@ -254,14 +275,90 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
                     if !pause.is_zero() {
                         tokio::time::sleep(pause).await;
                     }
-                    let (reply, ack) = match durable {
-                        true => self.send_write(cmd, settle.record(), false).await,
-                        false => (self.send(cmd, settle.record()).await, None),
+                    let shared = pause.is_zero() && settle.sends_done() && self.batching();
+                    let (reply, ack) = match (durable, shared) {
+                        (true, _) => self.send_write(cmd, settle.record(), false).await,
+                        (false, true) => (self.shared_done(cmd, &settle).await, None),
+                        (false, false) => (self.send(cmd, settle.record()).await, None),
                     };
                     next = settle.on_reply(core, reply, ack);
                 }
                 Next::Finish(outcome) => return outcome,
             }
+        }
+    }
+
+    /// Whether concurrent calls share batch commands: `batch`, without
+    /// `durable` (whose claims and DONEs each carry their own `WAIT`).
+    fn batching(&self) -> bool {
+        self.inner.core.options.batch && self.inner.core.wait.is_none()
+    }
+
+    /// The loop's first claim: its own command when nothing is in flight,
+    /// else its answer from the next batch.
+    async fn shared_claim(&self, cmd: Cmd, record: &str, payload: &Option<Vec<u8>>) -> RedisResult<Value> {
+        match self.inner.claims.enter(record, payload.clone()) {
+            Turn::Wait(answer) => answer.await.unwrap_or_else(|_| Err(dropped())),
+            Turn::Lead => {
+                let _handoff = Handoff { idem: self, claims: true };
+                self.send(cmd, record).await
+            }
+        }
+    }
+
+    /// A DONE of the loop, as [`shared_claim`](Self::shared_claim).
+    async fn shared_done<T>(&self, cmd: Cmd, settle: &crate::flow::Settle<T>) -> RedisResult<Value> {
+        let (token, result) = settle.done_args();
+        match self.inner.dones.enter(settle.record(), (token.to_string(), result.map(<[u8]>::to_vec))) {
+            Turn::Wait(answer) => answer.await.unwrap_or_else(|_| Err(dropped())),
+            Turn::Lead => {
+                let _handoff = Handoff { idem: self, claims: false };
+                self.send(cmd, settle.record()).await
+            }
+        }
+    }
+
+    /// The queued claims, batch after batch until none queue.
+    async fn flush_claims(self, mut queued: Vec<Request<ClaimArgs>>) {
+        let core = &self.inner.core;
+        while !queued.is_empty() {
+            // MCLAIM takes payloads for every key or for none.
+            let (with, without): (Vec<_>, Vec<_>) = queued.into_iter().partition(|r| r.args.is_some());
+            for part in [with, without].into_iter().filter(|part| !part.is_empty()) {
+                let records: Vec<String> = part.iter().map(|r| r.record.clone()).collect();
+                let payloads: Option<Vec<Vec<u8>>> = part.iter().map(|r| r.args.clone()).collect();
+                let plan = core.plan_claims(&records, core.options.lease, payloads.as_deref());
+                self.flush(part, plan).await;
+            }
+            queued = self.inner.claims.next();
+        }
+    }
+
+    /// The queued DONEs, batch after batch until none queue.
+    async fn flush_dones(self, mut queued: Vec<Request<DoneArgs>>) {
+        let core = &self.inner.core;
+        while !queued.is_empty() {
+            let items: Vec<DoneItem> = queued
+                .iter()
+                .map(|r| DoneItem { key: r.record.clone(), token: r.args.0.clone(), result: r.args.1.clone() })
+                .collect();
+            let plan = core.plan_dones(&items);
+            self.flush(std::mem::take(&mut queued), plan).await;
+            queued = self.inner.dones.next();
+        }
+    }
+
+    /// One batch's commands sent, each call given its own key's reply.
+    async fn flush<A>(&self, requests: Vec<Request<A>>, plan: Result<Plan, Error>) {
+        let Ok(plan) = plan else {
+            return requests.into_iter().for_each(|r| r.answer(Err(dropped())));
+        };
+        let mut replies = Vec::with_capacity(plan.sends.len());
+        for group in &plan.sends {
+            replies.push(self.send_group(group.cmds.clone(), &group.route, false, false).await);
+        }
+        for (request, reply) in requests.into_iter().zip(plan.split(replies)) {
+            request.answer(reply);
         }
     }
 
@@ -288,32 +385,32 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
         let key = self.inner.core.key(key);
         let cmd = cmd::claim(self.edition(), &key, lease, options)?;
         let waits = options.wait.is_some_and(|w| cmd::wait_ms(w) > 0);
-        decode(if waits { self.send_waiting(cmd, &key).await } else { self.send(cmd, &key).await })
+        decode(if waits { self.send_waiting(cmd, &key).await } else { self.send_typed(cmd, &key).await })
     }
 
     pub async fn done(&self, key: &str, token: &str, options: &DoneOptions) -> Result<Done, Error> {
         let key = self.inner.core.key(key);
-        decode(self.send(cmd::done(self.edition(), &key, token, options)?, &key).await)
+        decode(self.send_typed(cmd::done(self.edition(), &key, token, options)?, &key).await)
     }
 
     pub async fn release(&self, key: &str, token: &str) -> Result<bool, Error> {
         let key = self.inner.core.key(key);
-        flag(self.send(cmd::release(self.edition(), &key, token), &key).await)
+        flag(self.send_typed(cmd::release(self.edition(), &key, token), &key).await)
     }
 
     pub async fn extend(&self, key: &str, token: &str, lease: Duration) -> Result<(), Error> {
         let key = self.inner.core.key(key);
-        extended(self.send(cmd::extend(self.edition(), &key, token, lease)?, &key).await)
+        extended(self.send_typed(cmd::extend(self.edition(), &key, token, lease)?, &key).await)
     }
 
     pub async fn get(&self, key: &str) -> Result<Option<Record>, Error> {
         let key = self.inner.core.key(key);
-        decode(self.send(cmd::get(self.edition(), &key), &key).await)
+        decode(self.send_typed(cmd::get(self.edition(), &key), &key).await)
     }
 
     pub async fn once(&self, key: &str, retain: Duration) -> Result<bool, Error> {
         let key = self.inner.core.key(key);
-        flag(self.send(cmd::once(self.edition(), &key, retain)?, &key).await)
+        flag(self.send_typed(cmd::once(self.edition(), &key, retain)?, &key).await)
     }
 
     // --- operators, as Idem's ---
@@ -444,6 +541,35 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
         match panic {
             Some(panic) => resume_unwind(panic),
             None => Ok(many.finish()),
+        }
+    }
+}
+
+/// The leader of a lane, when its own command returned (or its call was
+/// dropped): the calls queued meanwhile go on in a task of their own, so
+/// the leader returns at once.
+struct Handoff<'a, S: AsyncConnectionSource, C: Send + Sync + 'static> {
+    idem: &'a AsyncIdem<S, C>,
+    claims: bool,
+}
+
+impl<S: AsyncConnectionSource, C: Send + Sync + 'static> Drop for Handoff<'_, S, C> {
+    fn drop(&mut self) {
+        let idem = self.idem.clone();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        match self.claims {
+            true => {
+                let queued = idem.inner.claims.next();
+                if !queued.is_empty() {
+                    runtime.spawn(idem.flush_claims(queued));
+                }
+            }
+            false => {
+                let queued = idem.inner.dones.next();
+                if !queued.is_empty() {
+                    runtime.spawn(idem.flush_dones(queued));
+                }
+            }
         }
     }
 }
