@@ -12,6 +12,8 @@
 /// version of its types (`redis_idem_client::redis::Client`).
 pub use redis;
 
+#[cfg(feature = "tokio")]
+mod batch;
 mod cmd;
 mod codec;
 mod commands;

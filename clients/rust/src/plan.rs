@@ -33,6 +33,29 @@ pub(crate) type Answer<R> = (Result<R, Error>, Option<RedisResult<Value>>);
 pub(crate) type Replies = (Vec<RedisResult<Value>>, Option<RedisResult<Value>>);
 
 impl Plan {
+    /// Each key's reply as the single command's would be (a batch
+    /// command's element), in order; a command's failure fails its keys.
+    #[cfg(feature = "tokio")]
+    pub fn split(self, replies: Vec<Replies>) -> Vec<RedisResult<Value>> {
+        let mut each: Vec<RedisResult<Value>> = (0..self.count).map(|_| Ok(Value::Nil)).collect();
+        for (group, (replies, _)) in self.sends.into_iter().zip(replies) {
+            let replies: Vec<RedisResult<Value>> = match (self.single, replies.first()) {
+                (true, _) => replies,
+                (false, Some(Ok(Value::Array(items)))) if items.len() == group.indices.len() => {
+                    items.iter().cloned().map(Ok).collect()
+                }
+                (false, reply) => {
+                    let reply = reply.cloned().unwrap_or(Ok(Value::Nil));
+                    group.indices.iter().map(|_| reply.clone()).collect()
+                }
+            };
+            for (i, reply) in group.indices.into_iter().zip(replies) {
+                each[i] = reply;
+            }
+        }
+        each
+    }
+
     /// Each key's answer, in order, with its group's `WAIT` reply; a
     /// command's failure fails its keys.
     pub fn gather<R: FromRedisValue>(self, replies: Vec<Replies>) -> Vec<Answer<R>> {
