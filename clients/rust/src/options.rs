@@ -223,11 +223,13 @@ impl Options {
         self.durable = Some(durable);
         self
     }
-    /// Concurrent calls on one instance share one batch command per tick
-    /// (default on): while a claim or a `DONE` is in flight, those that
-    /// arrive queue and go as one `IDEM.MCLAIM` / `IDEM.MDONE` (per slot in a
-    /// cluster; pipelined singles on the Functions edition). A call alone
-    /// sends its own command at once.
+    /// Concurrent [`AsyncIdem`](crate::AsyncIdem) calls share one batch
+    /// command per tick (default on): while the loop's claim or `DONE` is
+    /// in flight, those that arrive queue and go as one `IDEM.MCLAIM` /
+    /// `IDEM.MDONE` (per slot in a cluster; pipelined singles on the
+    /// Functions edition). A call alone sends its own command at once.
+    /// Off while [`durable`](Self::durable) is on; the sync
+    /// [`Idem`](crate::Idem)'s threads each send their own commands.
     pub fn batch(mut self, on: bool) -> Self {
         self.batch = on;
         self

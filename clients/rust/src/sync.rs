@@ -250,7 +250,7 @@ impl<S: ConnectionSource, C> Idem<S, C> {
     /// `durable` and `write`).
     fn run<R: FromRedisValue>(&self, plan: Plan, write: bool) -> Vec<Answer<R>> {
         let replies: Vec<Replies> =
-            plan.sends.iter().map(|group| self.inner.send_group(&group.cmds, &group.route, write)).collect();
+            plan.sends.iter().map(|group| self.inner.send_group(&group.cmds, &group.route, write, false)).collect();
         plan.gather(replies)
     }
 
@@ -376,11 +376,21 @@ impl<S: ConnectionSource, C> Inner<S, C> {
     /// A write of the loop (a claim, a DONE): with `durable`, followed by
     /// `WAIT` on the same connection in the same round trip.
     fn send_write(&self, cmd: &Cmd, key: &str, waits: bool) -> (RedisResult<Value>, Option<RedisResult<Value>>) {
-        let send = |cmd: &Cmd| if waits { self.send_waiting(cmd, key) } else { self.send(cmd, key) };
-        let Some(wait) = &self.core.wait else { return (send(cmd), None) };
+        if self.core.wait.is_none() {
+            return (if waits { self.send_waiting(cmd, key) } else { self.send(cmd, key) }, None);
+        }
+        let (mut replies, ack) = self.send_group(std::slice::from_ref(cmd), key, true, waits);
+        (replies.pop().unwrap_or(Ok(Value::Nil)), ack)
+    }
+
+    /// Commands in one pipeline (on a connection of the waiting pool when
+    /// they may block), with `WAIT` after them when `durable` and `write`.
+    fn send_group(&self, cmds: &[Cmd], key: &str, write: bool, waits: bool) -> Replies {
+        let mut cmds = cmds.to_vec();
+        let wait = self.core.wait.clone().filter(|_| write);
+        cmds.extend(wait.iter().cloned());
         let pool = if waits { &self.waiting } else { &self.pool };
-        let cmds = [cmd.clone(), wait.clone()];
-        let mut replies = self.on_pooled(
+        let reply = self.on_pooled(
             pool,
             |con| {
                 let replies = self.source.route_pipeline(con, &cmds, key.as_bytes());
@@ -391,38 +401,7 @@ impl<S: ConnectionSource, C> Inner<S, C> {
             },
             Error::broke_connection,
         );
-        match replies.as_mut() {
-            Ok(replies) if replies.len() == 2 => {
-                let ack = replies.pop().expect("two replies");
-                (replies.pop().expect("two replies"), Some(ack))
-            }
-            Ok(_) => (Ok(Value::Nil), None),
-            Err(e) => (Err(e.clone()), Some(Err(e.clone()))),
-        }
-    }
-
-    /// A batch group's commands in one pipeline, with `WAIT` after them
-    /// when `durable` and `write`.
-    fn send_group(&self, cmds: &[Cmd], key: &str, write: bool) -> Replies {
-        let mut cmds = cmds.to_vec();
-        let wait = self.core.wait.clone().filter(|_| write);
-        cmds.extend(wait.iter().cloned());
-        let mut failed = None;
-        let reply = self.on_pooled(
-            &self.pool,
-            |con| {
-                let replies = self.source.route_pipeline(con, &cmds, key.as_bytes());
-                match replies.iter().find_map(|r| r.as_ref().err().filter(|e| Error::broke_connection(e))) {
-                    Some(e) => Err(e.clone()),
-                    None => Ok(replies),
-                }
-            },
-            Error::broke_connection,
-        );
-        let mut replies = reply.unwrap_or_else(|e| {
-            failed = Some(e.clone());
-            cmds.iter().map(|_| Err(e.clone())).collect()
-        });
+        let mut replies = reply.unwrap_or_else(|e| cmds.iter().map(|_| Err(e.clone())).collect());
         let ack = if wait.is_some() { replies.pop() } else { None };
         (replies, ack)
     }

@@ -1,7 +1,7 @@
 //! The loop's rules that issues 36 and 37 fixed, each where it once broke:
 //! a DONE refused with WRONGTYPE is not reported completed, `job.key()` is
-//! the caller's key, one heartbeat thread per instance (not one per job),
-//! and an async work that panics has its claim released.
+//! the caller's key, and an async work that panics has its claim released
+//! (tests/heartbeat_thread.rs: one heartbeat thread per instance).
 mod common;
 
 use common::*;
@@ -47,47 +47,6 @@ fn job_key_is_the_callers_key_without_the_prefix() {
     let seen = idem.process("order:1", |job: &Job| Ok::<_, String>(job.key().to_string())).unwrap();
     assert_eq!(seen.into_value().as_deref(), Some("order:1"));
     assert!(idem.get("order:1").unwrap().is_some(), "the record is under the prefix");
-}
-
-/// The heartbeat threads of this process (named redis-idem-heartbeat,
-/// which /proc cuts to 15 bytes).
-fn heartbeat_threads() -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-        .filter(|name| name.trim() == "redis-idem-hear")
-        .count()
-}
-
-#[test]
-fn one_heartbeat_thread_per_instance_whatever_the_jobs() {
-    let server = Server::start();
-    let options = Options::new().lease(Duration::from_secs(3)).heartbeat(Duration::from_millis(200));
-    let idem = Idem::with_options(server.client(), options.clone()).unwrap();
-    assert_eq!(heartbeat_threads(), 0, "none before a job");
-    for n in 0..100 {
-        idem.process(&format!("short:{n}"), |_: &Job| Ok::<_, String>(n)).unwrap();
-    }
-    assert_eq!(heartbeat_threads(), 1, "one for 100 jobs");
-    // It extends a job that outlives `heartbeat`.
-    idem.process("long", |_: &Job| {
-        std::thread::sleep(Duration::from_millis(700));
-        Ok::<_, String>(0)
-    })
-    .unwrap();
-    assert!(idem.stats().extends >= 1, "{:?}", idem.stats());
-    // Jobs running at once share it too.
-    std::thread::scope(|scope| {
-        for n in 0..8 {
-            let idem = &idem;
-            scope.spawn(move || idem.process(&format!("side:{n}"), |_: &Job| Ok::<_, String>(n)).unwrap());
-        }
-    });
-    let other = Idem::with_options(server.client(), options).unwrap();
-    other.process("other", |_: &Job| Ok::<_, String>(0)).unwrap();
-    assert_eq!(heartbeat_threads(), 2, "one per instance");
-    drop((idem, other));
-    eventually(Duration::from_secs(5), "the threads end with their instances", || heartbeat_threads() == 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
