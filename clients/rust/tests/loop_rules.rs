@@ -6,7 +6,6 @@ mod common;
 
 use common::*;
 use redis_idem_client::*;
-use std::time::Duration;
 
 /// The work overwrites its own key with a plain string: DONE answers
 /// WRONGTYPE, the record was not completed.
