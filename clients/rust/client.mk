@@ -7,7 +7,20 @@
 # built again. tests/conformance.rs is among them: clients/conformance/.
 RUST_CLIENT_TEST_FILES := $(patsubst clients/rust/tests/%.rs,--test %,$(wildcard clients/rust/tests/*.rs))
 
-.PHONY: test-client-rust
-test-client-rust: build valkey
+# Every feature set a user can build (json, tokio, cluster, cluster-async,
+# sentinel, in every combination that cargo accepts) passes clippy with
+# warnings as errors: `make lint` checks the workspace's one feature set
+# only, and a lint can fire in one set alone (a unit `let` without
+# `cluster`). --lib: what a user's build compiles.
+RUST_CLIENT_FEATURE_SETS := $(foreach json,json _,$(foreach sentinel,sentinel _,$(foreach rest,_ tokio cluster tokio+cluster cluster-async,$(json)+$(sentinel)+$(rest))))
+.PHONY: lint-client-rust test-client-rust
+lint-client-rust:
+	@for set in $(RUST_CLIENT_FEATURE_SETS); do \
+		features=$$(echo "$$set" | tr '+' '\n' | grep -vx _ | paste -sd, -); \
+		echo "clippy redis-idem-client --features '$$features'"; \
+		$(CARGO) clippy -q -p redis-idem-client --lib --no-default-features --features "$$features" -- -D warnings || exit 1; \
+	done
+
+test-client-rust: build valkey lint-client-rust
 	REDIS_SERVER="$(REDIS7_SERVER)" REDIS_IDEM_EDITION=functions $(WORKSPACE_TESTS) $(RUST_CLIENT_TEST_FILES) $(ON_ONE_SERVER_ONLY)
 	REDIS_SERVER="$(VALKEY_SERVER)" REDIS_IDEM_EDITION=functions $(WORKSPACE_TESTS) $(RUST_CLIENT_TEST_FILES) $(ON_ONE_SERVER_ONLY)

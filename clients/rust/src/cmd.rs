@@ -61,6 +61,8 @@ pub struct ClaimOptions {
     /// `WAIT`: on BUSY, wait this long for the holder (module only; the
     /// server takes whole milliseconds, at most one hour).
     pub wait: Option<Duration>,
+    /// `OWNER`: who holds the claim (1 to 64 bytes), shown by `IDEM.GET`.
+    pub owner: Option<String>,
 }
 
 impl ClaimOptions {
@@ -81,6 +83,10 @@ impl ClaimOptions {
     }
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
+        self
+    }
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
         self
     }
 }
@@ -157,6 +163,9 @@ pub(crate) fn claim(
     if let Some(n) = options.max_tries {
         cmd.arg("MAXTRIES").arg(n);
     }
+    if let Some(owner) = &options.owner {
+        cmd.arg("OWNER").arg(owner);
+    }
     if let Some(filter) = &options.bloom {
         if edition == Edition::Functions {
             return Err(unsupported("BLOOM"));
@@ -231,16 +240,24 @@ fn batch_guard(edition: Edition, what: &str, count: usize) -> Result<(), Error> 
     Ok(())
 }
 
-/// `IDEM.MCLAIM lease numkeys key... [PAYLOADS p...] [MAXTRIES n] [BLOOM f]`;
+/// What every key of an `IDEM.MCLAIM` shares.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Shared<'a> {
+    pub max_tries: Option<u32>,
+    pub bloom: Option<&'a str>,
+    pub owner: Option<&'a str>,
+}
+
+/// `IDEM.MCLAIM lease numkeys key... [PAYLOADS p...] [MAXTRIES n] [OWNER o] [BLOOM f]`;
 /// `payloads`, when given, has one per key.
 pub(crate) fn mclaim<K: ToRedisArgs>(
     edition: Edition,
     keys: &[K],
     lease: Duration,
     payloads: Option<&[Vec<u8>]>,
-    max_tries: Option<u32>,
-    bloom: Option<&str>,
+    shared: Shared<'_>,
 ) -> Result<Cmd, Error> {
+    let Shared { max_tries, bloom, owner } = shared;
     batch_guard(edition, "IDEM.MCLAIM", keys.len())?;
     let mut cmd = redis::cmd("IDEM.MCLAIM");
     cmd.arg(whole_seconds("lease", lease)?).arg(keys.len()).arg(keys);
@@ -253,10 +270,22 @@ pub(crate) fn mclaim<K: ToRedisArgs>(
     if let Some(n) = max_tries {
         cmd.arg("MAXTRIES").arg(n);
     }
+    if let Some(owner) = owner {
+        cmd.arg("OWNER").arg(owner);
+    }
     if let Some(filter) = bloom {
         cmd.arg("BLOOM").arg(filter);
     }
     Ok(cmd)
+}
+
+/// `WAIT replicas ms`, or with `fsync` `WAITAOF 1 replicas ms`.
+pub(crate) fn wait_for(durable: &crate::options::Durable) -> Cmd {
+    let ms = (durable.timeout.as_millis() as u64).max(1);
+    match durable.fsync {
+        false => redis::cmd("WAIT").arg(durable.replicas).arg(ms).to_owned(),
+        true => redis::cmd("WAITAOF").arg(1).arg(durable.replicas).arg(ms).to_owned(),
+    }
 }
 
 /// `IDEM.MDONE numkeys key token... [RESULTS r...] [RETAIN s] [BLOOM f]`;

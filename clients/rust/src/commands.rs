@@ -115,16 +115,19 @@ pub trait IdemCommands: ConnectionLike + Sized {
         let cmd = scan_cmd(Edition::Module, cursor, options, "")?;
         decode(self.req_command(&cmd))
     }
-    /// `IDEM.MCLAIM` on keys of one slot (at most 10000): one answer per
-    /// key. [`Idem::claim_batch`](crate::Idem::claim_batch) splits any set.
+    /// `IDEM.MCLAIM` on keys of one slot (at most 10000), with `OWNER`
+    /// when given: one answer per key. [`Idem::claim_many`](crate::Idem::claim_many)
+    /// splits any set.
     fn idem_mclaim<K: ToRedisArgs>(
         &mut self,
         keys: &[K],
         lease: Duration,
         payloads: Option<&[Vec<u8>]>,
         max_tries: Option<u32>,
+        owner: Option<&str>,
     ) -> Result<Vec<Result<Claim, Error>>, Error> {
-        let cmd = cmd::mclaim(Edition::Module, keys, lease, payloads, max_tries, None)?;
+        let shared = cmd::Shared { max_tries, owner, bloom: None };
+        let cmd = cmd::mclaim(Edition::Module, keys, lease, payloads, shared)?;
         decode_each(self.req_command(&cmd), keys.len())
     }
     /// `IDEM.MDONE` on keys of one slot: one answer per key.
@@ -236,8 +239,10 @@ mod r#async {
             lease: Duration,
             payloads: Option<&[Vec<u8>]>,
             max_tries: Option<u32>,
+            owner: Option<&str>,
         ) -> impl Future<Output = Result<Vec<Result<Claim, Error>>, Error>> + Send {
-            let (cmd, count) = (cmd::mclaim(Edition::Module, keys, lease, payloads, max_tries, None), keys.len());
+            let shared = cmd::Shared { max_tries, owner, bloom: None };
+            let (cmd, count) = (cmd::mclaim(Edition::Module, keys, lease, payloads, shared), keys.len());
             async move { decode_each(send(self, cmd).await?, count) }
         }
         fn idem_mdone<K: ToRedisArgs>(

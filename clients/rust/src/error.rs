@@ -3,6 +3,9 @@
 //! own failure and, once the work has returned, its value.
 use std::time::Duration;
 
+/// Answers of a server that is not (or not yet) the primary.
+const FAILOVER: [&str; 3] = ["READONLY", "MASTERDOWN", "LOADING"];
+
 /// A boxed error, as codecs return it.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -16,8 +19,10 @@ pub enum Error {
     Redis(#[from] redis::RedisError),
     /// Still busy when the wait ended: another worker holds the key. Do not
     /// acknowledge the message; it comes back later.
-    #[error("idempotency key {key:?} is still being processed by another worker ({lease_left:?} left on its lease)")]
-    Busy { key: String, lease_left: Duration },
+    /// `owner` is the holder's `OWNER` (read with one `IDEM.GET` on this
+    /// path only; None when the record has none or the read failed).
+    #[error("idempotency key {key:?} is still being processed by another worker ({} left on its lease{})", format!("{lease_left:?}"), owner.as_ref().map(|o| format!(", held by {o}")).unwrap_or_default())]
+    Busy { key: String, lease_left: Duration, owner: Option<String> },
     /// The key was claimed with another payload: it was reused for
     /// different content. Reject the message.
     #[error("idempotency key {key:?} was used before with another payload")]
@@ -49,6 +54,14 @@ pub enum Error {
         #[source]
         cause: Box<Error>,
     },
+    /// [`Durable`](crate::Durable): a `WAIT` answered fewer replicas than
+    /// asked (or `WAITAOF` fewer fsyncs, or refused it). At
+    /// [`DurableStage::Claim`] the claim was released and the work never
+    /// ran; at [`DurableStage::Done`] the record is done on the primary (the
+    /// value comes back in [`ProcessError::Completed`]). Do not acknowledge
+    /// the message.
+    #[error("the {stage} of {key:?} was acknowledged by {acknowledged} replicas, fewer than asked")]
+    NotDurable { key: String, stage: DurableStage, acknowledged: u64 },
     /// `STALE` from `EXTEND` or `DONE`: the token no longer holds the claim.
     #[error("STALE {0}")]
     Stale(String),
@@ -81,6 +94,24 @@ pub enum Error {
     /// A reply of a shape no version of redis-idem sends.
     #[error("unexpected reply: {0}")]
     UnexpectedReply(String),
+}
+
+/// Which write of the loop [`Error::NotDurable`] is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DurableStage {
+    /// The claim: released, the work never ran.
+    Claim,
+    /// The completion: the record is done on the primary.
+    Done,
+}
+
+impl std::fmt::Display for DurableStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DurableStage::Claim => "claim",
+            DurableStage::Done => "completion",
+        })
+    }
 }
 
 impl Error {
@@ -116,17 +147,29 @@ impl Error {
         matches!(self, Error::Redis(e) if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.is_unrecoverable_error())
     }
 
-    /// A connection's failure as redis-rs reports it: that connection is
-    /// not given back for reuse.
+    /// A connection not to use again: it failed, or its server is no
+    /// longer the primary (`READONLY`, `MASTERDOWN`, `LOADING`: after a
+    /// failover the next connection, made through Sentinel, finds the new one).
     pub(crate) fn broke_connection(error: &redis::RedisError) -> bool {
         Error::Redis(error.clone()).is_connection_error()
+            || matches!(error.code(), Some(code) if FAILOVER.contains(&code))
+    }
+
+    /// An answer of a server that is not the primary (any more, or yet):
+    /// the command wrote nothing.
+    pub(crate) fn is_failover(&self) -> bool {
+        matches!(self, Error::Redis(e) if matches!(e.code(), Some(code) if FAILOVER.contains(&code)))
     }
 
     /// A claim that wrote nothing and may be sent again: `TRYAGAIN` (the
-    /// record is moving between nodes) or `UNBLOCKED` (a waiter unblocked
-    /// by a failover, a resharding or `CLIENT UNBLOCK`).
+    /// record is moving between nodes), `UNBLOCKED` (a waiter unblocked by
+    /// a failover, a resharding or `CLIENT UNBLOCK`), a demoted or starting
+    /// primary (`READONLY`, `MASTERDOWN`, `LOADING`), or a connection lost
+    /// (a failover: if the server ran it, the claim meets itself as BUSY
+    /// and waits; the orphan lapses with its lease).
     pub(crate) fn is_claim_retryable(&self) -> bool {
-        matches!(self, Error::Redis(e) if matches!(e.code(), Some("TRYAGAIN" | "UNBLOCKED")))
+        self.is_connection_error()
+            || matches!(self, Error::Redis(e) if matches!(e.code(), Some(code) if code == "TRYAGAIN" || code == "UNBLOCKED" || FAILOVER.contains(&code)))
     }
 }
 
@@ -143,18 +186,26 @@ pub enum ProcessError<T, E> {
     /// value to give: `LeaseLost`.
     #[error(transparent)]
     Idem(#[from] Error),
-    /// The work returned `value`, and the record is completed or was never
-    /// to be this worker's, but something after the work failed:
-    /// `ResultNotStored`, `Hook` (the done hook), `DoneUnconfirmed`.
+    /// The work returned `value` and the record is completed, but
+    /// something after the work failed: `ResultNotStored`, `Hook` (the
+    /// done hook), `NotDurable` (done on the primary, not acknowledged).
     #[error("{error}")]
     Completed { value: T, error: Error },
+    /// The work returned `value`, but its completion is not known to be
+    /// recorded: `DoneUnconfirmed` (`DONE`'s replies were lost), or `DONE`
+    /// refused with an error (`WrongType`: the key was overwritten; the
+    /// record was not completed). Do not acknowledge the message.
+    #[error("{error}")]
+    Unsettled { value: T, error: Error },
 }
 
 impl<T, E> ProcessError<T, E> {
     /// This crate's error, if it was one.
     pub fn idem(&self) -> Option<&Error> {
         match self {
-            ProcessError::Idem(e) | ProcessError::Completed { error: e, .. } => Some(e),
+            ProcessError::Idem(e)
+            | ProcessError::Completed { error: e, .. }
+            | ProcessError::Unsettled { error: e, .. } => Some(e),
             ProcessError::Work(_) => None,
         }
     }

@@ -1,28 +1,34 @@
 //! The consumer loop's decisions, shared by the sync [`Idem`](crate::Idem)
 //! and the async [`AsyncIdem`](crate::AsyncIdem), without I/O: which claim
 //! to send and what its answer means ([`Step`]), how a work's value is
-//! settled ([`Settle`], a `Next` from each reply), and how a batch is split
-//! into commands ([`Plan`]); many.rs reads `process_many`'s answers. The
-//! front ends only send and wait.
-use crate::cmd::{self, ClaimOptions, DoneOptions, Edition, MAX_BATCH};
+//! settled ([`Settle`], a `Next` from each reply); plan.rs splits a batch
+//! into commands and many.rs reads `process_many`'s answers. The front ends
+//! only send and wait.
+use crate::cmd::{self, ClaimOptions, DoneOptions, Edition};
 use crate::codec::Codec;
-use crate::commands::{decode, decode_each, extended};
-use crate::error::{BoxError, Error, ProcessError};
+use crate::commands::{decode, extended};
+use crate::error::{BoxError, DurableStage, Error, ProcessError};
+use crate::heartbeat::Beats;
 use crate::options::{Counters, DropReason, Event, Job, Options, Outcome, Oversize, ReleaseReason, bump};
 use crate::reply::{Claim, Done, Granted, Record, RecordState};
-use redis::{Cmd, FromRedisValue, RedisResult, Value};
-use std::collections::HashMap;
+use redis::{Cmd, RedisResult, Value};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+/// What an instance resolved when it was made: settings, codec, edition.
 pub(crate) struct Core<C> {
     pub options: Options,
     pub edition: Edition,
     pub counters: Counters,
     pub codec: C,
     pub cluster: bool,
+    /// `OWNER`, and the process it was made in (read again after a fork).
+    owner: (String, u32),
+    /// `WAIT` / `WAITAOF` after each write, with `durable`.
+    pub wait: Option<Cmd>,
+    pub beats: Beats,
 }
 
 /// What the loop does after a claim's answer.
@@ -31,6 +37,11 @@ pub(crate) enum Step<T> {
     Return(Outcome<T>),
     /// Claim again after this pause.
     Again(Duration),
+    /// Still busy at the end of the wait: read the holder's owner
+    /// (`IDEM.GET`), then [`Core::busy`].
+    Busy(Duration),
+    /// Granted but not durable: RELEASE the claim (not counted), then fail.
+    Release(Job, String, Error),
 }
 
 /// The time a duplicate waits for a busy key, and its polling where WAIT
@@ -69,9 +80,39 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a hook panicked".into())
 }
 
+/// `host:pid`, the default owner (docs/clients.md).
+fn default_owner() -> String {
+    format!("{}:{}", gethostname::gethostname().to_string_lossy(), std::process::id())
+}
+
+/// How many replicas (or fsyncs) a `WAIT` / `WAITAOF` reply acknowledges;
+/// an error (a server without `WAITAOF`) acknowledges none.
+fn acknowledged(reply: RedisResult<Value>, fsync: bool) -> u64 {
+    match (decode::<Vec<i64>>(reply.clone()), fsync) {
+        (Ok(both), true) if both.len() == 2 && both[0] >= 1 => both[1].max(0) as u64,
+        (_, true) => 0,
+        _ => decode::<i64>(reply).map_or(0, |n| n.max(0) as u64),
+    }
+}
+
 impl<C> Core<C> {
+    pub fn new(options: Options, edition: Edition, codec: C, cluster: bool) -> Core<C> {
+        let owner = (options.owner.clone().unwrap_or_else(default_owner), std::process::id());
+        let wait = options.durable.as_ref().map(cmd::wait_for);
+        let beats = Beats::new(options.heartbeat_interval());
+        Core { options, edition, counters: Counters::default(), codec, cluster, owner, wait, beats }
+    }
+
     pub fn key(&self, key: &str) -> String {
         format!("{}{key}", self.options.prefix)
+    }
+
+    /// The claims' `OWNER`; the default one made again in a forked child.
+    pub fn owner(&self) -> std::borrow::Cow<'_, str> {
+        if self.options.owner.is_none() && self.owner.1 != std::process::id() {
+            return default_owner().into();
+        }
+        self.owner.0.as_str().into()
     }
 
     /// Calls the hook; a panic is the hook's failure, given back as a message.
@@ -87,48 +128,71 @@ impl<C> Core<C> {
         let _ = self.emit_checked(event);
     }
 
-    /// Replies to wait for at most this long (a WAIT's reply comes after it).
-    pub fn response_timeout(&self) -> Duration {
-        self.options.wait.min(Duration::from_secs(3600)) + Duration::from_secs(5)
+    /// Replies of commands that do not block: `done_timeout`, or longer
+    /// when a durable `WAIT` may take longer.
+    pub fn reply_timeout(&self) -> Duration {
+        let wait = self.options.durable.map_or(Duration::ZERO, |d| d.timeout + Duration::from_secs(1));
+        self.options.done_timeout.max(wait)
     }
 
-    fn claim_options(&self, payload: Option<Vec<u8>>, wait: Option<Duration>) -> ClaimOptions {
-        ClaimOptions { payload, max_tries: self.options.max_tries, bloom: self.options.bloom.clone(), wait }
+    /// Replies of a claim that may block (WAIT), with a margin.
+    pub fn waiting_timeout(&self) -> Duration {
+        self.options.wait.min(Duration::from_secs(3600)) + self.reply_timeout()
     }
 
-    /// The loop's next claim: the first one without WAIT, so that a busy
-    /// key is seen and counted once; after that, on the module, WAIT for
-    /// the time left.
-    pub fn claim_cmd(&self, key: &str, payload: &Option<Vec<u8>>, backoff: &Backoff) -> Result<(Cmd, bool), Error> {
+    pub fn claim_options(&self, payload: Option<Vec<u8>>, wait: Option<Duration>) -> ClaimOptions {
+        let owner = Some(self.owner().into_owned());
+        ClaimOptions { payload, max_tries: self.options.max_tries, bloom: self.options.bloom.clone(), wait, owner }
+    }
+
+    /// The loop's next claim (to the record's key): the first one without
+    /// WAIT, so that a busy key is seen and counted once; after that, on
+    /// the module, WAIT for the time left. True when it may block.
+    pub fn claim_cmd(&self, record: &str, payload: &Option<Vec<u8>>, backoff: &Backoff) -> Result<(Cmd, bool), Error> {
         let wait = (backoff.waited && self.edition == Edition::Module).then(|| backoff.remaining());
         let wait = wait.filter(|w| cmd::wait_ms(*w) > 0);
         Ok((
-            cmd::claim(self.edition, key, self.options.lease, &self.claim_options(payload.clone(), wait))?,
+            cmd::claim(self.edition, record, self.options.lease, &self.claim_options(payload.clone(), wait))?,
             wait.is_some(),
         ))
     }
 
-    /// A claim's answer: work, return, or claim again.
-    pub fn on_claim<T>(&self, key: &str, claim: Result<Claim, Error>, backoff: &mut Backoff) -> Result<Step<T>, Error>
+    /// A claim's answer (and its `WAIT`'s, with `durable`): work, return,
+    /// or claim again. `key` is the caller's, `record` the prefixed one.
+    pub fn on_claim<T>(
+        &self,
+        key: &str,
+        claim: Result<Claim, Error>,
+        ack: Option<RedisResult<Value>>,
+        backoff: &mut Backoff,
+    ) -> Result<Step<T>, Error>
     where
         C: Codec<T>,
     {
         let claim = match claim {
-            // It wrote nothing: the same claim again, while time is left.
+            // It wrote nothing (or, its connection lost, meets itself as
+            // BUSY): the same claim again, while time is left.
             Err(e) if e.is_claim_retryable() && !backoff.remaining().is_zero() => {
                 return Ok(Step::Again(Duration::from_millis(10)));
             }
             other => other?,
         };
+        let status = claim.granted();
         match claim {
-            Claim::New { token, attempt } => Ok(Step::Work(self.job(key, attempt, Granted::New), token)),
-            Claim::Seen { token, attempt } => Ok(Step::Work(self.job(key, attempt, Granted::Seen), token)),
-            Claim::Retry { token, attempt } => Ok(Step::Work(self.job(key, attempt, Granted::Retry), token)),
+            Claim::New { token, attempt } | Claim::Seen { token, attempt } | Claim::Retry { token, attempt } => {
+                let job = self.job(key, attempt, status.expect("granted"));
+                match self.not_durable(&job.key, DurableStage::Claim, ack) {
+                    Some(error) => Ok(Step::Release(job, token, error)),
+                    None => {
+                        self.granted(&job);
+                        Ok(Step::Work(job, token))
+                    }
+                }
+            }
             Claim::Done { result, attempt } => Ok(Step::Return(self.replay(key, result, attempt)?)),
             Claim::Busy { lease_left, .. } => {
                 if backoff.remaining().is_zero() {
-                    bump(&self.counters.busy);
-                    return Err(Error::Busy { key: key.to_string(), lease_left });
+                    return Ok(Step::Busy(lease_left));
                 }
                 if !backoff.waited {
                     backoff.waited = true;
@@ -152,15 +216,39 @@ impl<C> Core<C> {
         }
     }
 
-    fn job(&self, key: &str, attempt: u64, status: Granted) -> Job {
-        bump(match status {
+    /// [`Error::Busy`] with the holder's owner, as `IDEM.GET` read it.
+    pub fn busy(&self, key: &str, lease_left: Duration, record: Result<Option<Record>, Error>) -> Error {
+        bump(&self.counters.busy);
+        let owner = record.ok().flatten().and_then(|r| r.owner);
+        Error::Busy { key: key.to_string(), lease_left, owner }
+    }
+
+    /// With `durable`, the error when `ack` (the `WAIT`'s reply)
+    /// acknowledged fewer replicas than asked.
+    pub fn not_durable(&self, key: &str, stage: DurableStage, ack: Option<RedisResult<Value>>) -> Option<Error> {
+        let durable = self.options.durable?;
+        let acknowledged = ack.map_or(0, |reply| acknowledged(reply, durable.fsync));
+        (acknowledged < u64::from(durable.replicas)).then(|| {
+            bump(&self.counters.not_durable);
+            Error::NotDurable { key: key.to_string(), stage, acknowledged }
+        })
+    }
+
+    /// A job, not counted yet (see [`granted`](Self::granted)).
+    pub fn job(&self, key: &str, attempt: u64, status: Granted) -> Job {
+        let (key, record) = (key.to_string(), self.key(key));
+        Job { key, record, attempt, status, lost: Arc::new(AtomicBool::new(false)) }
+    }
+
+    /// The claim is the work's: counted as a first run or a retry.
+    pub fn granted(&self, job: &Job) {
+        bump(match job.status {
             Granted::New => &self.counters.first_runs,
             Granted::Seen | Granted::Retry => &self.counters.retries,
         });
-        Job { key: key.to_string(), attempt, status, lost: Arc::new(AtomicBool::new(false)) }
     }
 
-    fn replay<T>(&self, key: &str, result: Option<Vec<u8>>, attempt: u64) -> Result<Outcome<T>, Error>
+    pub fn replay<T>(&self, key: &str, result: Option<Vec<u8>>, attempt: u64) -> Result<Outcome<T>, Error>
     where
         C: Codec<T>,
     {
@@ -177,21 +265,16 @@ impl<C> Core<C> {
     }
 
     pub fn release_cmd(&self, job: &Job, token: &str) -> Cmd {
-        cmd::release(self.edition, &job.key, token)
+        cmd::release(self.edition, &job.record, token)
     }
 
-    /// Counted whether or not the RELEASE arrived: if it did not, the lease
-    /// lapses and the key is retried.
-    pub fn released(&self, job: &Job, reason: ReleaseReason) {
-        bump(&self.counters.released);
+    /// The RELEASE of a failed work or hook, sent once: `released` counts
+    /// it only when answered 1; the hook is told either way.
+    pub fn released(&self, job: &Job, reason: ReleaseReason, reply: Result<bool, Error>) {
+        if matches!(reply, Ok(true)) {
+            bump(&self.counters.released);
+        }
         self.emit(Event::Release { job, reason });
-    }
-
-    /// The heartbeat's commands, one per job; None when there is no heartbeat.
-    pub fn heartbeat(&self, jobs: &[(Job, String)]) -> Option<(Duration, Vec<Cmd>)> {
-        let every = self.options.heartbeat_interval();
-        let cmds = jobs.iter().map(|(job, token)| cmd::extend(self.edition, &job.key, token, self.options.lease));
-        (!every.is_zero()).then(|| (every, cmds.collect::<Result<_, _>>().expect("the lease was checked")))
     }
 
     /// An EXTEND's answer: false when the claim is lost (stop extending it).
@@ -219,9 +302,9 @@ impl<C> Core<C> {
         Error::LeaseLost { key: job.key.clone(), attempt: job.attempt }
     }
 
-    fn done_cmd(&self, key: &str, token: &str, result: Option<Vec<u8>>) -> Result<Cmd, Error> {
+    pub fn done_cmd(&self, record: &str, token: &str, result: Option<Vec<u8>>) -> Result<Cmd, Error> {
         let options = DoneOptions { result, retain: self.options.retain, bloom: self.options.bloom.clone() };
-        cmd::done(self.edition, key, token, &options)
+        cmd::done(self.edition, record, token, &options)
     }
 
     /// The work's value encoded for DONE: the bytes to send, or why none.
@@ -245,19 +328,30 @@ impl<C> Core<C> {
             Ok(bytes) => (Some(bytes), None),
             Err(dropped) => (None, Some(dropped)),
         };
-        let settle =
-            Settle { job, token, value: Some(value), result, dropped, sends: 1, resent: false, checking: false };
+        let settle = Settle {
+            job,
+            token,
+            value: Some(value),
+            result,
+            dropped,
+            sends: 1,
+            resent: false,
+            checking: false,
+            ack: None,
+        };
         let next = settle.send_done(self, Duration::ZERO);
         (settle, next)
     }
 
-    /// A completion recorded: counters, events, and what the caller gets.
+    /// A completion recorded: counters, events, and what the caller gets
+    /// (with `durable`, `not_durable` when the `WAIT` fell short).
     pub fn completed<T>(
         &self,
         job: &Job,
         value: T,
         stored: bool,
         dropped: Option<(DropReason, BoxError)>,
+        not_durable: Option<Error>,
     ) -> Result<Outcome<T>, ProcessError<T, Error>> {
         bump(&self.counters.completed);
         if let Some((reason, _)) = &dropped {
@@ -265,7 +359,11 @@ impl<C> Core<C> {
             self.emit(Event::ResultDropped { job, reason: *reason });
         }
         let key = job.key.clone();
-        if let Err(message) = self.emit_checked(Event::Done { job, result_stored: stored }) {
+        let hook = self.emit_checked(Event::Done { job, result_stored: stored });
+        if let Some(error) = not_durable {
+            return Err(ProcessError::Completed { value, error });
+        }
+        if let Err(message) = hook {
             return Err(ProcessError::Completed { value, error: Error::Hook { key, message } });
         }
         match dropped {
@@ -286,8 +384,9 @@ pub(crate) fn oversize(size: usize) -> BoxError {
 
 /// What a front end does next while settling.
 pub(crate) enum Next<T, E> {
-    /// Sends this (to the job's key) after the pause.
-    Send(Cmd, Duration),
+    /// Sends this (to the job's key) after the pause; with `durable`, a
+    /// DONE is followed by the `WAIT` in the same round trip.
+    Send(Cmd, Duration, bool),
     Finish(Result<Outcome<T>, ProcessError<T, E>>),
 }
 
@@ -303,18 +402,33 @@ pub(crate) struct Settle<T> {
     sends: u32,
     resent: bool,
     checking: bool,
+    /// The latest DONE's `WAIT` reply, with `durable`.
+    ack: Option<RedisResult<Value>>,
 }
 
 impl<T> Settle<T> {
-    pub fn key(&self) -> &str {
-        &self.job.key
+    /// The record's key, where every command of the settling goes.
+    pub fn record(&self) -> &str {
+        &self.job.record
+    }
+
+    /// Whether the next send is a DONE (not the GET checking one).
+    #[cfg(feature = "tokio")]
+    pub fn sends_done(&self) -> bool {
+        !self.checking
+    }
+
+    /// The DONE's token and result, for a shared batch of completions.
+    #[cfg(feature = "tokio")]
+    pub fn done_args(&self) -> (&str, Option<&[u8]>) {
+        (&self.token, self.result.as_deref())
     }
 
     fn finish<E>(&mut self, outcome: Result<Outcome<T>, ProcessError<T, Error>>) -> Next<T, E> {
         Next::Finish(outcome.map_err(|e| match e {
             ProcessError::Completed { value, error } => ProcessError::Completed { value, error },
-            ProcessError::Idem(e) => ProcessError::Idem(e),
-            ProcessError::Work(e) => ProcessError::Idem(e),
+            ProcessError::Unsettled { value, error } => ProcessError::Unsettled { value, error },
+            ProcessError::Idem(e) | ProcessError::Work(e) => ProcessError::Idem(e),
         }))
     }
 
@@ -323,18 +437,24 @@ impl<T> Settle<T> {
     }
 
     fn send_done<C, E>(&self, core: &Core<C>, after: Duration) -> Next<T, E> {
-        match core.done_cmd(&self.job.key, &self.token, self.result.clone()) {
-            Ok(cmd) => Next::Send(cmd, after),
+        match core.done_cmd(&self.job.record, &self.token, self.result.clone()) {
+            Ok(cmd) => Next::Send(cmd, after, core.wait.is_some()),
             // Not reached: the claim took the same options.
             Err(e) => Next::Finish(Err(ProcessError::Idem(e))),
         }
     }
 
-    /// The answer to what the last `Next::Send` sent.
-    pub fn on_reply<C, E>(&mut self, core: &Core<C>, reply: RedisResult<Value>) -> Next<T, E> {
+    /// The answer to what the last `Next::Send` sent (and its `WAIT`'s).
+    pub fn on_reply<C, E>(
+        &mut self,
+        core: &Core<C>,
+        reply: RedisResult<Value>,
+        ack: Option<RedisResult<Value>>,
+    ) -> Next<T, E> {
         if self.checking {
             return self.on_checked(core, decode::<Option<Record>>(reply));
         }
+        self.ack = ack;
         match decode::<Done>(reply) {
             Ok(Done::Completed { result_dropped, .. }) => {
                 if result_dropped && self.dropped.is_none() {
@@ -345,7 +465,7 @@ impl<T> Settle<T> {
             // Someone else's completion, unless this is our own DONE sent twice.
             Ok(Done::AlreadyDone) if self.resent => {
                 self.checking = true;
-                Next::Send(cmd::get(core.edition, &self.job.key), Duration::ZERO)
+                Next::Send(cmd::get(core.edition, &self.job.record), Duration::ZERO, false)
             }
             Ok(Done::AlreadyDone) | Err(Error::Stale(_)) => {
                 self.finish(Err(ProcessError::Idem(core.lease_lost(&self.job))))
@@ -355,10 +475,12 @@ impl<T> Settle<T> {
                 self.dropped = Some((DropReason::Oversize, oversize(size)));
                 self.send_done(core, Duration::ZERO)
             }
-            Err(e) if e.is_connection_error() => self.again(core, e, false),
+            // Lost with its connection, or refused by a demoted primary: again.
+            Err(e) if e.is_connection_error() || e.is_failover() => self.again(core, e, false),
+            // WRONGTYPE (the key was overwritten), ...: not completed.
             Err(error) => {
                 let value = self.value();
-                self.finish(Err(ProcessError::Completed { value, error }))
+                self.finish(Err(ProcessError::Unsettled { value, error }))
             }
         }
     }
@@ -369,12 +491,12 @@ impl<T> Settle<T> {
         if self.sends > core.options.done_retries {
             let (key, value) = (self.job.key.clone(), self.value());
             let error = Error::DoneUnconfirmed { key, cause: Box::new(cause) };
-            return self.finish(Err(ProcessError::Completed { value, error }));
+            return self.finish(Err(ProcessError::Unsettled { value, error }));
         }
         let pause = Duration::from_millis(50) * 2u32.pow(self.sends.min(10) - 1);
         self.sends += 1;
         if checking {
-            return Next::Send(cmd::get(core.edition, &self.job.key), pause);
+            return Next::Send(cmd::get(core.edition, &self.job.record), pause, false);
         }
         self.resent = true;
         self.send_done(core, pause)
@@ -393,10 +515,11 @@ impl<T> Settle<T> {
                 self.success(core, stored)
             }
             Ok(_) => self.finish(Err(ProcessError::Idem(core.lease_lost(&self.job)))),
-            Err(e) if e.is_connection_error() => self.again(core, e, true),
+            Err(e) if e.is_connection_error() || e.is_failover() => self.again(core, e, true),
             Err(error) => {
                 let value = self.value();
-                self.finish(Err(ProcessError::Completed { value, error }))
+                let error = Error::DoneUnconfirmed { key: self.job.key.clone(), cause: Box::new(error) };
+                self.finish(Err(ProcessError::Unsettled { value, error }))
             }
         }
     }
@@ -404,174 +527,8 @@ impl<T> Settle<T> {
     fn success<C, E>(&mut self, core: &Core<C>, stored: bool) -> Next<T, E> {
         let stored = stored && self.result.is_some();
         let value = self.value();
-        let outcome = core.completed(&self.job, value, stored, self.dropped.take());
+        let not_durable = core.not_durable(&self.job.key, DurableStage::Done, self.ack.take());
+        let outcome = core.completed(&self.job, value, stored, self.dropped.take(), not_durable);
         self.finish(outcome)
     }
 }
-
-/// A batch helper's commands: one per slot and per 10000 keys on the
-/// module, one per key on the Functions edition.
-pub(crate) struct Plan {
-    count: usize,
-    pub sends: Vec<(Vec<usize>, Cmd, String)>,
-    single: bool,
-}
-
-impl Plan {
-    /// Each key's answer, in order; a command's failure fails its keys.
-    pub fn gather<R: FromRedisValue>(self, replies: Vec<RedisResult<Value>>) -> Vec<Result<R, Error>> {
-        let mut answers: Vec<Option<Result<R, Error>>> = (0..self.count).map(|_| None).collect();
-        for ((indices, _, _), reply) in self.sends.into_iter().zip(replies) {
-            let each = if self.single {
-                vec![decode(reply)]
-            } else {
-                match decode_each(reply.clone(), indices.len()) {
-                    Ok(each) => each,
-                    Err(_) => indices.iter().map(|_| decode::<R>(reply.clone())).collect(),
-                }
-            };
-            for (i, answer) in indices.into_iter().zip(each) {
-                answers[i] = Some(answer);
-            }
-        }
-        answers.into_iter().map(|a| a.expect("every key answered")).collect()
-    }
-}
-
-/// A completion of a batch.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DoneItem {
-    pub key: String,
-    pub token: String,
-    /// `RESULT`, kept and replayed.
-    pub result: Option<Vec<u8>>,
-}
-
-impl DoneItem {
-    pub fn new(key: impl Into<String>, token: impl Into<String>) -> DoneItem {
-        DoneItem { key: key.into(), token: token.into(), result: None }
-    }
-    pub fn result(mut self, result: impl Into<Vec<u8>>) -> DoneItem {
-        self.result = Some(result.into());
-        self
-    }
-}
-
-/// A release of a batch.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ReleaseItem {
-    pub key: String,
-    pub token: String,
-}
-
-impl ReleaseItem {
-    pub fn new(key: impl Into<String>, token: impl Into<String>) -> ReleaseItem {
-        ReleaseItem { key: key.into(), token: token.into() }
-    }
-}
-
-impl<C> Core<C> {
-    /// The groups of `keys` (prefixed), by `class` (a batch command of one
-    /// shape) and, in a cluster, by slot; each at most 10000 keys, the
-    /// keys' indices in order.
-    fn groups(&self, keys: &[&str], class: impl Fn(usize) -> bool) -> Vec<Vec<usize>> {
-        let mut groups: Vec<Vec<usize>> = Vec::new();
-        let mut by_slot: HashMap<(bool, Slot), usize> = HashMap::new();
-        for (i, key) in keys.iter().enumerate() {
-            let slot = if self.cluster { slot(key.as_bytes()) } else { Slot::default() };
-            let group = *by_slot.entry((class(i), slot)).or_insert_with(|| {
-                groups.push(Vec::new());
-                groups.len() - 1
-            });
-            groups[group].push(i);
-        }
-        groups.into_iter().flat_map(|g| g.chunks(MAX_BATCH).map(<[usize]>::to_vec).collect::<Vec<_>>()).collect()
-    }
-
-    /// One command per key on the Functions edition, one per group on the module.
-    fn plan(
-        &self,
-        keys: &[&str],
-        class: impl Fn(usize) -> bool,
-        single: impl Fn(usize) -> Result<Cmd, Error>,
-        batch: impl Fn(&[usize]) -> Result<Cmd, Error>,
-    ) -> Result<Plan, Error> {
-        let single_mode = self.edition == Edition::Functions;
-        let sends = if single_mode {
-            (0..keys.len()).map(|i| Ok((vec![i], single(i)?, keys[i].to_string()))).collect::<Result<_, Error>>()?
-        } else {
-            let groups = self.groups(keys, class);
-            groups
-                .into_iter()
-                .map(|g| Ok((g.clone(), batch(&g)?, keys[g[0]].to_string())))
-                .collect::<Result<_, Error>>()?
-        };
-        Ok(Plan { count: keys.len(), sends, single: single_mode })
-    }
-
-    /// `keys` prefixed already.
-    pub fn plan_claims(&self, keys: &[String], lease: Duration, payloads: Option<&[Vec<u8>]>) -> Result<Plan, Error> {
-        if payloads.is_some_and(|p| p.len() != keys.len()) {
-            return Err(Error::InvalidArgument("claim_many takes one payload per key".into()));
-        }
-        let (max_tries, bloom) = (self.options.max_tries, self.options.bloom.as_deref());
-        let routes: Vec<&str> = keys.iter().map(String::as_str).collect();
-        self.plan(
-            &routes,
-            |_| true,
-            |i| cmd::claim(self.edition, &keys[i], lease, &self.claim_options(payloads.map(|p| p[i].clone()), None)),
-            |g| {
-                let group_keys: Vec<&str> = g.iter().map(|&i| keys[i].as_str()).collect();
-                let group_payloads: Option<Vec<Vec<u8>>> = payloads.map(|p| g.iter().map(|&i| p[i].clone()).collect());
-                cmd::mclaim(self.edition, &group_keys, lease, group_payloads.as_deref(), max_tries, bloom)
-            },
-        )
-    }
-
-    /// Items with their keys prefixed already; those with and without a
-    /// result go in separate MDONEs.
-    pub fn plan_dones(&self, items: &[DoneItem]) -> Result<Plan, Error> {
-        let (retain, bloom) = (self.options.retain, self.options.bloom.as_deref());
-        let routes: Vec<&str> = items.iter().map(|item| item.key.as_str()).collect();
-        self.plan(
-            &routes,
-            |i| items[i].result.is_some(),
-            |i| self.done_cmd(&items[i].key, &items[i].token, items[i].result.clone()),
-            |g| {
-                let pairs: Vec<(&str, String)> =
-                    g.iter().map(|&i| (items[i].key.as_str(), items[i].token.clone())).collect();
-                let results: Option<Vec<Vec<u8>>> = items[g[0]]
-                    .result
-                    .is_some()
-                    .then(|| g.iter().map(|&i| items[i].result.clone().unwrap_or_default()).collect());
-                cmd::mdone(self.edition, &pairs, results.as_deref(), retain, bloom)
-            },
-        )
-    }
-
-    pub fn plan_releases(&self, items: &[ReleaseItem]) -> Result<Plan, Error> {
-        let routes: Vec<&str> = items.iter().map(|item| item.key.as_str()).collect();
-        self.plan(
-            &routes,
-            |_| true,
-            |i| Ok(cmd::release(self.edition, &items[i].key, &items[i].token)),
-            |g| {
-                let pairs: Vec<(&str, String)> =
-                    g.iter().map(|&i| (items[i].key.as_str(), items[i].token.clone())).collect();
-                cmd::mrelease(self.edition, &pairs)
-            },
-        )
-    }
-}
-
-#[cfg(feature = "cluster")]
-type Slot = Option<redis::cluster_routing::Slot>;
-#[cfg(feature = "cluster")]
-fn slot(key: &[u8]) -> Slot {
-    Some(redis::cluster_routing::Slot::for_key(key))
-}
-
-#[cfg(not(feature = "cluster"))]
-type Slot = ();
-#[cfg(not(feature = "cluster"))]
-fn slot(_key: &[u8]) -> Slot {}

@@ -1,7 +1,7 @@
 //! A client for redis-idem (idempotent message consumption in Redis) on
 //! redis-rs: the consumer loop as one call, sync ([`Idem::process`]) and
 //! tokio ([`AsyncIdem::process`]), its batch form ([`Idem::process_many`]),
-//! on one server or a cluster, on the module or the Functions edition; the
+//! on one server, under Sentinel or on a cluster, on the module or the Functions edition; the
 //! commands as typed methods on any connection ([`IdemCommands`],
 //! [`AsyncIdemCommands`]) and their replies as types.
 //!
@@ -12,13 +12,17 @@
 /// version of its types (`redis_idem_client::redis::Client`).
 pub use redis;
 
+#[cfg(feature = "tokio")]
+mod batch;
 mod cmd;
 mod codec;
 mod commands;
 mod error;
 mod flow;
+mod heartbeat;
 mod many;
 mod options;
+mod plan;
 mod reply;
 mod scan;
 mod source;
@@ -33,10 +37,12 @@ pub use codec::{BytesCodec, Codec, DefaultCodec};
 #[cfg(feature = "tokio")]
 pub use commands::AsyncIdemCommands;
 pub use commands::IdemCommands;
-pub use error::{BoxError, Error, KeyError, ProcessError};
-pub use flow::{DoneItem, ReleaseItem};
-pub use many::{KeyOutcome, KeyStatus};
-pub use options::{DropReason, Event, Hook, Job, Options, Outcome, Oversize, ProcessOptions, ReleaseReason, Stats};
+pub use error::{BoxError, DurableStage, Error, KeyError, ProcessError};
+pub use many::{BatchItem, BatchStatus};
+pub use options::{
+    DropReason, Durable, Event, Hook, Job, Options, Outcome, Oversize, ProcessOptions, ReleaseReason, Stats,
+};
+pub use plan::{DoneItem, ReleaseItem};
 pub use reply::{Claim, Done, Granted, Record, RecordState};
 #[cfg(feature = "tokio")]
 pub use scan::AsyncScan;

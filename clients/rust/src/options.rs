@@ -84,8 +84,12 @@ pub struct Options {
     pub(crate) max_result: Option<usize>,
     pub(crate) oversize: Oversize,
     pub(crate) done_retries: u32,
+    pub(crate) done_timeout: Duration,
     pub(crate) edition: Option<Edition>,
     pub(crate) hook: Option<Hook>,
+    pub(crate) owner: Option<String>,
+    pub(crate) durable: Option<Durable>,
+    pub(crate) batch: bool,
 }
 
 impl Default for Options {
@@ -101,8 +105,12 @@ impl Default for Options {
             max_result: None,
             oversize: Oversize::default(),
             done_retries: 5,
+            done_timeout: Duration::from_secs(5),
             edition: None,
             hook: None,
+            owner: None,
+            durable: None,
+            batch: true,
         }
     }
 }
@@ -120,8 +128,12 @@ impl std::fmt::Debug for Options {
             .field("max_result", &self.max_result)
             .field("oversize", &self.oversize)
             .field("done_retries", &self.done_retries)
+            .field("done_timeout", &self.done_timeout)
             .field("edition", &self.edition)
             .field("hook", &self.hook.is_some())
+            .field("owner", &self.owner)
+            .field("durable", &self.durable)
+            .field("batch", &self.batch)
             .finish()
     }
 }
@@ -189,6 +201,39 @@ impl Options {
         self.done_retries = n;
         self
     }
+    /// How long one `DONE` (with its `WAIT` under [`durable`](Self::durable))
+    /// or the `RELEASE` of a failed work may take before it counts as lost
+    /// (default 5 s). Also the reply timeout of every command that does not
+    /// block.
+    pub fn done_timeout(mut self, timeout: Duration) -> Self {
+        self.done_timeout = timeout;
+        self
+    }
+    /// `OWNER` sent with every claim, shown by `IDEM.GET` and carried by
+    /// [`Error::Busy`] (1 to 64 bytes; default `host:pid`, the host name as
+    /// `gethostname(2)` gives it and this process's id).
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+    /// Durability (off by default): every claim that grants work and every
+    /// `DONE` is followed by `WAIT` (or `WAITAOF`) on the same connection in
+    /// the same round trip; see [`Durable`].
+    pub fn durable(mut self, durable: Durable) -> Self {
+        self.durable = Some(durable);
+        self
+    }
+    /// Concurrent [`AsyncIdem`](crate::AsyncIdem) calls share one batch
+    /// command per tick (default on): while the loop's claim or `DONE` is
+    /// in flight, those that arrive queue and go as one `IDEM.MCLAIM` /
+    /// `IDEM.MDONE` (per slot in a cluster; pipelined singles on the
+    /// Functions edition). A call alone sends its own command at once.
+    /// Off while [`durable`](Self::durable) is on; the sync
+    /// [`Idem`](crate::Idem)'s threads each send their own commands.
+    pub fn batch(mut self, on: bool) -> Self {
+        self.batch = on;
+        self
+    }
     /// Skip asking the server which edition it has.
     pub fn edition(mut self, edition: Edition) -> Self {
         self.edition = Some(edition);
@@ -214,7 +259,55 @@ impl Options {
         if self.max_tries == Some(0) {
             return Err(Error::InvalidArgument("max_tries must be at least 1".into()));
         }
+        if let Some(owner) = &self.owner
+            && (owner.is_empty() || owner.len() > 64)
+        {
+            return Err(Error::InvalidArgument(format!("owner must be 1 to 64 bytes, not {} bytes", owner.len())));
+        }
+        if self.done_timeout.is_zero() {
+            return Err(Error::InvalidArgument("done_timeout must be more than zero".into()));
+        }
         Ok(())
+    }
+}
+
+/// Durability ([`Options::durable`]): each write of the loop is followed,
+/// on the same connection and in the same round trip, by `WAIT replicas
+/// timeout` (or, with `fsync`, `WAITAOF 1 replicas timeout`: Redis 7.2+,
+/// Valkey 8+, the primary's `appendonly yes`). A claim not acknowledged by
+/// `replicas` in time is released and the call fails with
+/// [`Error::NotDurable`] before the work runs; a `DONE` not acknowledged
+/// returns the value with [`Error::NotDurable`] (do not acknowledge the
+/// message).
+///
+/// ```
+/// use redis_idem_client::Durable;
+/// use std::time::Duration;
+/// let durable = Durable::replicas(1).timeout(Duration::from_millis(500)).fsync(false);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Durable {
+    pub(crate) replicas: u32,
+    pub(crate) timeout: Duration,
+    pub(crate) fsync: bool,
+}
+
+impl Durable {
+    /// Wait for `n` replicas (default timeout 1 s, no fsync).
+    pub fn replicas(n: u32) -> Durable {
+        Durable { replicas: n, timeout: Duration::from_secs(1), fsync: false }
+    }
+    /// How long one `WAIT` / `WAITAOF` may block (whole milliseconds).
+    pub fn timeout(mut self, timeout: Duration) -> Durable {
+        self.timeout = timeout;
+        self
+    }
+    /// `WAITAOF`: the write fsynced to the primary's AOF and to `replicas`
+    /// replicas' (a server that refuses `WAITAOF` makes every call end
+    /// `NotDurable` before any work ran).
+    pub fn fsync(mut self, fsync: bool) -> Durable {
+        self.fsync = fsync;
+        self
     }
 }
 
@@ -246,6 +339,9 @@ pub struct Stats {
     pub exhausted: u64,
     /// Heartbeat extensions that succeeded.
     pub extends: u64,
+    /// Calls (or batch keys) that ended [`Error::NotDurable`] (not counted
+    /// as `first_runs` / `retries` when it was the claim).
+    pub not_durable: u64,
 }
 
 macro_rules! counters {
@@ -271,7 +367,8 @@ counters!(
     results_dropped,
     mismatches,
     exhausted,
-    extends
+    extends,
+    not_durable
 );
 
 pub(crate) fn bump(counter: &AtomicU64) {
@@ -281,7 +378,10 @@ pub(crate) fn bump(counter: &AtomicU64) {
 /// One claimed key, given to the work.
 #[derive(Clone, Debug)]
 pub struct Job {
+    /// The key as the caller gave it.
     pub(crate) key: String,
+    /// The record's key: the instance's prefix and the caller's key.
+    pub(crate) record: String,
     pub(crate) attempt: u64,
     pub(crate) status: Granted,
     pub(crate) lost: Arc<AtomicBool>,
@@ -306,7 +406,7 @@ impl Job {
     pub fn lost(&self) -> bool {
         self.lost.load(Ordering::Relaxed)
     }
-    /// The record's key (with the prefix).
+    /// The key as the caller gave it, without the instance's prefix.
     pub fn key(&self) -> &str {
         &self.key
     }

@@ -220,6 +220,9 @@ pub struct Record {
     /// to `attempt` for a record never requeued). None from a server older
     /// than `IDEM.REQUEUE`.
     pub tries: Option<u64>,
+    /// The latest claim's `OWNER` (kept while processing, released or
+    /// expired; dropped by `DONE`), None without one.
+    pub owner: Option<String>,
 }
 
 fn time(ms: u64) -> Option<SystemTime> {
@@ -237,7 +240,7 @@ impl FromRedisValue for Record {
             other => return Err(fail("IDEM.GET answers a map, a field-value array or nil", &other)),
         };
         let (mut state, mut attempt, mut lease, mut pttl, mut claimed, mut done) = (None, None, 0, None, 0, 0);
-        let (mut result, mut fingerprint, mut tries) = (None, None, None);
+        let (mut result, mut fingerprint, mut tries, mut owner) = (None, None, None, None);
         for (name, value) in pairs {
             match text(&name).unwrap_or_default() {
                 "state" => {
@@ -257,6 +260,7 @@ impl FromRedisValue for Record {
                 "result" => result = bytes(value)?,
                 "fingerprint" => fingerprint = bytes(value)?.map(String::from_utf8).transpose()?,
                 "tries" => tries = Some(unsigned(&value, "tries")?),
+                "owner" => owner = bytes(value)?.map(String::from_utf8).transpose()?,
                 _ => {} // a field a later version adds
             }
         }
@@ -270,6 +274,7 @@ impl FromRedisValue for Record {
             result,
             fingerprint,
             tries,
+            owner,
         })
     }
 }

@@ -29,6 +29,24 @@ pub trait ConnectionSource: Send + Sync + 'static {
     fn route_to_slot(&self, con: &mut Self::Connection, cmd: &Cmd, _slot: u16) -> RedisResult<Value> {
         con.req_command(cmd)
     }
+    /// Sends `cmds` to the node that owns `key`, on one connection, in one
+    /// round trip where the connection can pipeline: one reply per command.
+    fn route_pipeline(&self, con: &mut Self::Connection, cmds: &[Cmd], _key: &[u8]) -> Vec<RedisResult<Value>> {
+        pipelined(con, cmds)
+    }
+}
+
+/// `cmds` in one write, their replies in order (a connection's failure
+/// fails each).
+fn pipelined(con: &mut impl ConnectionLike, cmds: &[Cmd]) -> Vec<RedisResult<Value>> {
+    let mut pipe = redis::Pipeline::with_capacity(cmds.len());
+    for cmd in cmds {
+        pipe.add_command(cmd.clone());
+    }
+    match con.req_packed_commands(&pipe.get_packed_pipeline(), 0, cmds.len()) {
+        Ok(values) => values.into_iter().map(Ok).collect(),
+        Err(e) => cmds.iter().map(|_| Err(e.clone())).collect(),
+    }
 }
 
 /// `CLUSTER SLOTS`, whose reply says where the primaries are.
@@ -77,6 +95,30 @@ impl ConnectionSource for redis::cluster::ClusterClient {
     fn route_to_slot(&self, con: &mut Self::Connection, cmd: &Cmd, slot: u16) -> RedisResult<Value> {
         con.route_command(cmd, to_slot(slot))
     }
+    /// redis-rs's sync cluster connection cannot route a pipeline: the
+    /// commands go one after the other on the key's node connection (the
+    /// same connection, so a `WAIT` still follows its write).
+    fn route_pipeline(&self, con: &mut Self::Connection, cmds: &[Cmd], key: &[u8]) -> Vec<RedisResult<Value>> {
+        cmds.iter().map(|cmd| con.route_command(cmd, route_to(key))).collect()
+    }
+}
+
+/// Sentinel (feature `sentinel`): each new connection asks the Sentinels
+/// for the primary of the service, so after a failover the loop's next
+/// connection reaches the new one. `Mutex<SentinelClient>` because
+/// redis-rs's `SentinelClient` takes `&mut self` to connect.
+#[cfg(feature = "sentinel")]
+impl ConnectionSource for std::sync::Mutex<redis::sentinel::SentinelClient> {
+    type Connection = redis::Connection;
+    fn connect(&self, response_timeout: Duration) -> RedisResult<redis::Connection> {
+        let client = self.lock().map_err(|_| poisoned())?.get_client()?;
+        ConnectionSource::connect(&client, response_timeout)
+    }
+}
+
+#[cfg(feature = "sentinel")]
+fn poisoned() -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Client, "the SentinelClient's lock is poisoned"))
 }
 
 #[cfg(feature = "tokio")]
@@ -119,6 +161,45 @@ mod r#async {
         ) -> impl Future<Output = RedisResult<Value>> + Send {
             async move { redis::aio::ConnectionLike::req_packed_command(con, &cmd).await }
         }
+        /// As [`ConnectionSource::route_pipeline`].
+        fn route_pipeline(
+            &self,
+            con: &mut Self::Connection,
+            cmds: Vec<Cmd>,
+            _key: Vec<u8>,
+        ) -> impl Future<Output = Vec<RedisResult<Value>>> + Send {
+            async move {
+                let pipe = pipeline(&cmds);
+                let replies = redis::aio::ConnectionLike::req_packed_commands(con, &pipe, 0, cmds.len()).await;
+                spread(replies, cmds.len())
+            }
+        }
+    }
+
+    fn pipeline(cmds: &[Cmd]) -> redis::Pipeline {
+        let mut pipe = redis::Pipeline::with_capacity(cmds.len());
+        for cmd in cmds {
+            pipe.add_command(cmd.clone());
+        }
+        pipe
+    }
+
+    fn spread(replies: RedisResult<Vec<Value>>, count: usize) -> Vec<RedisResult<Value>> {
+        match replies {
+            Ok(values) => values.into_iter().map(Ok).collect(),
+            Err(e) => (0..count).map(|_| Err(e.clone())).collect(),
+        }
+    }
+
+    /// As the sync `Mutex<SentinelClient>`, with tokio's mutex (held while
+    /// the Sentinels are asked).
+    #[cfg(feature = "sentinel")]
+    impl AsyncConnectionSource for tokio::sync::Mutex<redis::sentinel::SentinelClient> {
+        type Connection = redis::aio::MultiplexedConnection;
+        async fn connect(&self, response_timeout: Duration) -> RedisResult<Self::Connection> {
+            let client = self.lock().await.async_get_client().await?;
+            AsyncConnectionSource::connect(&client, response_timeout).await
+        }
     }
 
     impl AsyncConnectionSource for redis::Client {
@@ -148,6 +229,16 @@ mod r#async {
         }
         async fn route_to_slot(&self, con: &mut Self::Connection, cmd: Cmd, slot: u16) -> RedisResult<Value> {
             con.route_command(cmd, to_slot(slot)).await
+        }
+        async fn route_pipeline(
+            &self,
+            con: &mut Self::Connection,
+            cmds: Vec<Cmd>,
+            key: Vec<u8>,
+        ) -> Vec<RedisResult<Value>> {
+            use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+            let route = SingleNodeRoutingInfo::SpecificNode(Route::with_key(&key, SlotAddr::Master));
+            spread(con.route_pipeline(pipeline(&cmds), 0, cmds.len(), route).await, cmds.len())
         }
     }
 }

@@ -1,27 +1,35 @@
 //! The sync client: [`Idem`]. Every decision is [`flow`](crate::flow)'s;
-//! this sends, waits and runs the heartbeat in a thread.
+//! this sends and waits, and one thread per instance runs the heartbeat.
 use crate::cmd::{self, ClaimOptions, DoneOptions, Edition};
 use crate::codec::{Codec, DefaultCodec};
 use crate::commands::{decode, detect_edition, extended, flag};
 use crate::error::{Error, ProcessError};
-use crate::flow::{Backoff, Core, DoneItem, Next, Plan, ReleaseItem, Step};
-use crate::many::KeyOutcome;
-use crate::options::{Counters, Job, Options, Outcome, ProcessOptions, ReleaseReason, Stats};
+use crate::flow::{Backoff, Core, Next, Step};
+use crate::many::BatchItem;
+use crate::options::{Job, Options, Outcome, ProcessOptions, ReleaseReason, Stats};
+use crate::plan::{Answer, DoneItem, Plan, ReleaseItem, Replies};
 use crate::reply::{Claim, Done, Record};
 use crate::scan::{Scan, ScanOptions, Walk};
 use crate::source::ConnectionSource;
 use redis::{Cmd, FromRedisValue, RedisResult, Value};
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::sync::Mutex;
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-/// A redis-idem client on a connection source (`redis::Client` or
-/// `redis::cluster::ClusterClient`), for any number of threads.
+/// A redis-idem client on a connection source (`redis::Client`,
+/// `redis::cluster::ClusterClient`, `Mutex<redis::sentinel::SentinelClient>`),
+/// for any number of threads.
 pub struct Idem<S: ConnectionSource, C = DefaultCodec> {
+    inner: Arc<Inner<S, C>>,
+}
+
+struct Inner<S: ConnectionSource, C> {
     source: S,
     core: Core<C>,
+    /// Connections for commands that do not block (`done_timeout`).
     pool: Mutex<Vec<S::Connection>>,
+    /// Connections for claims that WAIT.
+    waiting: Mutex<Vec<S::Connection>>,
 }
 
 impl<S: ConnectionSource> Idem<S, DefaultCodec> {
@@ -40,64 +48,52 @@ impl<S: ConnectionSource, C> Idem<S, C> {
     /// A client storing results with `codec`.
     pub fn with_codec(source: S, options: Options, codec: C) -> Result<Self, Error> {
         options.check()?;
-        let cluster = source.is_cluster();
-        let core = Core { edition: Edition::Module, options, counters: Counters::default(), codec, cluster };
-        let mut con = source.connect(core.response_timeout())?;
+        let mut core = Core::new(options, Edition::Module, codec, source.is_cluster());
+        let mut con = source.connect(core.reply_timeout())?;
         let edition = match core.options.edition {
             Some(edition) => edition,
             None => detect_edition(&mut con)?,
         };
-        Ok(Idem { source, core: Core { edition, ..core }, pool: Mutex::new(vec![con]) })
+        core.edition = edition;
+        let (pool, waiting) = (Mutex::new(vec![con]), Mutex::new(Vec::new()));
+        Ok(Idem { inner: Arc::new(Inner { source, core, pool, waiting }) })
     }
 
     /// The edition this client uses.
     pub fn edition(&self) -> Edition {
-        self.core.edition
+        self.inner.core.edition
     }
 
     /// The consumer loop's counters so far.
     pub fn stats(&self) -> Stats {
-        self.core.counters.snapshot()
+        self.inner.core.counters.snapshot()
     }
 
-    /// Sends `cmd` to `key`'s node on a pooled connection; a connection
-    /// that failed is dropped, so the next command gets a fresh one.
     fn send(&self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
-        self.on_pooled(|con| self.source.route(con, cmd, key.as_bytes()), Error::broke_connection)
+        self.inner.send(cmd, key)
+    }
+
+    /// A typed command: sent once more, on a new connection, when a pooled
+    /// one turns out stale (closed by a failover, or to a demoted primary).
+    fn send_typed(&self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
+        let reply = self.inner.send(cmd, key);
+        match &reply {
+            Err(e) if Error::broke_connection(e) => self.inner.send(cmd, key),
+            _ => reply,
+        }
     }
 
     /// Sends `cmd` to the primary serving `slot` (one server: itself).
     pub(crate) fn send_to_primary(&self, cmd: &Cmd, slot: u16) -> RedisResult<Value> {
-        self.on_pooled(|con| self.source.route_to_slot(con, cmd, slot), Error::broke_connection)
-    }
-
-    /// Runs `call` on a pooled connection, given back unless `broken` says
-    /// the error was the connection's.
-    fn on_pooled<R, E: From<redis::RedisError>>(
-        &self,
-        call: impl FnOnce(&mut S::Connection) -> Result<R, E>,
-        broken: impl Fn(&E) -> bool,
-    ) -> Result<R, E> {
-        let pooled = self.pool.lock().ok().and_then(|mut pool| pool.pop());
-        let mut con = match pooled {
-            Some(con) => con,
-            None => self.source.connect(self.core.response_timeout())?,
-        };
-        let reply = call(&mut con);
-        if !reply.as_ref().is_err_and(&broken)
-            && let Ok(mut pool) = self.pool.lock()
-            && pool.len() < 64
-        {
-            pool.push(con);
-        }
-        reply
+        let inner = &*self.inner;
+        inner.on_pooled(&inner.pool, |con| inner.source.route_to_slot(con, cmd, slot), Error::broke_connection)
     }
 
     /// Runs `work` once for `key`, however often it is called for it:
     /// docs/clients.md's "What process does", in the README.
     pub fn process<T, E, F>(&self, key: &str, work: F) -> Result<Outcome<T>, ProcessError<T, E>>
     where
-        C: Codec<T>,
+        C: Codec<T> + 'static,
         F: FnOnce(&Job) -> Result<T, E>,
     {
         self.process_with(key, &ProcessOptions::default(), work)
@@ -111,27 +107,36 @@ impl<S: ConnectionSource, C> Idem<S, C> {
         work: F,
     ) -> Result<Outcome<T>, ProcessError<T, E>>
     where
-        C: Codec<T>,
+        C: Codec<T> + 'static,
         F: FnOnce(&Job) -> Result<T, E>,
     {
-        let core = &self.core;
-        let key = core.key(key);
+        let (inner, core) = (&*self.inner, &self.inner.core);
+        let record = core.key(key);
         let mut backoff = Backoff::new(core.options.wait);
         let (job, token) = loop {
-            let (cmd, _) = core.claim_cmd(&key, &call.payload, &backoff)?;
-            match core.on_claim(&key, decode(self.send(&cmd, &key)), &mut backoff)? {
+            let (cmd, waits) = core.claim_cmd(&record, &call.payload, &backoff)?;
+            let (reply, ack) = inner.send_write(&cmd, &record, waits);
+            match core.on_claim(key, decode(reply), ack, &mut backoff)? {
                 Step::Work(job, token) => break (job, token),
                 Step::Return(outcome) => return Ok(outcome),
                 Step::Again(pause) => std::thread::sleep(pause),
+                Step::Busy(lease_left) => {
+                    let holder = decode(self.send(&cmd::get(core.edition, &record), &record));
+                    return Err(core.busy(key, lease_left, holder).into());
+                }
+                Step::Release(job, token, error) => {
+                    let _ = self.send(&core.release_cmd(&job, &token), &record);
+                    return Err(error.into());
+                }
             }
         };
         if let Err(hook) = core.before_work(&job) {
             self.give_back(&job, &token, ReleaseReason::Hook);
             return Err(hook.into());
         }
-        let jobs = [(job, token)];
-        let ran = self.with_heartbeat(&jobs, || catch_unwind(AssertUnwindSafe(|| work(&jobs[0].0))));
-        let [(job, token)] = jobs;
+        let beat = self.beat(&[(&job, &token)]);
+        let ran = catch_unwind(AssertUnwindSafe(|| work(&job)));
+        core.beats.remove(beat);
         let value = match ran {
             Ok(Ok(value)) => value,
             Ok(Err(error)) => {
@@ -146,41 +151,38 @@ impl<S: ConnectionSource, C> Idem<S, C> {
         let (mut settle, mut next) = core.settle(job, token, value);
         loop {
             match next {
-                Next::Send(cmd, pause) => {
+                Next::Send(cmd, pause, durable) => {
                     std::thread::sleep(pause);
-                    next = settle.on_reply(core, self.send(&cmd, settle.key()));
+                    let (reply, ack) = match durable {
+                        true => inner.send_write(&cmd, settle.record(), false),
+                        false => (self.send(&cmd, settle.record()), None),
+                    };
+                    next = settle.on_reply(core, reply, ack);
                 }
                 Next::Finish(outcome) => return outcome,
             }
         }
     }
 
-    /// Runs `f` while a thread EXTENDs every job's claim each beat.
-    fn with_heartbeat<R>(&self, jobs: &[(Job, String)], f: impl FnOnce() -> R) -> R
+    /// Registers the jobs with the instance's heartbeat, starting its
+    /// thread with the first job.
+    fn beat(&self, jobs: &[(&Job, &String)]) -> crate::heartbeat::Ticket
     where
-        C: Sync,
+        C: Send + Sync + 'static,
     {
-        let Some((every, extends)) = self.core.heartbeat(jobs) else { return f() };
-        std::thread::scope(|scope| {
-            let (stop, stopped) = mpsc::channel::<()>();
-            scope.spawn(move || {
-                let mut live: Vec<bool> = vec![true; jobs.len()];
-                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
-                    for (i, (job, _)) in jobs.iter().enumerate() {
-                        live[i] = live[i] && self.core.on_extend(job, self.send(&extends[i], &job.key));
-                    }
-                }
-            });
-            let ran = f();
-            drop(stop);
-            ran
-        })
+        let (ticket, start) = self.inner.core.beats.add(jobs.iter().map(|(job, token)| (*job, token.as_str())));
+        if start {
+            let (inner, tick) = (Arc::downgrade(&self.inner), self.inner.core.beats.tick());
+            let _ =
+                std::thread::Builder::new().name("redis-idem-heartbeat".into()).spawn(move || heartbeat(inner, tick));
+        }
+        ticket
     }
 
+    /// RELEASE, once, within `done_timeout`: counted when it answered 1.
     fn give_back(&self, job: &Job, token: &str, reason: ReleaseReason) {
-        // Best effort: if it fails the lease lapses and the key is retried.
-        let _ = self.send(&self.core.release_cmd(job, token), &job.key);
-        self.core.released(job, reason);
+        let reply = flag(self.send(&self.inner.core.release_cmd(job, token), &job.record));
+        self.inner.core.released(job, reason, reply);
     }
 
     // --- the commands, on the edition the server has (keys get the prefix) ---
@@ -188,33 +190,35 @@ impl<S: ConnectionSource, C> Idem<S, C> {
     /// `IDEM.CLAIM` / `idem_claim`. WAIT and BLOOM are
     /// [`Error::ModuleRequired`] on the Functions edition.
     pub fn claim(&self, key: &str, lease: Duration, options: &ClaimOptions) -> Result<Claim, Error> {
-        let key = self.core.key(key);
-        decode(self.send(&cmd::claim(self.core.edition, &key, lease, options)?, &key))
+        let key = self.inner.core.key(key);
+        let waits = options.wait.is_some_and(|w| cmd::wait_ms(w) > 0);
+        let cmd = cmd::claim(self.edition(), &key, lease, options)?;
+        decode(if waits { self.inner.send_waiting(&cmd, &key) } else { self.send_typed(&cmd, &key) })
     }
 
     pub fn done(&self, key: &str, token: &str, options: &DoneOptions) -> Result<Done, Error> {
-        let key = self.core.key(key);
-        decode(self.send(&cmd::done(self.core.edition, &key, token, options)?, &key))
+        let key = self.inner.core.key(key);
+        decode(self.send_typed(&cmd::done(self.edition(), &key, token, options)?, &key))
     }
 
     pub fn release(&self, key: &str, token: &str) -> Result<bool, Error> {
-        let key = self.core.key(key);
-        flag(self.send(&cmd::release(self.core.edition, &key, token), &key))
+        let key = self.inner.core.key(key);
+        flag(self.send_typed(&cmd::release(self.edition(), &key, token), &key))
     }
 
     pub fn extend(&self, key: &str, token: &str, lease: Duration) -> Result<(), Error> {
-        let key = self.core.key(key);
-        extended(self.send(&cmd::extend(self.core.edition, &key, token, lease)?, &key))
+        let key = self.inner.core.key(key);
+        extended(self.send_typed(&cmd::extend(self.edition(), &key, token, lease)?, &key))
     }
 
     pub fn get(&self, key: &str) -> Result<Option<Record>, Error> {
-        let key = self.core.key(key);
-        decode(self.send(&cmd::get(self.core.edition, &key), &key))
+        let key = self.inner.core.key(key);
+        decode(self.send_typed(&cmd::get(self.edition(), &key), &key))
     }
 
     pub fn once(&self, key: &str, retain: Duration) -> Result<bool, Error> {
-        let key = self.core.key(key);
-        flag(self.send(&cmd::once(self.core.edition, &key, retain)?, &key))
+        let key = self.inner.core.key(key);
+        flag(self.send_typed(&cmd::once(self.edition(), &key, retain)?, &key))
     }
 
     // --- operators ---
@@ -224,30 +228,36 @@ impl<S: ConnectionSource, C> Idem<S, C> {
     /// `max_tries` n are `ScanOptions::new().state(RecordState::Released).min_tries(n)`.
     /// Options the server would refuse are [`Error::InvalidArgument`] here.
     pub fn scan(&self, options: &ScanOptions) -> Result<Scan<'_, S, C>, Error> {
-        let walk = Walk::new(self.core.edition, options, &self.core.options.prefix)?;
-        let primaries = self.on_pooled(|con| self.source.primaries(con), Error::is_connection_error)?;
+        let inner = &*self.inner;
+        let walk = Walk::new(inner.core.edition, options, &inner.core.options.prefix)?;
+        let primaries = inner.on_pooled(&inner.pool, |con| inner.source.primaries(con), Error::is_connection_error)?;
         Ok(Scan { idem: self, walk: walk.over(primaries) })
     }
 
     /// `IDEM.REQUEUE` / `idem_requeue`: gives a record's work back. True
     /// when it is now released (its attempt kept, so the next claim is a
     /// `Retry` with attempt + 1; its tries restarted), false when there is
-    /// no record. A processing record whose lease is live is refused with
-    /// the server's error ([`Error::Redis`]), the record unchanged.
+    /// no record. A processing record whose lease is live is
+    /// [`Error::LiveLease`], the record unchanged.
     pub fn requeue(&self, key: &str) -> Result<bool, Error> {
-        let key = self.core.key(key);
-        flag(self.send(&cmd::requeue(self.core.edition, &key), &key))
+        let key = self.inner.core.key(key);
+        flag(self.send_typed(&cmd::requeue(self.edition(), &key), &key))
     }
 
     // --- batches ---
 
-    fn run<R: FromRedisValue>(&self, plan: Plan) -> Vec<Result<R, Error>> {
-        let replies = plan.sends.iter().map(|(_, cmd, route)| self.send(cmd, route)).collect();
+    /// Each group of the plan as one pipeline (with its `WAIT` when
+    /// `durable` and `write`).
+    fn run<R: FromRedisValue>(&self, plan: Plan, write: bool) -> Vec<Answer<R>> {
+        let replies: Vec<Replies> =
+            plan.sends.iter().map(|group| self.inner.send_group(&group.cmds, &group.route, write, false)).collect();
         plan.gather(replies)
     }
 
-    /// Claims many keys with the instance's MAXTRIES and BLOOM, no WAIT:
-    /// one answer per key, in order, a key's error failing only that key.
+    /// Claims many keys with the instance's MAXTRIES, OWNER and BLOOM, no
+    /// WAIT: one answer per key, in order, a key's error failing only that
+    /// key. With `durable`, a granted key not acknowledged is released and
+    /// answered [`Error::NotDurable`].
     pub fn claim_many(&self, keys: &[&str], lease: Duration) -> Result<Vec<Result<Claim, Error>>, Error> {
         self.claim_many_with(keys, lease, None)
     }
@@ -259,31 +269,41 @@ impl<S: ConnectionSource, C> Idem<S, C> {
         lease: Duration,
         payloads: Option<&[Vec<u8>]>,
     ) -> Result<Vec<Result<Claim, Error>>, Error> {
-        let keys: Vec<String> = keys.iter().map(|k| self.core.key(k)).collect();
-        Ok(self.run(self.core.plan_claims(&keys, lease, payloads)?))
+        let core = &self.inner.core;
+        let records: Vec<String> = keys.iter().map(|k| core.key(k)).collect();
+        let answers = self.run(core.plan_claims(&records, lease, payloads)?, true);
+        let (claims, releases) = core.durable_claims(keys, &records, answers);
+        if !releases.is_empty() {
+            let _ = self.run::<Value>(core.plan_releases(&releases)?, false);
+        }
+        Ok(claims)
     }
 
     /// Completes many claims with the instance's RETAIN and BLOOM: one
-    /// answer per item, in order.
+    /// answer per item, in order (with `durable`, [`Error::NotDurable`]
+    /// for a completion not acknowledged).
     pub fn done_many(&self, items: &[DoneItem]) -> Result<Vec<Result<Done, Error>>, Error> {
-        let items: Vec<DoneItem> = items.iter().map(|i| DoneItem { key: self.core.key(&i.key), ..i.clone() }).collect();
-        Ok(self.run(self.core.plan_dones(&items)?))
+        let core = &self.inner.core;
+        let items: Vec<DoneItem> = items.iter().map(|i| DoneItem { key: core.key(&i.key), ..i.clone() }).collect();
+        let answers = self.run(core.plan_dones(&items)?, true);
+        Ok(core.durable_dones(&items, answers))
     }
 
     /// Releases many claims: one answer per item (true: released), in order.
     pub fn release_many(&self, items: &[ReleaseItem]) -> Result<Vec<Result<bool, Error>>, Error> {
+        let core = &self.inner.core;
         let items: Vec<ReleaseItem> =
-            items.iter().map(|i| ReleaseItem { key: self.core.key(&i.key), ..i.clone() }).collect();
-        let answers: Vec<Result<i64, Error>> = self.run(self.core.plan_releases(&items)?);
-        Ok(answers.into_iter().map(|a| a.map(|n| n == 1)).collect())
+            items.iter().map(|i| ReleaseItem { key: core.key(&i.key), ..i.clone() }).collect();
+        let answers: Vec<(Result<i64, Error>, _)> = self.run(core.plan_releases(&items)?, false);
+        Ok(answers.into_iter().map(|(a, _)| a.map(|n| n == 1)).collect())
     }
 
     /// Claims the keys, runs `work` for each granted key in order (one
     /// heartbeat for the batch), completes the successes in one DONE batch
     /// and releases the failures in one RELEASE batch: one answer per key.
-    pub fn process_many<T, E, F>(&self, keys: &[&str], work: F) -> Result<Vec<KeyOutcome<T, E>>, Error>
+    pub fn process_many<T, E, F>(&self, keys: &[&str], work: F) -> Result<Vec<BatchItem<T, E>>, Error>
     where
-        C: Codec<T>,
+        C: Codec<T> + 'static,
         F: FnMut(&Job) -> Result<T, E>,
     {
         self.process_many_with(keys, None, work)
@@ -295,32 +315,37 @@ impl<S: ConnectionSource, C> Idem<S, C> {
         keys: &[&str],
         payloads: Option<&[Vec<u8>]>,
         mut work: F,
-    ) -> Result<Vec<KeyOutcome<T, E>>, Error>
+    ) -> Result<Vec<BatchItem<T, E>>, Error>
     where
-        C: Codec<T>,
+        C: Codec<T> + 'static,
         F: FnMut(&Job) -> Result<T, E>,
     {
-        let core = &self.core;
-        let claims = self.claim_many_with(keys, core.options.lease, payloads)?;
+        let core = &self.inner.core;
+        let records: Vec<String> = keys.iter().map(|k| core.key(k)).collect();
+        let claims = self.run(core.plan_claims(&records, core.options.lease, payloads)?, true);
         let mut many = core.many(keys, claims);
-        let jobs = many.jobs();
-        let mut todo = many.take_jobs().into_iter();
-        let panic = self.with_heartbeat(&jobs, || {
-            while let Some(job) = todo.next() {
-                match catch_unwind(AssertUnwindSafe(|| work(&job.1))) {
-                    Ok(ran) => many.ran(core, job, ran),
-                    Err(panic) => {
-                        many.panicked(core, std::iter::once(job).chain(todo.by_ref()).collect());
-                        return Some(panic);
-                    }
+        let jobs = many.take_jobs();
+        let beat = self.beat(&jobs.iter().map(|(_, job, token)| (job, token)).collect::<Vec<_>>());
+        let mut todo = jobs.into_iter();
+        let mut panic = None;
+        while let Some(job) = todo.next() {
+            match catch_unwind(AssertUnwindSafe(|| work(&job.1))) {
+                Ok(ran) => many.ran(core, job, ran),
+                Err(caught) => {
+                    many.panicked(std::iter::once(job).chain(todo.by_ref()).collect());
+                    panic = Some(caught);
                 }
             }
-            None
-        });
-        let _ = self.run::<Value>(core.plan_releases(&many.release_items())?); // best effort, as in process
+        }
+        core.beats.remove(beat);
+        let releases = many.release_items();
+        if !releases.is_empty() {
+            let answers: Vec<(Result<i64, Error>, _)> = self.run(core.plan_releases(&releases)?, false);
+            many.on_releases(core, answers.into_iter().map(|(a, _)| a.map(|n| n == 1)).collect());
+        }
         let mut items = many.done_items();
         while !items.is_empty() {
-            let answers = self.run(core.plan_dones(&items)?);
+            let answers = self.run(core.plan_dones(&items)?, true);
             items = many.on_dones(core, answers);
             std::thread::sleep(if items.is_empty() { Duration::ZERO } else { many.pause() });
         }
@@ -335,8 +360,104 @@ impl<S: ConnectionSource, C> Idem<S, C> {
     }
 }
 
+impl<S: ConnectionSource, C> Inner<S, C> {
+    /// Sends `cmd` to `key`'s node on a pooled connection; a connection
+    /// that failed is dropped, so the next command gets a fresh one.
+    fn send(&self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
+        self.on_pooled(&self.pool, |con| self.source.route(con, cmd, key.as_bytes()), Error::broke_connection)
+    }
+
+    /// A claim that may block (WAIT), on a connection whose replies may
+    /// take that long.
+    fn send_waiting(&self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
+        self.on_pooled(&self.waiting, |con| self.source.route(con, cmd, key.as_bytes()), Error::broke_connection)
+    }
+
+    /// A write of the loop (a claim, a DONE): with `durable`, followed by
+    /// `WAIT` on the same connection in the same round trip.
+    fn send_write(&self, cmd: &Cmd, key: &str, waits: bool) -> (RedisResult<Value>, Option<RedisResult<Value>>) {
+        if self.core.wait.is_none() {
+            return (if waits { self.send_waiting(cmd, key) } else { self.send(cmd, key) }, None);
+        }
+        let (mut replies, ack) = self.send_group(std::slice::from_ref(cmd), key, true, waits);
+        (replies.pop().unwrap_or(Ok(Value::Nil)), ack)
+    }
+
+    /// Commands in one pipeline (on a connection of the waiting pool when
+    /// they may block), with `WAIT` after them when `durable` and `write`.
+    fn send_group(&self, cmds: &[Cmd], key: &str, write: bool, waits: bool) -> Replies {
+        let mut cmds = cmds.to_vec();
+        let wait = self.core.wait.clone().filter(|_| write);
+        cmds.extend(wait.iter().cloned());
+        let pool = if waits { &self.waiting } else { &self.pool };
+        let reply = self.on_pooled(
+            pool,
+            |con| {
+                let replies = self.source.route_pipeline(con, &cmds, key.as_bytes());
+                match replies.iter().find_map(|r| r.as_ref().err().filter(|e| Error::broke_connection(e))) {
+                    Some(e) => Err(e.clone()),
+                    None => Ok(replies),
+                }
+            },
+            Error::broke_connection,
+        );
+        let mut replies = reply.unwrap_or_else(|e| cmds.iter().map(|_| Err(e.clone())).collect());
+        let ack = if wait.is_some() { replies.pop() } else { None };
+        (replies, ack)
+    }
+
+    /// Runs `call` on a connection of `pool` (a new one when it is empty),
+    /// given back unless `broken` says the error was the connection's.
+    fn on_pooled<R, E>(
+        &self,
+        pool: &Mutex<Vec<S::Connection>>,
+        call: impl FnOnce(&mut S::Connection) -> Result<R, E>,
+        broken: impl Fn(&E) -> bool,
+    ) -> Result<R, E>
+    where
+        E: From<redis::RedisError>,
+    {
+        let pooled = pool.lock().ok().and_then(|mut pool| pool.pop());
+        let mut con = match pooled {
+            Some(con) => con,
+            None => {
+                let waiting = std::ptr::eq(pool, &self.waiting);
+                let timeout = if waiting { self.core.waiting_timeout() } else { self.core.reply_timeout() };
+                self.source.connect(timeout)?
+            }
+        };
+        let reply = call(&mut con);
+        let broke = reply.as_ref().is_err_and(&broken);
+        if let Ok(mut pool) = pool.lock() {
+            match broke {
+                // A failover: the other pooled connections are as stale.
+                true => pool.clear(),
+                false if pool.len() < 64 => pool.push(con),
+                false => {}
+            }
+        }
+        reply
+    }
+}
+
+/// The instance's heartbeat thread: every half `heartbeat`, the due
+/// EXTENDs; it ends when the instance is dropped.
+fn heartbeat<S: ConnectionSource, C>(inner: Weak<Inner<S, C>>, tick: Duration) {
+    loop {
+        std::thread::sleep(tick);
+        let Some(inner) = inner.upgrade() else { return };
+        let core = &inner.core;
+        for (id, job, extend) in core.beats.due(core.edition, core.options.lease) {
+            if !core.on_extend(&job, inner.send(&extend, &job.record)) {
+                core.beats.forget(id);
+            }
+        }
+    }
+}
+
 impl<S: ConnectionSource, C> std::fmt::Debug for Idem<S, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Idem").field("edition", &self.core.edition).field("options", &self.core.options).finish()
+        let core = &self.inner.core;
+        f.debug_struct("Idem").field("edition", &core.edition).field("options", &core.options).finish()
     }
 }

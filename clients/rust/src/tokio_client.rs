@@ -1,24 +1,29 @@
 //! The tokio client: [`AsyncIdem`], the same calls as [`Idem`](crate::Idem)
 //! with `async`; every decision is [`flow`](crate::flow)'s, the heartbeat
-//! a tokio task.
+//! one tokio task per instance.
+use crate::batch::{ClaimArgs, DoneArgs, Lane, Request, Turn, dropped};
 use crate::cmd::{self, ClaimOptions, DoneOptions, Edition};
 use crate::codec::{Codec, DefaultCodec};
 use crate::commands::{decode, detect_edition_async, extended, flag};
 use crate::error::{Error, ProcessError};
-use crate::flow::{Backoff, Core, DoneItem, Next, Plan, ReleaseItem, Step};
-use crate::many::KeyOutcome;
-use crate::options::{Counters, Job, Options, Outcome, ProcessOptions, ReleaseReason, Stats};
+use crate::flow::{Backoff, Core, Next, Step};
+use crate::many::BatchItem;
+use crate::options::{Job, Options, Outcome, ProcessOptions, ReleaseReason, Stats};
+use crate::plan::{Answer, DoneItem, Plan, ReleaseItem, Replies};
 use crate::reply::{Claim, Done, Record};
 use crate::scan::{AsyncScan, ScanOptions, Walk};
 use crate::source::AsyncConnectionSource;
 use redis::{Cmd, FromRedisValue, RedisResult, Value};
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::Poll;
 use std::time::Duration;
 
-/// A redis-idem client for tokio, on `redis::Client` or (feature
-/// `cluster-async`) `redis::cluster::ClusterClient`. Cheap to clone; one
-/// instance serves any number of tasks.
+/// A redis-idem client for tokio, on `redis::Client`, (feature
+/// `cluster-async`) `redis::cluster::ClusterClient` or (feature `sentinel`)
+/// `tokio::sync::Mutex<redis::sentinel::SentinelClient>`. Cheap to clone;
+/// one instance serves any number of tasks.
 ///
 /// Commands share one multiplexed connection (made again after it
 /// failed); a claim that waits (WAIT) takes a connection of its own.
@@ -37,18 +42,21 @@ struct Inner<S: AsyncConnectionSource, C> {
     core: Core<C>,
     shared: Mutex<Option<S::Connection>>,
     waiting: Mutex<Vec<S::Connection>>,
+    /// The loop's claims and DONEs waiting for the one in flight (`batch`).
+    claims: Lane<ClaimArgs>,
+    dones: Lane<DoneArgs>,
 }
 
-/// Stops the heartbeat task when the call ends, however it ends (an error,
-/// a panic of the work, the call's future dropped).
-struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        if let Some(task) = &self.0 {
-            task.abort();
-        }
-    }
+/// Polls `future`, a panic in it caught: the work's claim is released
+/// before the panic goes on.
+async fn caught<F: Future>(future: F) -> std::thread::Result<F::Output> {
+    let mut future = std::pin::pin!(future);
+    std::future::poll_fn(|cx| match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+        Ok(Poll::Pending) => Poll::Pending,
+        Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+        Err(panic) => Poll::Ready(Err(panic)),
+    })
+    .await
 }
 
 impl<S: AsyncConnectionSource> AsyncIdem<S, DefaultCodec> {
@@ -65,16 +73,16 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
     /// it has unless [`Options::edition`] says.
     pub async fn with_codec(source: S, options: Options, codec: C) -> Result<Self, Error> {
         options.check()?;
-        let cluster = source.is_cluster();
-        let core = Core { edition: Edition::Module, options, counters: Counters::default(), codec, cluster };
-        let mut shared = source.connect(core.response_timeout()).await?;
+        let mut core = Core::new(options, Edition::Module, codec, source.is_cluster());
+        let mut shared = source.connect(core.reply_timeout()).await?;
         let edition = match core.options.edition {
             Some(edition) => edition,
             None => detect_edition_async(&mut shared).await?,
         };
-        let core = Core { edition, ..core };
+        core.edition = edition;
         let (shared, waiting) = (Mutex::new(Some(shared)), Mutex::new(Vec::new()));
-        Ok(AsyncIdem { inner: Arc::new(Inner { source, core, shared, waiting }) })
+        let (claims, dones) = (Lane::default(), Lane::default());
+        Ok(AsyncIdem { inner: Arc::new(Inner { source, core, shared, waiting, claims, dones }) })
     }
 
     pub fn edition(&self) -> Edition {
@@ -93,6 +101,17 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
         reply
     }
 
+    /// A typed command: sent once more, on a new connection, when the
+    /// shared one turns out stale (closed by a failover, or to a demoted
+    /// primary).
+    async fn send_typed(&self, cmd: Cmd, key: &str) -> RedisResult<Value> {
+        let reply = self.send(cmd.clone(), key).await;
+        match &reply {
+            Err(e) if Error::broke_connection(e) => self.send(cmd, key).await,
+            _ => reply,
+        }
+    }
+
     /// Sends `cmd` to the primary serving `slot` (one server: itself).
     pub(crate) async fn send_to_primary(&self, cmd: Cmd, slot: u16) -> RedisResult<Value> {
         let mut con = self.shared().await?;
@@ -106,7 +125,7 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
         if let Some(con) = self.inner.shared.lock().ok().and_then(|con| con.clone()) {
             return Ok(con);
         }
-        let con = self.inner.source.connect(self.inner.core.response_timeout()).await?;
+        let con = self.inner.source.connect(self.inner.core.reply_timeout()).await?;
         if let Ok(mut shared) = self.inner.shared.lock() {
             *shared = Some(con.clone());
         }
@@ -125,22 +144,69 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
         let pooled = self.inner.waiting.lock().ok().and_then(|mut pool| pool.pop());
         let mut con = match pooled {
             Some(con) => con,
-            None => self.inner.source.connect(self.inner.core.response_timeout()).await?,
+            None => self.inner.source.connect(self.inner.core.waiting_timeout()).await?,
         };
         let reply = self.inner.source.route(&mut con, cmd, key.as_bytes().to_vec()).await;
-        if reply.is_ok()
-            && let Ok(mut pool) = self.inner.waiting.lock()
-            && pool.len() < 64
-        {
-            pool.push(con);
+        if let Ok(mut pool) = self.inner.waiting.lock() {
+            match reply.as_ref().is_err_and(Error::broke_connection) {
+                // A failover: the other pooled connections are as stale.
+                true => pool.clear(),
+                false if pool.len() < 64 => pool.push(con),
+                false => {}
+            }
         }
         reply
     }
 
-    /// As [`Idem::process`](crate::Idem::process), with the heartbeat in a
-    /// tokio task. If the work panics or the call's future is dropped, the
-    /// heartbeat stops and the claim lapses at the end of its lease (the
-    /// next claim is a RETRY).
+    /// A write of the loop (a claim, a DONE): with `durable`, followed by
+    /// `WAIT` on the same connection in the same round trip.
+    async fn send_write(&self, cmd: Cmd, key: &str, waits: bool) -> (RedisResult<Value>, Option<RedisResult<Value>>) {
+        let Some(wait) = self.inner.core.wait.clone() else {
+            return (if waits { self.send_waiting(cmd, key).await } else { self.send(cmd, key).await }, None);
+        };
+        let (mut replies, _) = self.send_group(vec![cmd, wait], key, false, waits).await;
+        let ack = replies.pop();
+        (replies.pop().unwrap_or(Ok(Value::Nil)), ack)
+    }
+
+    /// Commands in one pipeline (the shared connection, or one of its own
+    /// when it may block), with `WAIT` after them when `durable` and `write`.
+    async fn send_group(&self, mut cmds: Vec<Cmd>, key: &str, write: bool, waits: bool) -> Replies {
+        let wait = self.inner.core.wait.clone().filter(|_| write);
+        cmds.extend(wait.iter().cloned());
+        let count = cmds.len();
+        let failed = |e: redis::RedisError| -> Replies { ((0..count).map(|_| Err(e.clone())).collect(), None) };
+        let pooled = if waits { self.inner.waiting.lock().ok().and_then(|mut pool| pool.pop()) } else { None };
+        let mut con = match (waits, pooled) {
+            (true, Some(con)) => con,
+            (true, None) => match self.inner.source.connect(self.inner.core.waiting_timeout()).await {
+                Ok(con) => con,
+                Err(e) => return failed(e),
+            },
+            (false, _) => match self.shared().await {
+                Ok(con) => con,
+                Err(e) => return failed(e),
+            },
+        };
+        let mut replies = self.inner.source.route_pipeline(&mut con, cmds, key.as_bytes().to_vec()).await;
+        let broken = replies.iter().any(|r| r.as_ref().is_err_and(Error::broke_connection));
+        match waits {
+            false => self.forget_if(broken),
+            true if !broken => {
+                if let Ok(mut pool) = self.inner.waiting.lock() {
+                    pool.push(con);
+                }
+            }
+            true => {}
+        }
+        let ack = if wait.is_some() { replies.pop() } else { None };
+        (replies, ack)
+    }
+
+    /// As [`Idem::process`](crate::Idem::process). A work that panics has
+    /// its claim released before the panic goes on; if the call's future
+    /// is dropped, the claim lapses at the end of its lease (the next
+    /// claim is a RETRY).
     pub async fn process<T, E, F, Fut>(&self, key: &str, work: F) -> Result<Outcome<T>, ProcessError<T, E>>
     where
         C: Codec<T>,
@@ -162,64 +228,155 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
         Fut: Future<Output = Result<T, E>>,
     {
         let core = &self.inner.core;
-        let key = core.key(key);
+        let record = core.key(key);
         let mut backoff = Backoff::new(core.options.wait);
         let (job, token) = loop {
-            let (cmd, waits) = core.claim_cmd(&key, &call.payload, &backoff)?;
-            let reply = if waits { self.send_waiting(cmd, &key).await } else { self.send(cmd, &key).await };
-            match core.on_claim(&key, decode(reply), &mut backoff)? {
+            let (cmd, waits) = core.claim_cmd(&record, &call.payload, &backoff)?;
+            let (reply, ack) = match !waits && self.batching() {
+                true => (self.shared_claim(cmd, &record, &call.payload).await, None),
+                false => self.send_write(cmd, &record, waits).await,
+            };
+            match core.on_claim(key, decode(reply), ack, &mut backoff)? {
                 Step::Work(job, token) => break (job, token),
                 Step::Return(outcome) => return Ok(outcome),
                 Step::Again(pause) => tokio::time::sleep(pause).await,
+                Step::Busy(lease_left) => {
+                    let holder = decode(self.send(cmd::get(core.edition, &record), &record).await);
+                    return Err(core.busy(key, lease_left, holder).into());
+                }
+                Step::Release(job, token, error) => {
+                    let _ = self.send(core.release_cmd(&job, &token), &record).await;
+                    return Err(error.into());
+                }
             }
         };
         if let Err(hook) = core.before_work(&job) {
             self.give_back(&job, &token, ReleaseReason::Hook).await;
             return Err(hook.into());
         }
-        let heartbeat = self.heartbeat(vec![(job.clone(), token.clone())]);
-        let ran = work(job.clone()).await;
-        drop(heartbeat);
+        let beat = Beat { idem: self, ticket: Some(self.beat(&[(&job, &token)])) };
+        let ran = caught(work(job.clone())).await;
+        drop(beat);
         let value = match ran {
-            Ok(value) => value,
-            Err(error) => {
+            Ok(Ok(value)) => value,
+            Ok(Err(error)) => {
                 self.give_back(&job, &token, ReleaseReason::Work).await;
                 return Err(ProcessError::Work(error));
+            }
+            Err(panic) => {
+                self.give_back(&job, &token, ReleaseReason::Panic).await;
+                resume_unwind(panic)
             }
         };
         let (mut settle, mut next) = core.settle(job, token, value);
         loop {
             match next {
-                Next::Send(cmd, pause) => {
-                    tokio::time::sleep(pause).await;
-                    next = settle.on_reply(core, self.send(cmd, settle.key()).await);
+                Next::Send(cmd, pause, durable) => {
+                    if !pause.is_zero() {
+                        tokio::time::sleep(pause).await;
+                    }
+                    let shared = pause.is_zero() && settle.sends_done() && self.batching();
+                    let (reply, ack) = match (durable, shared) {
+                        (true, _) => self.send_write(cmd, settle.record(), false).await,
+                        (false, true) => (self.shared_done(cmd, &settle).await, None),
+                        (false, false) => (self.send(cmd, settle.record()).await, None),
+                    };
+                    next = settle.on_reply(core, reply, ack);
                 }
                 Next::Finish(outcome) => return outcome,
             }
         }
     }
 
-    /// A task EXTENDing every job's claim each beat, until dropped.
-    fn heartbeat(&self, jobs: Vec<(Job, String)>) -> AbortOnDrop {
-        let Some((every, extends)) = self.inner.core.heartbeat(&jobs) else { return AbortOnDrop(None) };
-        let idem = self.clone();
-        AbortOnDrop(Some(tokio::spawn(async move {
-            let mut live: Vec<bool> = vec![true; jobs.len()];
-            loop {
-                tokio::time::sleep(every).await;
-                for (i, (job, _)) in jobs.iter().enumerate() {
-                    if live[i] {
-                        live[i] = idem.inner.core.on_extend(job, idem.send(extends[i].clone(), &job.key).await);
-                    }
-                }
-            }
-        })))
+    /// Whether concurrent calls share batch commands: `batch`, without
+    /// `durable` (whose claims and DONEs each carry their own `WAIT`).
+    fn batching(&self) -> bool {
+        self.inner.core.options.batch && self.inner.core.wait.is_none()
     }
 
+    /// The loop's first claim: its own command when nothing is in flight,
+    /// else its answer from the next batch.
+    async fn shared_claim(&self, cmd: Cmd, record: &str, payload: &Option<Vec<u8>>) -> RedisResult<Value> {
+        match self.inner.claims.enter(record, payload.clone()) {
+            Turn::Wait(answer) => answer.await.unwrap_or_else(|_| Err(dropped())),
+            Turn::Lead => {
+                let _handoff = Handoff { idem: self, claims: true };
+                self.send(cmd, record).await
+            }
+        }
+    }
+
+    /// A DONE of the loop, as [`shared_claim`](Self::shared_claim).
+    async fn shared_done<T>(&self, cmd: Cmd, settle: &crate::flow::Settle<T>) -> RedisResult<Value> {
+        let (token, result) = settle.done_args();
+        match self.inner.dones.enter(settle.record(), (token.to_string(), result.map(<[u8]>::to_vec))) {
+            Turn::Wait(answer) => answer.await.unwrap_or_else(|_| Err(dropped())),
+            Turn::Lead => {
+                let _handoff = Handoff { idem: self, claims: false };
+                self.send(cmd, settle.record()).await
+            }
+        }
+    }
+
+    /// The queued claims, batch after batch until none queue.
+    async fn flush_claims(self, mut queued: Vec<Request<ClaimArgs>>) {
+        let core = &self.inner.core;
+        while !queued.is_empty() {
+            // MCLAIM takes payloads for every key or for none.
+            let (with, without): (Vec<_>, Vec<_>) = queued.into_iter().partition(|r| r.args.is_some());
+            for part in [with, without].into_iter().filter(|part| !part.is_empty()) {
+                let records: Vec<String> = part.iter().map(|r| r.record.clone()).collect();
+                let payloads: Option<Vec<Vec<u8>>> = part.iter().map(|r| r.args.clone()).collect();
+                let plan = core.plan_claims(&records, core.options.lease, payloads.as_deref());
+                self.flush(part, plan).await;
+            }
+            queued = self.inner.claims.next();
+        }
+    }
+
+    /// The queued DONEs, batch after batch until none queue.
+    async fn flush_dones(self, mut queued: Vec<Request<DoneArgs>>) {
+        let core = &self.inner.core;
+        while !queued.is_empty() {
+            let items: Vec<DoneItem> = queued
+                .iter()
+                .map(|r| DoneItem { key: r.record.clone(), token: r.args.0.clone(), result: r.args.1.clone() })
+                .collect();
+            let plan = core.plan_dones(&items);
+            self.flush(std::mem::take(&mut queued), plan).await;
+            queued = self.inner.dones.next();
+        }
+    }
+
+    /// One batch's commands sent, each call given its own key's reply.
+    async fn flush<A>(&self, requests: Vec<Request<A>>, plan: Result<Plan, Error>) {
+        let Ok(plan) = plan else {
+            return requests.into_iter().for_each(|r| r.answer(Err(dropped())));
+        };
+        let mut replies = Vec::with_capacity(plan.sends.len());
+        for group in &plan.sends {
+            replies.push(self.send_group(group.cmds.clone(), &group.route, false, false).await);
+        }
+        for (request, reply) in requests.into_iter().zip(plan.split(replies)) {
+            request.answer(reply);
+        }
+    }
+
+    /// Registers the jobs with the instance's heartbeat, starting its task
+    /// with the first job.
+    fn beat(&self, jobs: &[(&Job, &String)]) -> crate::heartbeat::Ticket {
+        let (ticket, start) = self.inner.core.beats.add(jobs.iter().map(|(job, token)| (*job, token.as_str())));
+        if start {
+            let (inner, tick) = (Arc::downgrade(&self.inner), self.inner.core.beats.tick());
+            tokio::spawn(heartbeat(inner, tick));
+        }
+        ticket
+    }
+
+    /// RELEASE, once, within `done_timeout`: counted when it answered 1.
     async fn give_back(&self, job: &Job, token: &str, reason: ReleaseReason) {
-        // Best effort: if it fails the lease lapses and the key is retried.
-        let _ = self.send(self.inner.core.release_cmd(job, token), &job.key).await;
-        self.inner.core.released(job, reason);
+        let reply = flag(self.send(self.inner.core.release_cmd(job, token), &job.record).await);
+        self.inner.core.released(job, reason, reply);
     }
 
     // --- the commands, on the edition the server has (keys get the prefix) ---
@@ -228,32 +385,32 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
         let key = self.inner.core.key(key);
         let cmd = cmd::claim(self.edition(), &key, lease, options)?;
         let waits = options.wait.is_some_and(|w| cmd::wait_ms(w) > 0);
-        decode(if waits { self.send_waiting(cmd, &key).await } else { self.send(cmd, &key).await })
+        decode(if waits { self.send_waiting(cmd, &key).await } else { self.send_typed(cmd, &key).await })
     }
 
     pub async fn done(&self, key: &str, token: &str, options: &DoneOptions) -> Result<Done, Error> {
         let key = self.inner.core.key(key);
-        decode(self.send(cmd::done(self.edition(), &key, token, options)?, &key).await)
+        decode(self.send_typed(cmd::done(self.edition(), &key, token, options)?, &key).await)
     }
 
     pub async fn release(&self, key: &str, token: &str) -> Result<bool, Error> {
         let key = self.inner.core.key(key);
-        flag(self.send(cmd::release(self.edition(), &key, token), &key).await)
+        flag(self.send_typed(cmd::release(self.edition(), &key, token), &key).await)
     }
 
     pub async fn extend(&self, key: &str, token: &str, lease: Duration) -> Result<(), Error> {
         let key = self.inner.core.key(key);
-        extended(self.send(cmd::extend(self.edition(), &key, token, lease)?, &key).await)
+        extended(self.send_typed(cmd::extend(self.edition(), &key, token, lease)?, &key).await)
     }
 
     pub async fn get(&self, key: &str) -> Result<Option<Record>, Error> {
         let key = self.inner.core.key(key);
-        decode(self.send(cmd::get(self.edition(), &key), &key).await)
+        decode(self.send_typed(cmd::get(self.edition(), &key), &key).await)
     }
 
     pub async fn once(&self, key: &str, retain: Duration) -> Result<bool, Error> {
         let key = self.inner.core.key(key);
-        flag(self.send(cmd::once(self.edition(), &key, retain)?, &key).await)
+        flag(self.send_typed(cmd::once(self.edition(), &key, retain)?, &key).await)
     }
 
     // --- operators, as Idem's ---
@@ -275,10 +432,10 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
 
     // --- batches, as Idem's ---
 
-    async fn run<R: FromRedisValue>(&self, plan: Plan) -> Vec<Result<R, Error>> {
+    async fn run<R: FromRedisValue>(&self, plan: Plan, write: bool) -> Vec<Answer<R>> {
         let mut replies = Vec::with_capacity(plan.sends.len());
-        for (_, cmd, route) in &plan.sends {
-            replies.push(self.send(cmd.clone(), route).await);
+        for group in &plan.sends {
+            replies.push(self.send_group(group.cmds.clone(), &group.route, write, false).await);
         }
         plan.gather(replies)
     }
@@ -293,16 +450,23 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
         lease: Duration,
         payloads: Option<&[Vec<u8>]>,
     ) -> Result<Vec<Result<Claim, Error>>, Error> {
-        let keys: Vec<String> = keys.iter().map(|k| self.inner.core.key(k)).collect();
-        let plan = self.inner.core.plan_claims(&keys, lease, payloads)?;
-        Ok(self.run(plan).await)
+        let core = &self.inner.core;
+        let records: Vec<String> = keys.iter().map(|k| core.key(k)).collect();
+        let plan = core.plan_claims(&records, lease, payloads)?;
+        let answers = self.run(plan, true).await;
+        let (claims, releases) = core.durable_claims(keys, &records, answers);
+        if !releases.is_empty() {
+            let _ = self.run::<Value>(core.plan_releases(&releases)?, false).await;
+        }
+        Ok(claims)
     }
 
     pub async fn done_many(&self, items: &[DoneItem]) -> Result<Vec<Result<Done, Error>>, Error> {
         let core = &self.inner.core;
         let items: Vec<DoneItem> = items.iter().map(|i| DoneItem { key: core.key(&i.key), ..i.clone() }).collect();
         let plan = core.plan_dones(&items)?;
-        Ok(self.run(plan).await)
+        let answers = self.run(plan, true).await;
+        Ok(core.durable_dones(&items, answers))
     }
 
     pub async fn release_many(&self, items: &[ReleaseItem]) -> Result<Vec<Result<bool, Error>>, Error> {
@@ -310,13 +474,14 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
         let items: Vec<ReleaseItem> =
             items.iter().map(|i| ReleaseItem { key: core.key(&i.key), ..i.clone() }).collect();
         let plan = core.plan_releases(&items)?;
-        let answers: Vec<Result<i64, Error>> = self.run(plan).await;
-        Ok(answers.into_iter().map(|a| a.map(|n| n == 1)).collect())
+        let answers: Vec<(Result<i64, Error>, _)> = self.run(plan, false).await;
+        Ok(answers.into_iter().map(|(a, _)| a.map(|n| n == 1)).collect())
     }
 
     /// As [`Idem::process_many`](crate::Idem::process_many); a panicking
-    /// work unwinds the call, and the batch's claims lapse with their lease.
-    pub async fn process_many<T, E, F, Fut>(&self, keys: &[&str], work: F) -> Result<Vec<KeyOutcome<T, E>>, Error>
+    /// work's claim, and those of the keys not run yet, are released before
+    /// the panic goes on.
+    pub async fn process_many<T, E, F, Fut>(&self, keys: &[&str], work: F) -> Result<Vec<BatchItem<T, E>>, Error>
     where
         C: Codec<T>,
         F: FnMut(Job) -> Fut,
@@ -330,34 +495,113 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
         keys: &[&str],
         payloads: Option<&[Vec<u8>]>,
         mut work: F,
-    ) -> Result<Vec<KeyOutcome<T, E>>, Error>
+    ) -> Result<Vec<BatchItem<T, E>>, Error>
     where
         C: Codec<T>,
         F: FnMut(Job) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
         let core = &self.inner.core;
-        let claims = self.claim_many_with(keys, core.options.lease, payloads).await?;
+        let records: Vec<String> = keys.iter().map(|k| core.key(k)).collect();
+        let claims = self.run(core.plan_claims(&records, core.options.lease, payloads)?, true).await;
         let mut many = core.many(keys, claims);
-        let heartbeat = self.heartbeat(many.jobs());
-        for job in many.take_jobs() {
-            let ran = work(job.1.clone()).await;
-            many.ran(core, job, ran);
+        let jobs = many.take_jobs();
+        let ticket = self.beat(&jobs.iter().map(|(_, job, token)| (job, token)).collect::<Vec<_>>());
+        let beat = Beat { idem: self, ticket: Some(ticket) };
+        let mut todo = jobs.into_iter();
+        let mut panic = None;
+        while let Some(job) = todo.next() {
+            match caught(work(job.1.clone())).await {
+                Ok(ran) => many.ran(core, job, ran),
+                Err(caught) => {
+                    many.panicked(std::iter::once(job).chain(todo.by_ref()).collect());
+                    panic = Some(caught);
+                }
+            }
         }
-        drop(heartbeat);
-        let _ = self.run::<Value>(core.plan_releases(&many.release_items())?).await; // best effort
+        drop(beat);
+        let releases = many.release_items();
+        if !releases.is_empty() {
+            let answers: Vec<(Result<i64, Error>, _)> = self.run(core.plan_releases(&releases)?, false).await;
+            many.on_releases(core, answers.into_iter().map(|(a, _)| a.map(|n| n == 1)).collect());
+        }
         let mut items = many.done_items();
         while !items.is_empty() {
-            let answers = self.run(core.plan_dones(&items)?).await;
+            let answers = self.run(core.plan_dones(&items)?, true).await;
             items = many.on_dones(core, answers);
-            tokio::time::sleep(if items.is_empty() { Duration::ZERO } else { many.pause() }).await;
+            if !items.is_empty() {
+                tokio::time::sleep(many.pause()).await;
+            }
         }
         let mut records = Vec::new();
         for key in many.check_keys() {
             records.push(decode(self.send(cmd::get(core.edition, &key), &key).await));
         }
         many.on_checks(core, records);
-        Ok(many.finish())
+        match panic {
+            Some(panic) => resume_unwind(panic),
+            None => Ok(many.finish()),
+        }
+    }
+}
+
+/// The leader of a lane, when its own command returned (or its call was
+/// dropped): the calls queued meanwhile go on in a task of their own, so
+/// the leader returns at once.
+struct Handoff<'a, S: AsyncConnectionSource, C: Send + Sync + 'static> {
+    idem: &'a AsyncIdem<S, C>,
+    claims: bool,
+}
+
+impl<S: AsyncConnectionSource, C: Send + Sync + 'static> Drop for Handoff<'_, S, C> {
+    fn drop(&mut self) {
+        let idem = self.idem.clone();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        match self.claims {
+            true => {
+                let queued = idem.inner.claims.next();
+                if !queued.is_empty() {
+                    runtime.spawn(idem.flush_claims(queued));
+                }
+            }
+            false => {
+                let queued = idem.inner.dones.next();
+                if !queued.is_empty() {
+                    runtime.spawn(idem.flush_dones(queued));
+                }
+            }
+        }
+    }
+}
+
+/// A call's jobs in the heartbeat, taken out when the call ends, however it
+/// ends (an error, a panic, the call's future dropped).
+struct Beat<'a, S: AsyncConnectionSource, C> {
+    idem: &'a AsyncIdem<S, C>,
+    ticket: Option<crate::heartbeat::Ticket>,
+}
+
+impl<S: AsyncConnectionSource, C> Drop for Beat<'_, S, C> {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            self.idem.inner.core.beats.remove(ticket);
+        }
+    }
+}
+
+/// The instance's heartbeat task: every half `heartbeat`, the due
+/// EXTENDs; it ends when the instance is dropped.
+async fn heartbeat<S: AsyncConnectionSource, C: Send + Sync + 'static>(inner: Weak<Inner<S, C>>, tick: Duration) {
+    loop {
+        tokio::time::sleep(tick).await;
+        let Some(inner) = inner.upgrade() else { return };
+        let idem = AsyncIdem { inner };
+        let core = &idem.inner.core;
+        for (id, job, extend) in core.beats.due(core.edition, core.options.lease) {
+            if !core.on_extend(&job, idem.send(extend, &job.record).await) {
+                core.beats.forget(id);
+            }
+        }
     }
 }
 

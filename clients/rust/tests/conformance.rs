@@ -1,41 +1,29 @@
 //! clients/conformance/cases.json, read at test time: every case that
 //! applies to this library (its edition, its topology, its needs) run with
 //! the sync `Idem` (and the cases that take no time with `AsyncIdem` too)
-//! against real servers: the suite's edition on one server
-//! (`REDIS_IDEM_EDITION`, `REDIS_SERVER`), and the cluster cases on a
-//! 3-node cluster. Cases needing an HTTP middleware are skipped (this
-//! library has none) and named in the output.
+//! against real servers: the suite's edition (`REDIS_IDEM_EDITION`,
+//! `REDIS_SERVER`) on one server, a 3-node cluster, a primary with a
+//! replica, and a primary and replica under one Sentinel. Cases needing an
+//! HTTP middleware are skipped (this library has none) and named in the
+//! output.
+#[path = "conformance/calls.rs"]
+mod calls;
 mod common;
 mod proxy;
+#[path = "conformance/topology.rs"]
+mod topology;
 
+use calls::{Call, Loop, Out};
 use common::*;
 use redis::ConnectionLike;
 use redis_idem_client::*;
 use serde_json::{Value as Json, json};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-
-/// A work's value: any JSON, or a map JSON cannot encode (non-string keys).
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-#[serde(untagged)]
-enum Out {
-    Json(Json),
-    Unserializable(BTreeMap<(u8, u8), u8>),
-}
-
-impl Out {
-    fn json(&self) -> Json {
-        match self {
-            Out::Json(v) => v.clone(),
-            Out::Unserializable(_) => json!("<unserializable>"),
-        }
-    }
-}
-
-type Call = Result<Outcome<Out>, ProcessError<Out, String>>;
+use topology::Servers;
 
 /// What a call's work did.
 #[derive(Default)]
@@ -43,6 +31,7 @@ struct Ran {
     started: AtomicBool,
     attempt: AtomicU64,
     lost_seen: AtomicBool,
+    job_key: Mutex<Option<String>>,
 }
 
 #[derive(Default)]
@@ -54,7 +43,7 @@ struct Gates {
 impl Gates {
     fn wait(&self, gate: &str) {
         let mut open = self.open.lock().unwrap();
-        while !open.contains(gate) {
+        while !open.contains(gate) && !open.contains("*") {
             open = self.changed.wait_timeout(open, Duration::from_secs(30)).unwrap().0;
         }
     }
@@ -67,6 +56,7 @@ impl Gates {
 /// The work a step describes.
 fn work(spec: &Json, gates: &Gates, ran: &Ran, job: &Job) -> Result<Out, String> {
     ran.attempt.store(job.attempt(), Ordering::SeqCst);
+    *ran.job_key.lock().unwrap() = Some(job.key().to_string());
     ran.started.store(true, Ordering::SeqCst);
     if let Some(gate) = spec["gate"].as_str() {
         gates.wait(gate);
@@ -79,7 +69,7 @@ fn work(spec: &Json, gates: &Gates, ran: &Ran, job: &Job) -> Result<Out, String>
         return Err(message.to_string());
     }
     if spec["return_unserializable"].as_bool() == Some(true) {
-        return Ok(Out::Unserializable(BTreeMap::from([((1, 2), 3)])));
+        return Ok(Out::Unserializable([((1, 2), 3)].into()));
     }
     if let Some(n) = spec["return_bytes"].as_u64() {
         return Ok(Out::Json(Json::String("x".repeat(n as usize))));
@@ -107,13 +97,26 @@ fn error_name(e: &Error) -> &'static str {
         Error::ResultTooLarge(_) => "ResultTooLarge",
         Error::ModuleRequired(_) => "ModuleRequired",
         Error::NotInstalled => "NotInstalled",
+        Error::NotDurable { .. } => "NotDurable",
+        Error::LiveLease(_) => "LiveLease",
         _ => "Other",
     }
 }
 
-fn options(o: &Json) -> Options {
+/// Each hook's calls over a case.
+type HookCalls = Arc<Mutex<HashMap<&'static str, u64>>>;
+
+fn options(o: &Json, hooks_called: &HookCalls) -> Options {
     let ms = |name: &str| o[name].as_u64().map(Duration::from_millis);
     let mut options = Options::new();
+    if let Some(owner) = o["owner"].as_str() {
+        options = options.owner(owner);
+    }
+    if let Some(durable) = o.get("durable") {
+        let replicas = durable["replicas"].as_u64().unwrap() as u32;
+        let timeout = Duration::from_millis(durable["timeout_ms"].as_u64().unwrap_or(1000));
+        options = options.durable(Durable::replicas(replicas).timeout(timeout).fsync(durable["fsync"] == true));
+    }
     if let Some(lease) = ms("lease_ms") {
         options = options.lease(lease);
     }
@@ -130,48 +133,25 @@ fn options(o: &Json) -> Options {
         options = options.oversize(Oversize::Error);
     }
     let (on_run, on_done) = (o["hooks"]["on_run"] == "raise", o["hooks"]["on_done"] == "raise");
-    if on_run || on_done {
-        options = options.on_event(move |event| match event {
+    let calls = hooks_called.clone();
+    options.on_event(move |event| {
+        let name = match event {
+            Event::Run { .. } => "on_run",
+            Event::Replay { .. } => "on_replay",
+            Event::Busy { .. } => "on_busy",
+            Event::Done { .. } => "on_done",
+            Event::Release { .. } => "on_release",
+            Event::LeaseLost { .. } => "on_lease_lost",
+            Event::ResultDropped { .. } => "on_result_dropped",
+            _ => "other",
+        };
+        *calls.lock().unwrap().entry(name).or_default() += 1;
+        match event {
             Event::Run { .. } if on_run => panic!("hook failed"),
             Event::Done { .. } if on_done => panic!("hook failed"),
             _ => {}
-        });
-    }
-    options
-}
-
-/// Where a case runs: the servers, and how the runner reaches them.
-trait Servers {
-    type Source: ConnectionSource + AsyncConnectionSource + Clone;
-    fn source(&self) -> Self::Source;
-    fn raw(&self) -> Box<dyn ConnectionLike>;
-    fn primaries(&self) -> Vec<&Server>;
-}
-
-impl Servers for Server {
-    type Source = redis::Client;
-    fn source(&self) -> redis::Client {
-        self.client()
-    }
-    fn raw(&self) -> Box<dyn ConnectionLike> {
-        Box::new(self.conn())
-    }
-    fn primaries(&self) -> Vec<&Server> {
-        vec![self]
-    }
-}
-
-impl Servers for Cluster {
-    type Source = redis::cluster::ClusterClient;
-    fn source(&self) -> Self::Source {
-        self.client()
-    }
-    fn raw(&self) -> Box<dyn ConnectionLike> {
-        Box::new(self.client().get_connection().unwrap())
-    }
-    fn primaries(&self) -> Vec<&Server> {
-        self.nodes.iter().collect()
-    }
+        }
+    })
 }
 
 /// Clients blocked in idem.claim, on every primary: (server, client id).
@@ -196,6 +176,9 @@ fn check_call(what: &str, expect: &Json, call: &Call, ran: &Ran) {
     }
     if let Some(want) = e("lost_seen") {
         assert_eq!(&json!(ran.lost_seen.load(Ordering::SeqCst)), want, "{what}: lost_seen");
+    }
+    if let Some(want) = e("job_key") {
+        assert_eq!(&json!(ran.job_key.lock().unwrap().clone()), want, "{what}: job_key");
     }
     match call {
         Ok(outcome) => {
@@ -234,10 +217,18 @@ fn check_call(what: &str, expect: &Json, call: &Call, ran: &Ran) {
                 assert_eq!(message, want.as_str(), "{what}: message");
             }
             if let Some(want) = e("error_result") {
-                let ProcessError::Completed { value, .. } = error else {
+                let (ProcessError::Completed { value, .. } | ProcessError::Unsettled { value, .. }) = error else {
                     panic!("{what}: no result in {}", short(&error))
                 };
                 assert_eq!(&value.json(), want, "{what}: error_result");
+            }
+            if let Some(want) = e("owner") {
+                let Some(Error::Busy { owner, .. }) = error.idem() else { panic!("{what}: {}", short(&error)) };
+                assert_eq!(&json!(owner), want, "{what}: owner");
+            }
+            if let Some(want) = e("stage") {
+                let Some(Error::NotDurable { stage, .. }) = error.idem() else { panic!("{what}: {}", short(&error)) };
+                assert_eq!(&json!(format!("{stage:?}").to_lowercase()), want, "{what}: stage");
             }
             if let Some(want) = e("attempt") {
                 assert_eq!(&json!(ran.attempt.load(Ordering::SeqCst)), want, "{what}: attempt");
@@ -281,14 +272,28 @@ fn check_done(what: &str, expect: &Json, done: &Result<Done, Error>) {
     }
 }
 
-fn check_many(what: &str, expect: &Json, items: &[KeyOutcome<Out, String>]) {
+fn status_name(status: BatchStatus) -> &'static str {
+    match status {
+        BatchStatus::Processed => "processed",
+        BatchStatus::Replayed => "replayed",
+        BatchStatus::Busy => "busy",
+        BatchStatus::Failed => "failed",
+        BatchStatus::Lost => "lost",
+        BatchStatus::Mismatch => "mismatch",
+        BatchStatus::Exhausted => "exhausted",
+        BatchStatus::NotDurable => "not_durable",
+        BatchStatus::Error => "error",
+    }
+}
+
+fn check_many(what: &str, expect: &Json, items: &[BatchItem<Out, String>]) {
     let expect = expect.as_array().unwrap();
     assert_eq!(items.len(), expect.len(), "{what}");
     for (item, want) in items.iter().zip(expect) {
         let what = format!("{what} {}", item.key);
         let w = |field: &str| want.get(field);
         assert_eq!(w("key").and_then(Json::as_str), Some(item.key.as_str()), "{what}");
-        assert_eq!(w("status"), Some(&json!(format!("{:?}", item.status).to_lowercase())), "{what}: {:?}", item.error);
+        assert_eq!(w("status"), Some(&json!(status_name(item.status))), "{what}: {:?}", item.error);
         if let Some(v) = w("value") {
             assert_eq!(&item.value.as_ref().map_or(Json::Null, Out::json), v, "{what}: value");
         }
@@ -305,7 +310,7 @@ fn check_many(what: &str, expect: &Json, items: &[KeyOutcome<Out, String>]) {
         };
         let want_name = w("error").and_then(Json::as_str);
         // A busy key carries its Busy error; a case need not name it.
-        if want_name.is_some() || item.status != KeyStatus::Busy {
+        if want_name.is_some() || item.status != BatchStatus::Busy {
             assert_eq!(name, want_name, "{what}: error {:?}", item.error);
         }
         if let Some(v) = w("message") {
@@ -314,152 +319,51 @@ fn check_many(what: &str, expect: &Json, items: &[KeyOutcome<Out, String>]) {
     }
 }
 
-type Work<'a> = &'a (dyn Fn(&Job) -> Result<Out, String> + Sync);
-
-/// The library's calls the runner makes: on the sync `Idem`, or on
-/// `AsyncIdem` driven by a runtime (`Blocking`).
-trait Loop: Sync {
-    fn process(&self, key: &str, call: &ProcessOptions, work: Work) -> Call;
-    fn process_many(&self, keys: &[&str], work: Work) -> Vec<KeyOutcome<Out, String>>;
-    fn claim(&self, key: &str, lease: Duration) -> Result<Claim, Error>;
-    fn claim_many(&self, keys: &[&str], lease: Duration) -> Vec<Result<Claim, Error>>;
-    fn done(&self, key: &str, token: &str, options: &DoneOptions) -> Result<Done, Error>;
-    fn done_many(&self, items: &[DoneItem]) -> Vec<Result<Done, Error>>;
-    fn release(&self, key: &str, token: &str) -> bool;
-    fn release_many(&self, items: &[ReleaseItem]) -> Vec<Result<bool, Error>>;
-    fn get(&self, key: &str) -> Option<Record>;
-    fn stats(&self) -> Stats;
-    fn edition(&self) -> Edition;
-}
-
-impl<S: ConnectionSource> Loop for Idem<S> {
-    fn process(&self, key: &str, call: &ProcessOptions, work: Work) -> Call {
-        self.process_with(key, call, work)
-    }
-    fn process_many(&self, keys: &[&str], work: Work) -> Vec<KeyOutcome<Out, String>> {
-        Idem::process_many(self, keys, work).unwrap()
-    }
-    fn claim(&self, key: &str, lease: Duration) -> Result<Claim, Error> {
-        Idem::claim(self, key, lease, &ClaimOptions::new())
-    }
-    fn claim_many(&self, keys: &[&str], lease: Duration) -> Vec<Result<Claim, Error>> {
-        Idem::claim_many(self, keys, lease).unwrap()
-    }
-    fn done(&self, key: &str, token: &str, options: &DoneOptions) -> Result<Done, Error> {
-        Idem::done(self, key, token, options)
-    }
-    fn done_many(&self, items: &[DoneItem]) -> Vec<Result<Done, Error>> {
-        Idem::done_many(self, items).unwrap()
-    }
-    fn release(&self, key: &str, token: &str) -> bool {
-        Idem::release(self, key, token).unwrap()
-    }
-    fn release_many(&self, items: &[ReleaseItem]) -> Vec<Result<bool, Error>> {
-        Idem::release_many(self, items).unwrap()
-    }
-    fn get(&self, key: &str) -> Option<Record> {
-        Idem::get(self, key).unwrap()
-    }
-    fn stats(&self) -> Stats {
-        Idem::stats(self)
-    }
-    fn edition(&self) -> Edition {
-        Idem::edition(self)
-    }
-}
-
-struct Blocking<S: AsyncConnectionSource> {
-    idem: AsyncIdem<S>,
-    runtime: tokio::runtime::Runtime,
-}
-
-impl<S: AsyncConnectionSource> Loop for Blocking<S> {
-    fn process(&self, key: &str, call: &ProcessOptions, work: Work) -> Call {
-        self.runtime.block_on(self.idem.process_with(key, call, |job| async move { work(&job) }))
-    }
-    fn process_many(&self, keys: &[&str], work: Work) -> Vec<KeyOutcome<Out, String>> {
-        self.runtime.block_on(self.idem.process_many(keys, |job| async move { work(&job) })).unwrap()
-    }
-    fn claim(&self, key: &str, lease: Duration) -> Result<Claim, Error> {
-        self.runtime.block_on(self.idem.claim(key, lease, &ClaimOptions::new()))
-    }
-    fn claim_many(&self, keys: &[&str], lease: Duration) -> Vec<Result<Claim, Error>> {
-        self.runtime.block_on(self.idem.claim_many(keys, lease)).unwrap()
-    }
-    fn done(&self, key: &str, token: &str, options: &DoneOptions) -> Result<Done, Error> {
-        self.runtime.block_on(self.idem.done(key, token, options))
-    }
-    fn done_many(&self, items: &[DoneItem]) -> Vec<Result<Done, Error>> {
-        self.runtime.block_on(self.idem.done_many(items)).unwrap()
-    }
-    fn release(&self, key: &str, token: &str) -> bool {
-        self.runtime.block_on(self.idem.release(key, token)).unwrap()
-    }
-    fn release_many(&self, items: &[ReleaseItem]) -> Vec<Result<bool, Error>> {
-        self.runtime.block_on(self.idem.release_many(items)).unwrap()
-    }
-    fn get(&self, key: &str) -> Option<Record> {
-        self.runtime.block_on(self.idem.get(key)).unwrap()
-    }
-    fn stats(&self) -> Stats {
-        self.idem.stats()
-    }
-    fn edition(&self) -> Edition {
-        self.idem.edition()
-    }
-}
-
-fn run_case<X: Servers>(case: &Json, servers: &X, proxy: Option<&proxy::Proxy>, asynchronous: bool) {
+fn run_case(case: &Json, servers: &dyn Servers, proxy: Option<&proxy::Proxy>, asynchronous: bool) {
     let id = case["id"].as_str().unwrap();
+    servers.reset();
     for server in servers.primaries() {
         let _: () = redis::cmd("FLUSHALL").query(&mut server.conn()).unwrap();
     }
     let mut raw = servers.raw();
-    let options = options(&case["options"]);
-    // Through the proxy: only standalone cases need it.
-    let via_proxy = proxy.map(|proxy| redis::Client::open(proxy.url()).unwrap());
-    if asynchronous {
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        match via_proxy {
-            Some(client) => {
-                let idem = runtime.block_on(AsyncIdem::with_options(client, options)).unwrap();
-                run_steps(id, case, &Blocking { idem, runtime }, servers, &mut *raw, proxy);
-            }
-            None => {
-                let idem = runtime.block_on(AsyncIdem::with_options(servers.source(), options)).unwrap();
-                run_steps(id, case, &Blocking { idem, runtime }, servers, &mut *raw, proxy);
-            }
-        }
-    } else {
-        match via_proxy {
-            Some(client) => {
-                run_steps(id, case, &Idem::with_options(client, options).unwrap(), servers, &mut *raw, proxy)
-            }
-            None => {
-                let idem = Idem::with_options(servers.source(), options).unwrap();
-                run_steps(id, case, &idem, servers, &mut *raw, proxy);
-            }
+    let hooks_called = HookCalls::default();
+    let idem = servers.idem(options(&case["options"], &hooks_called), asynchronous, proxy);
+    run_steps(id, case, &*idem, servers, &mut *raw, proxy);
+    if let Some(want) = case.get("hooks_called").and_then(Json::as_object) {
+        let called = hooks_called.lock().unwrap();
+        for (hook, n) in want {
+            assert_eq!(Some(&json!(called.get(hook.as_str()).copied().unwrap_or(0))), Some(n), "{id}: {hook} calls");
         }
     }
 }
 
-fn calls(servers: &[&Server], command: &str) -> i64 {
-    servers.iter().map(|s| s.calls(command)).sum()
+/// `INFO commandstats`' calls of every command, summed over `servers`.
+fn all_calls(servers: &[&Server]) -> HashMap<String, i64> {
+    let mut calls = HashMap::new();
+    for server in servers {
+        let text: String = redis::cmd("INFO").arg("commandstats").query(&mut server.conn()).unwrap();
+        for line in text.lines() {
+            let Some((name, rest)) = line.strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else { continue };
+            let n: i64 =
+                rest.split(',').find_map(|f| f.strip_prefix("calls=")).and_then(|n| n.parse().ok()).unwrap_or(0);
+            *calls.entry(name.to_lowercase()).or_default() += n;
+        }
+    }
+    calls
 }
 
-fn run_steps<L: Loop, X: Servers>(
+fn run_steps(
     id: &str,
     case: &Json,
-    idem: &L,
-    servers: &X,
+    idem: &dyn Loop,
+    servers: &dyn Servers,
     raw: &mut dyn ConnectionLike,
     proxy: Option<&proxy::Proxy>,
 ) {
     let gates = Gates::default();
     let mut tokens: HashMap<String, String> = HashMap::new();
-    let primaries = servers.primaries();
-    let calls_before: HashMap<&str, i64> =
-        ["idem.mclaim", "idem.mdone", "idem.mrelease"].into_iter().map(|c| (c, calls(&primaries, c))).collect();
+    let calls_before = all_calls(&servers.primaries());
+    let functions = idem.edition() == Edition::Functions;
     let ms = |v: &Json| Duration::from_millis(v.as_u64().unwrap());
     let process = |step: &Json, ran: &Ran| -> Call {
         let key = step["key"].as_str().unwrap();
@@ -467,12 +371,48 @@ fn run_steps<L: Loop, X: Servers>(
             Some(p) => ProcessOptions::new().payload(p),
             None => ProcessOptions::new(),
         };
+        if step["typed"] == true {
+            let typed = idem.process_typed(key, &|job| {
+                let value = work(&step["work"], &gates, ran, job)?.json();
+                Ok(serde_json::from_value::<calls::Charge>(value).unwrap())
+            });
+            // The replay is a Charge by its type; compared as JSON.
+            return typed
+                .map(|outcome| match outcome {
+                    Outcome::Completed { value, attempt, status, result_stored } => Outcome::Completed {
+                        value: Out::Json(serde_json::to_value(value).unwrap()),
+                        attempt,
+                        status,
+                        result_stored,
+                    },
+                    Outcome::Replayed { value, attempt } => Outcome::Replayed {
+                        value: value.map(|v: calls::Charge| Out::Json(serde_json::to_value(v).unwrap())),
+                        attempt,
+                    },
+                })
+                .map_err(|e| match e {
+                    ProcessError::Work(e) => ProcessError::Work(e),
+                    ProcessError::Idem(e) => ProcessError::Idem(e),
+                    ProcessError::Completed { error, .. } | ProcessError::Unsettled { error, .. } => {
+                        ProcessError::Idem(error)
+                    }
+                });
+        }
         idem.process(key, &call, &|job| work(&step["work"], &gates, ran, job))
     };
     std::thread::scope(|scope| {
+        // A failed step opens every gate, so that the calls started end.
+        struct OpenAll<'a>(&'a Gates);
+        impl Drop for OpenAll<'_> {
+            fn drop(&mut self) {
+                self.0.open("*");
+            }
+        }
+        let _open_all = OpenAll(&gates);
         let mut started: HashMap<String, (std::thread::ScopedJoinHandle<Call>, Arc<Ran>)> = HashMap::new();
         for (n, step) in case["steps"].as_array().unwrap().iter().enumerate() {
             let what = format!("{id} step {n} ({})", step["op"]);
+            let primaries = servers.primaries();
             let expect = &step["expect"];
             let key = step["key"].as_str().unwrap_or_default();
             match step["op"].as_str().unwrap() {
@@ -509,7 +449,11 @@ fn run_steps<L: Loop, X: Servers>(
                     check_many(&what, expect, &items);
                 }
                 "claim" => {
-                    let claim = idem.claim(key, ms(&step["lease_ms"]));
+                    let options = match step["owner"].as_str() {
+                        Some(owner) => ClaimOptions::new().owner(owner),
+                        None => ClaimOptions::new(),
+                    };
+                    let claim = idem.claim(key, ms(&step["lease_ms"]), &options);
                     if let (Some(name), Ok(claim)) = (step["as"].as_str(), &claim) {
                         tokens.insert(name.into(), claim.token().unwrap().into());
                     }
@@ -569,14 +513,18 @@ fn run_steps<L: Loop, X: Servers>(
                     }
                 }
                 "get" => {
-                    let record = idem.get(key);
+                    let record = match step["on"].as_str() {
+                        Some("replica") => topology::get_on_replica(servers, key, functions),
+                        _ => idem.get(key),
+                    };
                     match record {
                         None => assert!(expect.is_null(), "{what}: no record, expected {expect}"),
                         Some(record) => {
                             let state = format!("{:?}", record.state).to_lowercase();
                             let result = record.result.map(|r| String::from_utf8(r).unwrap());
-                            let got = json!({"state": state, "attempt": record.attempt, "result": result});
+                            let got = json!({"state": state, "attempt": record.attempt, "result": result, "owner": record.owner});
                             for (field, want) in expect.as_object().unwrap() {
+                                let want = if want == "$default" { &json!(default_owner()) } else { want };
                                 assert_eq!(&got[field], want, "{what}: {field} of {got}");
                             }
                         }
@@ -597,12 +545,26 @@ fn run_steps<L: Loop, X: Servers>(
                             redis::cmd("CLIENT").arg("UNBLOCK").arg(id).arg("ERROR").query(&mut server.conn()).unwrap();
                     }
                 }
-                "cut_reply" => proxy.expect("a proxy case").arm(),
-                "command_calls" => {
+                op @ ("cut_reply" | "cut_request") => {
+                    let times = match &step["times"] {
+                        Json::Null => Some(1),
+                        Json::String(all) if all == "all" => None,
+                        n => Some(n.as_u64().unwrap() as u32),
+                    };
                     let command = step["command"].as_str().unwrap();
-                    let n = calls(&primaries, command) - calls_before[command];
-                    assert_eq!(Some(&json!(n)), Some(expect), "{what}: {command} calls");
+                    proxy.expect("a proxy case").arm(command, functions, op == "cut_reply", times);
                 }
+                "command_calls" => {
+                    let command = step["command"].as_str().unwrap().to_lowercase();
+                    let before = calls_before.get(&command).copied().unwrap_or(0);
+                    let n = all_calls(&primaries).get(&command).copied().unwrap_or(0) - before;
+                    match step.get("expect_max") {
+                        Some(max) => assert!(n <= max.as_i64().unwrap(), "{what}: {command} calls {n}, at most {max}"),
+                        None => assert_eq!(Some(&json!(n)), Some(expect), "{what}: {command} calls"),
+                    }
+                }
+                "replica" => topology::replica_action(servers, step["action"].as_str().unwrap()),
+                "failover" => servers.failover(),
                 other => panic!("{what}: no such op {other}"),
             }
         }
@@ -612,7 +574,7 @@ fn run_steps<L: Loop, X: Servers>(
         "first_runs": stats.first_runs, "retries": stats.retries, "replays": stats.replays, "waits": stats.waits,
         "busy": stats.busy, "completed": stats.completed, "released": stats.released,
         "leases_lost": stats.leases_lost, "results_dropped": stats.results_dropped,
-        "mismatches": stats.mismatches, "exhausted": stats.exhausted,
+        "mismatches": stats.mismatches, "exhausted": stats.exhausted, "not_durable": stats.not_durable,
     });
     let want = &case["stats"];
     for (name, value) in got.as_object().unwrap() {
@@ -677,4 +639,21 @@ fn conformance_standalone() {
 #[test]
 fn conformance_cluster() {
     run_all("cluster", Cluster::start);
+}
+
+#[test]
+fn conformance_replicated() {
+    run_all("replicated", Replicated::start);
+}
+
+#[test]
+fn conformance_sentinel() {
+    run_all("sentinel", Sentineled::start);
+}
+
+/// docs/clients.md's default owner: the host name as gethostname(2) gives
+/// it, `:`, this process's id.
+fn default_owner() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("the host name");
+    format!("{}:{}", host.trim(), std::process::id())
 }

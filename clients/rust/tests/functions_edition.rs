@@ -65,7 +65,8 @@ fn what_a_function_cannot_do_is_refused_naming_the_module() {
     let mut con = server.conn();
     let stub = redis::cmd("FCALL").arg("idem_mclaim").arg(1).arg("k").arg(30).to_owned();
     let error =
-        redis_idem_client::IdemCommands::idem_mclaim(&mut con, &["k"], Duration::from_secs(5), None, None).unwrap_err();
+        redis_idem_client::IdemCommands::idem_mclaim(&mut con, &["k"], Duration::from_secs(5), None, None, None)
+            .unwrap_err();
     assert!(matches!(&error, Error::ModuleRequired(_)), "the module's command is unknown here: {error:?}");
     let reply: redis::RedisResult<redis::Value> = stub.query(&mut con);
     assert!(reply.unwrap_err().to_string().contains("needs the redis-idem module"));

@@ -42,7 +42,8 @@ fn prefixes_codecs_and_the_events_in_order() {
         .process("order:7", |job: &Job| -> Result<Receipt, String> {
             assert_eq!(
                 (job.attempt(), job.status(), job.key(), job.lost()),
-                (1, Granted::New, "tenant-a:order:7", false)
+                // The caller's key: the prefix is the server's business.
+                (1, Granted::New, "order:7", false)
             );
             Ok(Receipt { order: 7, charged: 1250 })
         })
@@ -143,10 +144,10 @@ fn bad_arguments_are_errors_before_anything_is_sent() {
     assert!(idem.claim_many(&[], one).unwrap().is_empty());
     if !server.functions {
         let mut con = server.conn();
-        let error = con.idem_mclaim(&["a", "b"], one, Some(&payloads), None).unwrap_err();
+        let error = con.idem_mclaim(&["a", "b"], one, Some(&payloads), None, None).unwrap_err();
         assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
         let none: [&str; 0] = [];
-        assert!(matches!(con.idem_mclaim(&none, one, None, None), Err(Error::InvalidArgument(_))));
+        assert!(matches!(con.idem_mclaim(&none, one, None, None, None), Err(Error::InvalidArgument(_))));
     }
 }
 
@@ -215,8 +216,8 @@ async fn the_async_loop_runs_once_waits_gives_back_and_loses_a_lapsed_lease() {
         })
         .await
         .unwrap();
-    let statuses: Vec<KeyStatus> = items.iter().map(|i| i.status).collect();
-    assert_eq!(statuses, [KeyStatus::Processed, KeyStatus::Replayed, KeyStatus::Failed]);
+    let statuses: Vec<BatchStatus> = items.iter().map(|i| i.status).collect();
+    assert_eq!(statuses, [BatchStatus::Processed, BatchStatus::Replayed, BatchStatus::Failed]);
     assert_eq!(items[1].value, Some(Receipt { order: 1, charged: 1 }));
     assert!(matches!(items[2].error, Some(KeyError::Work(ref m)) if m == "bad"));
     assert_eq!(idem.get("{b}2").await.unwrap().unwrap().state, RecordState::Released);

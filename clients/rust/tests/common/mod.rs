@@ -5,6 +5,7 @@
 //! with `functions/idem.lua` loaded; one server or a 3-node cluster.
 #![allow(dead_code)] // each test binary uses part of it
 
+use std::collections::HashMap;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -117,8 +118,21 @@ impl Server {
         redis::Client::open(self.url()).unwrap()
     }
 
+    /// A connection (tried again for a few seconds: a Sentinel's
+    /// failover closes every client of the servers it reconfigures).
     pub fn conn(&self) -> redis::Connection {
-        let con = self.client().get_connection().expect("connect");
+        let mut tries = 0;
+        let con = loop {
+            match self.client().get_connection() {
+                Ok(con) => break con,
+                Err(e) if tries < 50 => {
+                    let _ = e;
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => panic!("connect: {e}"),
+            }
+        };
         con.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         con
     }
@@ -251,5 +265,153 @@ pub fn eventually(within: Duration, what: &str, mut condition: impl FnMut() -> b
     while !condition() {
         assert!(Instant::now() < deadline, "{what}: not within {within:?}");
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+impl Server {
+    /// Makes this server a replica of `primary` and waits until the
+    /// primary lists it online with the primary's offset.
+    pub fn replicate(&self, primary: &Server) {
+        let _: () =
+            redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port).query(&mut self.conn()).expect("REPLICAOF");
+        primary.wait_replica_synced(self.port);
+    }
+
+    /// Waits until the replica on `port` is online with this server's offset.
+    pub fn wait_replica_synced(&self, port: u16) {
+        eventually(Duration::from_secs(30), "the replica in sync", || {
+            let info: String = redis::cmd("INFO").arg("replication").query(&mut self.conn()).unwrap();
+            let offset = info.lines().find_map(|l| l.strip_prefix("master_repl_offset:")).unwrap_or("-").trim();
+            let want = format!("port={port},state=online,offset={offset},");
+            info.lines().any(|l| l.starts_with("slave") && l.contains(&want))
+        });
+    }
+
+    /// `ROLE`'s first element: master, slave or sentinel.
+    pub fn role(&self) -> String {
+        let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut self.conn()).unwrap();
+        redis::from_redis_value(role[0].clone()).unwrap()
+    }
+}
+
+/// A primary and one replica of it (the `replicated` topology).
+pub struct Replicated {
+    pub primary: Server,
+    pub replica: Server,
+}
+
+impl Replicated {
+    pub fn start() -> Replicated {
+        let primary = Server::start();
+        let replica = Server::launch(functions_mode(), &[]);
+        replica.replicate(&primary);
+        Replicated { primary, replica }
+    }
+}
+
+/// A primary, one replica and one Sentinel monitoring them as `mymaster`
+/// with quorum 1 (the `sentinel` topology); a failover swaps the roles.
+pub struct Sentineled {
+    pub servers: [Server; 2],
+    pub sentinel_port: u16,
+    sentinel: Child,
+    dir: PathBuf,
+}
+
+impl Sentineled {
+    pub fn start() -> Sentineled {
+        let Replicated { primary, replica } = Replicated::start();
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "idem-sentinel-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let port = free_port(false);
+        let conf = format!(
+            "port {port}\nbind 127.0.0.1\ndir {}\nlogfile {}\nsentinel monitor mymaster 127.0.0.1 {} 1\n\
+             sentinel down-after-milliseconds mymaster 2000\nsentinel failover-timeout mymaster 10000\n",
+            dir.display(),
+            dir.join("log").display(),
+            primary.port
+        );
+        std::fs::write(dir.join("sentinel.conf"), conf).unwrap();
+        let server_bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let sentinel = Command::new(server_bin)
+            .arg(dir.join("sentinel.conf"))
+            .arg("--sentinel")
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("a Sentinel");
+        let set = Sentineled { servers: [primary, replica], sentinel_port: port, sentinel, dir };
+        // Ready once it knows the replica as a healthy one.
+        eventually(Duration::from_secs(30), "the Sentinel sees the replica", || {
+            let Ok(mut con) = redis::Client::open(set.sentinel_url()).and_then(|c| c.get_connection()) else {
+                return false;
+            };
+            let replicas: redis::RedisResult<Vec<HashMap<String, String>>> =
+                redis::cmd("SENTINEL").arg("REPLICAS").arg("mymaster").query(&mut con);
+            replicas.is_ok_and(|r| {
+                r.iter().any(|r| {
+                    r.get("flags").is_some_and(|f| f == "slave")
+                        && r.get("master-link-status").is_some_and(|s| s == "ok")
+                })
+            })
+        });
+        set
+    }
+
+    pub fn sentinel_url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.sentinel_port)
+    }
+
+    /// The server the Sentinel names as primary.
+    pub fn primary(&self) -> &Server {
+        let mut con = redis::Client::open(self.sentinel_url()).unwrap().get_connection().unwrap();
+        let (_, port): (String, u16) =
+            redis::cmd("SENTINEL").arg("GET-MASTER-ADDR-BY-NAME").arg("mymaster").query(&mut con).unwrap();
+        self.servers.iter().find(|s| s.port == port).expect("one of the two")
+    }
+
+    pub fn replica(&self) -> &Server {
+        let primary = self.primary().port;
+        self.servers.iter().find(|s| s.port != primary).unwrap()
+    }
+
+    /// `SENTINEL FAILOVER mymaster`, then waits until the Sentinel names
+    /// the other server, which answers ROLE as master, and the old primary
+    /// is its replica with the link up.
+    pub fn failover(&self) {
+        let (old, new) = (self.primary().port, self.replica().port);
+        let mut con = redis::Client::open(self.sentinel_url()).unwrap().get_connection().unwrap();
+        let _: () = redis::cmd("SENTINEL").arg("FAILOVER").arg("mymaster").query(&mut con).unwrap();
+        eventually(Duration::from_secs(30), "the failover", || self.primary().port == new);
+        let (new, old) = (self.primary(), self.servers.iter().find(|s| s.port == old).unwrap());
+        eventually(Duration::from_secs(30), "the new primary", || new.role() == "master");
+        eventually(Duration::from_secs(30), "the old primary its replica", || old.role() == "slave");
+        new.wait_replica_synced(old.port);
+    }
+
+    /// The Sentinel client the libraries are made from.
+    pub fn client(&self) -> redis::sentinel::SentinelClient {
+        redis::sentinel::SentinelClient::build(
+            vec![self.sentinel_url()],
+            "mymaster".to_string(),
+            None,
+            redis::sentinel::SentinelServerType::Master,
+        )
+        .unwrap()
+    }
+}
+
+impl Drop for Sentineled {
+    fn drop(&mut self) {
+        let _ = self.sentinel.kill();
+        let _ = self.sentinel.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -1,52 +1,76 @@
-//! The conformance runner's TCP proxy for `cut_reply`: it forwards bytes
-//! both ways; armed, after forwarding a client chunk that contains the DONE
-//! command it closes that client connection before the server's reply is
-//! forwarded, and keeps listening so that the library can reconnect.
+//! The conformance runner's TCP proxy for `cut_reply` and `cut_request`:
+//! it forwards bytes both ways; armed for a command, when a chunk the
+//! library sends holds that command it either forwards the chunk and
+//! closes the library's connection before the reply reaches it
+//! (`cut_reply`), or closes it without forwarding (`cut_request`: the
+//! server never sees the command). It keeps listening, so that the library
+//! can reconnect.
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// What is armed: the command's names as sent, whether the request is
+/// forwarded, and how many times more (None: every time).
+#[derive(Clone)]
+struct Cut {
+    names: Vec<&'static str>,
+    forward: bool,
+    left: Option<u32>,
+}
 
 pub struct Proxy {
     port: u16,
-    armed: Arc<AtomicBool>,
-    batch: Arc<AtomicBool>,
+    cut: Arc<Mutex<Option<Cut>>>,
 }
 
-/// A chunk with the DONE command (or, for `batch`, also IDEM.MDONE).
-fn is_done(chunk: &[u8], batch: bool) -> bool {
-    let text = String::from_utf8_lossy(chunk).to_lowercase();
-    text.contains("idem.done") || text.contains("idem_done") || (batch && text.contains("idem.mdone"))
+/// The names a conformance command takes in the bytes the library sends
+/// (lowercased): the module's command, or the Functions edition's function
+/// (for `mdone`/`mrelease`, the pipelined singles of a batch).
+fn names(command: &str, functions: bool) -> Vec<&'static str> {
+    match (command, functions) {
+        ("claim", _) => vec!["idem.claim\r\n", "idem_claim\r\n"],
+        ("done", _) => vec!["idem.done\r\n", "idem_done\r\n"],
+        ("release", _) => vec!["idem.release\r\n", "idem_release\r\n"],
+        ("mdone", false) => vec!["idem.mdone\r\n"],
+        ("mdone", true) => vec!["idem_done\r\n"],
+        ("mrelease", false) => vec!["idem.mrelease\r\n"],
+        ("mrelease", true) => vec!["idem_release\r\n"],
+        (other, _) => panic!("the proxy cannot cut {other}"),
+    }
 }
 
 impl Proxy {
     pub fn start(server_port: u16) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let (armed, batch) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
-        let (armed_, batch_) = (armed.clone(), batch.clone());
+        let cut: Arc<Mutex<Option<Cut>>> = Arc::new(Mutex::new(None));
+        let armed = cut.clone();
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { return };
                 let Ok(server) = TcpStream::connect(("127.0.0.1", server_port)) else { continue };
-                let cut = Arc::new(AtomicBool::new(false));
+                let closed = Arc::new(AtomicBool::new(false));
                 let (mut c_in, mut c_out) = (client.try_clone().unwrap(), client);
                 let (mut s_in, mut s_out) = (server.try_clone().unwrap(), server);
-                let (armed, batch, cut_) = (armed_.clone(), batch_.clone(), cut.clone());
+                let (armed, closed_) = (armed.clone(), closed.clone());
                 std::thread::spawn(move || {
                     let mut buf = [0u8; 65536];
                     while let Ok(n @ 1..) = c_in.read(&mut buf) {
-                        let cutting =
-                            is_done(&buf[..n], batch.load(Ordering::SeqCst)) && armed.swap(false, Ordering::SeqCst);
-                        if cutting {
-                            cut_.store(true, Ordering::SeqCst);
+                        let forward = match take(&armed, &buf[..n]) {
+                            None => {
+                                if s_out.write_all(&buf[..n]).is_err() {
+                                    break;
+                                }
+                                continue;
+                            }
+                            Some(forward) => forward,
+                        };
+                        closed_.store(true, Ordering::SeqCst);
+                        if forward {
+                            let _ = s_out.write_all(&buf[..n]);
                         }
-                        if s_out.write_all(&buf[..n]).is_err() {
-                            break;
-                        }
-                        if cutting {
-                            break;
-                        }
+                        break;
                     }
                     let _ = c_in.shutdown(Shutdown::Both);
                     let _ = s_out.shutdown(Shutdown::Write);
@@ -54,7 +78,7 @@ impl Proxy {
                 std::thread::spawn(move || {
                     let mut buf = [0u8; 65536];
                     while let Ok(n @ 1..) = s_in.read(&mut buf) {
-                        if cut.load(Ordering::SeqCst) || c_out.write_all(&buf[..n]).is_err() {
+                        if closed.load(Ordering::SeqCst) || c_out.write_all(&buf[..n]).is_err() {
                             break;
                         }
                     }
@@ -62,21 +86,32 @@ impl Proxy {
                 });
             }
         });
-        Proxy { port, armed, batch }
+        Proxy { port, cut }
     }
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
-    pub fn arm(&self) {
-        self.armed.store(true, Ordering::SeqCst);
+    /// Arms the proxy for `command` (`times`: None for every time).
+    pub fn arm(&self, command: &str, functions: bool, forward: bool, times: Option<u32>) {
+        *self.cut.lock().unwrap() = Some(Cut { names: names(command, functions), forward, left: times });
     }
+}
 
-    /// Arms it for the batch command IDEM.MDONE as well.
-    #[allow(dead_code)] // the conformance runner cuts single DONEs only
-    pub fn arm_batch(&self) {
-        self.batch.store(true, Ordering::SeqCst);
-        self.arm();
+/// Whether this chunk is to be cut, and then whether it is forwarded.
+fn take(armed: &Mutex<Option<Cut>>, chunk: &[u8]) -> Option<bool> {
+    let mut armed = armed.lock().unwrap();
+    let cut = armed.as_mut()?;
+    let text = String::from_utf8_lossy(chunk).to_lowercase();
+    if !cut.names.iter().any(|name| text.contains(name)) {
+        return None;
     }
+    let forward = cut.forward;
+    match &mut cut.left {
+        Some(1) => *armed = None,
+        Some(n) => *n -= 1,
+        None => {}
+    }
+    Some(forward)
 }
