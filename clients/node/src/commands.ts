@@ -5,7 +5,7 @@
 import { ModuleRequiredError, replyError } from './errors.js';
 import { type Arg, bytes, entries, int, text } from './transport.js';
 import type {
-  BatchItem,
+  BatchReply,
   ClaimOptions,
   ClaimReply,
   DoneOptions,
@@ -45,6 +45,7 @@ export function claimArgs(edition: Edition, key: Arg, lease: number, options: Cl
     if (edition === 'functions') moduleOnly('BLOOM');
     rest.push('BLOOM', options.bloom);
   }
+  if (options.owner !== undefined) rest.push('OWNER', options.owner);
   if (options.wait !== undefined && (!Number.isInteger(options.wait) || options.wait < 0)) {
     throw new RangeError(`wait is in ms and must be a whole number >= 0 (got ${options.wait})`);
   }
@@ -123,6 +124,7 @@ export function parseGet(reply: unknown): RecordInfo | null {
     return v === null || v === undefined ? null : v;
   };
   const fingerprint = opt('fingerprint');
+  const owner = opt('owner');
   return {
     state: text(fields.get('state')) as RecordInfo['state'],
     attempt: int(fields.get('attempt')),
@@ -133,6 +135,7 @@ export function parseGet(reply: unknown): RecordInfo | null {
     result: bytes(opt('result')),
     fingerprint: fingerprint === null ? null : text(fingerprint),
     tries: opt('tries') === null ? null : int(fields.get('tries')),
+    owner: owner === null ? null : text(owner),
   };
 }
 
@@ -194,11 +197,12 @@ export function parseFilterInfo(reply: unknown): FilterInfo | null {
 }
 
 // The batch commands (module only; the *Many helpers send single calls on the Functions edition).
-export function mclaimArgs(keys: Arg[], lease: number, o: { payloads?: Arg[]; maxTries?: number; bloom?: string } = {}): Arg[] {
+export function mclaimArgs(keys: Arg[], lease: number, o: { payloads?: Arg[]; maxTries?: number; bloom?: string; owner?: string } = {}): Arg[] {
   const args: Arg[] = ['IDEM.MCLAIM', seconds(lease, 'lease'), keys.length, ...keys];
   if (o.payloads !== undefined) args.push('PAYLOADS', ...o.payloads);
   if (o.maxTries !== undefined) args.push('MAXTRIES', o.maxTries);
   if (o.bloom !== undefined) args.push('BLOOM', o.bloom);
+  if (o.owner !== undefined) args.push('OWNER', o.owner);
   return args;
 }
 export function mdoneArgs(items: { key: Arg; token: string; result?: Arg }[], o: { retain?: number; bloom?: string } = {}): Arg[] {
@@ -219,7 +223,7 @@ export function mreleaseArgs(items: { key: Arg; token: string }[]): Arg[] {
 }
 
 /** A batch reply's elements, each decoded, or the typed error of its error element. */
-export function parseBatch<T>(reply: unknown, parse: (element: unknown) => T): BatchItem<T>[] {
+export function parseBatch<T>(reply: unknown, parse: (element: unknown) => T): BatchReply<T>[] {
   if (!Array.isArray(reply)) throw new TypeError('expected an array reply');
   return reply.map((element) => (element instanceof Error ? replyError(element) : parse(element)));
 }
