@@ -24,6 +24,7 @@ export interface IoredisLike {
   isCluster?: boolean;
   options?: { commandTimeout?: number };
   duplicate?(): IoredisLike;
+  on?(event: string, listener: (...args: unknown[]) => void): unknown;
   /** a Cluster's node clients ('master': its primaries) */
   nodes?(role?: string): IoredisLike[];
   quit?(): Promise<unknown>;
@@ -118,7 +119,11 @@ export function ioredisTransport(client: IoredisLike, options: IoredisOptions = 
   const pool =
     typeof client.duplicate === 'function'
       ? new WaitPool<IoredisLike>(
-          async () => client.duplicate!(),
+          async () => {
+            const dup = client.duplicate!();
+            dup.on?.('error', () => undefined); // a broken wait connection fails its command; nothing more
+            return dup;
+          },
           async (c) => (c.quit ? c.quit() : c.disconnect?.()),
         )
       : undefined;

@@ -22,7 +22,7 @@ export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 let nextPort = 20000 + Math.floor(Math.random() * 9000);
 
 /** A port free now, whose cluster bus port (+10000) is free too. */
-async function freePort() {
+export async function freePort() {
   const free = (port) =>
     new Promise((resolve) => {
       const s = net.createServer();
@@ -36,7 +36,7 @@ async function freePort() {
   }
 }
 
-async function ping(port) {
+export async function ping(port) {
   return new Promise((resolve) => {
     const socket = net.connect(port, '127.0.0.1');
     socket.once('error', () => resolve(false));
