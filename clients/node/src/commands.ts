@@ -31,14 +31,21 @@ export function seconds(ms: number, what: string): number {
   return ms / 1000;
 }
 
+/** `FCALL fn 1 key` for the Functions edition, the module command otherwise: the arguments follow. */
+function head(edition: Edition, moduleName: string, fn: string, key: Arg, readOnly = false): Arg[] {
+  return edition === 'functions' ? [readOnly ? 'FCALL_RO' : 'FCALL', fn, 1, key] : [moduleName, key];
+}
+
 /** `FCALL fn 1 key ...` for the Functions edition, the module command otherwise. */
 function command(edition: Edition, moduleName: string, fn: string, key: Arg, rest: Arg[], readOnly = false): Arg[] {
-  if (edition === 'functions') return [readOnly ? 'FCALL_RO' : 'FCALL', fn, 1, key, ...rest];
-  return [moduleName, key, ...rest];
+  const args = head(edition, moduleName, fn, key, readOnly);
+  for (const arg of rest) args.push(arg);
+  return args;
 }
 
 export function claimArgs(edition: Edition, key: Arg, lease: number, options: ClaimOptions = {}): Arg[] {
-  const rest: Arg[] = [seconds(lease, 'lease')];
+  const rest = head(edition, 'IDEM.CLAIM', 'idem_claim', key);
+  rest.push(seconds(lease, 'lease'));
   if (options.payload !== undefined) rest.push('PAYLOAD', options.payload);
   if (options.maxTries !== undefined) rest.push('MAXTRIES', options.maxTries);
   if (options.bloom !== undefined) {
@@ -53,7 +60,7 @@ export function claimArgs(edition: Edition, key: Arg, lease: number, options: Cl
     if (edition === 'functions') moduleOnly('WAIT (a function cannot block; retry a BUSY claim after a backoff)');
     rest.push('WAIT', options.wait);
   }
-  return command(edition, 'IDEM.CLAIM', 'idem_claim', key, rest);
+  return rest;
 }
 
 export function parseClaim(reply: unknown): ClaimReply {
@@ -78,26 +85,27 @@ export function parseClaim(reply: unknown): ClaimReply {
 }
 
 export function doneArgs(edition: Edition, key: Arg, token: string, options: DoneOptions = {}): Arg[] {
-  const rest: Arg[] = [token];
+  const rest = head(edition, 'IDEM.DONE', 'idem_done', key);
+  rest.push(token);
   if (options.result !== undefined) rest.push('RESULT', options.result);
   if (options.retain !== undefined) rest.push('RETAIN', seconds(options.retain, 'retain'));
   if (options.bloom !== undefined) {
     if (edition === 'functions') moduleOnly('BLOOM');
     rest.push('BLOOM', options.bloom);
   }
-  return command(edition, 'IDEM.DONE', 'idem_done', key, rest);
+  return rest;
 }
+
+const doneReply = (code: DoneReply['code']): DoneReply =>
+  Object.freeze({ code, completed: (code & 1) === 1, alreadyDone: code === 0, resultDropped: (code & 2) === 2, bloomDropped: (code & 4) === 4 });
+/** The five answers DONE can give, made once. */
+const DONE_REPLIES: Record<number, DoneReply> = { 0: doneReply(0), 1: doneReply(1), 3: doneReply(3), 5: doneReply(5), 7: doneReply(7) };
 
 export function parseDone(reply: unknown): DoneReply {
   const code = int(reply);
-  if (![0, 1, 3, 5, 7].includes(code)) throw new TypeError(`IDEM.DONE: unexpected reply ${code}`);
-  return {
-    code: code as DoneReply['code'],
-    completed: (code & 1) === 1,
-    alreadyDone: code === 0,
-    resultDropped: (code & 2) === 2,
-    bloomDropped: (code & 4) === 4,
-  };
+  const parsed = DONE_REPLIES[code];
+  if (parsed === undefined) throw new TypeError(`IDEM.DONE: unexpected reply ${code}`);
+  return parsed;
 }
 
 export const releaseArgs = (edition: Edition, key: Arg, token: string): Arg[] =>

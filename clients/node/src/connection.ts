@@ -32,6 +32,12 @@ export interface Claimed {
   ack?: Ack;
 }
 
+const typed = (err: unknown): never => {
+  throw replyError(err);
+};
+const claimed = (reply: unknown): Claimed => ({ reply: c.parseClaim(reply) });
+const done = (reply: unknown): { reply: DoneReply } => ({ reply: c.parseDone(reply) });
+
 export class Connection {
   #edition?: Promise<Edition>;
   #maxResult?: Promise<number>;
@@ -134,25 +140,39 @@ export class Connection {
     return SEND_OWNER ? s.owner : undefined;
   }
 
+  /** Prebuilt arguments sent as `mode` says; the reply parsed; an error reply rejects typed. */
+  #sendArgs<T>(key: string, args: Arg[], parse: (reply: unknown) => T, mode?: 'blocking' | 'once'): Promise<T> {
+    const t = this.transport;
+    const sent = mode === 'blocking' && t.sendBlocking ? t.sendBlocking(key, args) : mode === 'once' && t.sendOnce ? t.sendOnce(key, args) : t.send(key, args);
+    return sent.then(parse, typed);
+  }
+
   /** The loop's claim: the instance's OWNER, `wait` ms of WAIT (on a connection of its own), and WAIT after it with `durable`. */
-  async claimFor(key: string, s: Settings, payload: Bytes | undefined, wait?: number): Promise<Claimed> {
-    const edition = this.known ?? (await this.edition());
+  claimFor(key: string, s: Settings, payload: Bytes | undefined, wait?: number): Promise<Claimed> {
+    const edition = this.known;
+    if (edition === undefined) return this.edition().then(() => this.claimFor(key, s, payload, wait));
     const args = c.claimArgs(edition, key, s.lease, { payload, maxTries: s.maxTries, bloom: s.bloom, wait, owner: this.owner(s) });
     const mode = wait ? 'blocking' : undefined;
-    if (s.durable === undefined) return { reply: await this.send(key, () => args, c.parseClaim, mode) };
-    const [reply, ack] = await this.pipeline(key, [args, waitArgs(s.durable)], mode);
-    if (reply instanceof Error) throw reply;
-    return { reply: c.parseClaim(reply), ack: acknowledged(s.durable, ack) };
+    const durable = s.durable;
+    if (durable === undefined) return this.#sendArgs(key, args, claimed, mode);
+    return this.pipeline(key, [args, waitArgs(durable)], mode).then(([reply, ack]) => {
+      if (reply instanceof Error) throw reply;
+      return { reply: c.parseClaim(reply), ack: acknowledged(durable, ack) };
+    });
   }
 
   /** The loop's DONE: sent once, within `doneTimeout`, WAIT after it with `durable`. */
-  async doneFor(key: string, token: string, o: DoneOptions, s: Settings): Promise<{ reply: DoneReply; ack?: Ack }> {
-    const edition = this.known ?? (await this.edition());
+  doneFor(key: string, token: string, o: DoneOptions, s: Settings): Promise<{ reply: DoneReply; ack?: Ack }> {
+    const edition = this.known;
+    if (edition === undefined) return this.edition().then(() => this.doneFor(key, token, o, s));
     const args = c.doneArgs(edition, key, token, o);
-    if (s.durable === undefined) return { reply: await this.clock.deadline(this.send(key, () => args, c.parseDone, 'once'), s.doneTimeout, 'DONE') };
-    const [reply, ack] = await this.clock.deadline(this.pipeline(key, [args, waitArgs(s.durable)], 'once'), s.doneTimeout, 'DONE');
-    if (reply instanceof Error) throw reply;
-    return { reply: c.parseDone(reply), ack: acknowledged(s.durable, ack) };
+    const durable = s.durable;
+    if (durable === undefined) return this.clock.deadline(this.#sendArgs(key, args, done, 'once'), s.doneTimeout, 'DONE');
+    const sent = this.pipeline(key, [args, waitArgs(durable)], 'once').then(([reply, ack]) => {
+      if (reply instanceof Error) throw reply;
+      return { reply: c.parseDone(reply), ack: acknowledged(durable, ack) };
+    });
+    return this.clock.deadline(sent, s.doneTimeout, 'DONE');
   }
 
   /** The loop's RELEASE: sent once, within `doneTimeout`; true when it answered 1. */

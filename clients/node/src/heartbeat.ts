@@ -11,7 +11,8 @@ import { StaleError } from './errors.js';
 
 /** One job's beats. */
 class Beat implements Timed {
-  due: number;
+  due = 0;
+  cancelled = false;
   held = true;
   extending: Promise<void> | undefined;
 
@@ -21,18 +22,13 @@ class Beat implements Timed {
     readonly key: string,
     readonly lease: number,
     readonly interval: number,
-  ) {
-    this.due = Date.now() + interval;
-  }
+  ) {}
 
   fire(): void {
     if (!this.held || this.job.lost) return;
     this.extending = this.heartbeat.extend(this).finally(() => {
       this.extending = undefined;
-      if (this.held && !this.job.lost) {
-        this.due = Date.now() + this.interval;
-        this.heartbeat.clock.add(this);
-      }
+      if (this.held && !this.job.lost) this.heartbeat.clock.add(this, this.interval);
     });
   }
 }
@@ -51,7 +47,7 @@ export class Heartbeat {
   start(job: Job, key: string, lease: number, interval: number): Beat | undefined {
     if (!(interval > 0)) return undefined;
     const beat = new Beat(this, job, key, lease, interval);
-    this.clock.add(beat);
+    this.clock.add(beat, interval);
     return beat;
   }
 
@@ -68,7 +64,7 @@ export class Heartbeat {
   stop(beat: Beat | undefined): Promise<void> | undefined {
     if (beat === undefined) return undefined;
     beat.held = false;
-    this.clock.delete(beat);
+    beat.cancelled = true;
     return beat.extending;
   }
 }

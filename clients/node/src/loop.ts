@@ -136,10 +136,26 @@ export async function process<T>(rt: Runtime, key: string, work: Work<T>, option
   if (extending) await extending;
   // The heartbeat saw the key claimed by another worker: its DONE would be refused.
   if (job.lost) throw Job.lostReason(job)!;
-  const { resultStored, error } = await complete(rt, s, job, stored, value);
+  const encoded = encodeResult(s.codec, value, rt.conn.knownMaxResult ?? (await rt.conn.maxResult()));
+  let first: Done | undefined;
+  let failure: unknown;
+  try {
+    first = await rt.coalescer.done(stored, job.token, { result: encoded.result, retain: s.retain, bloom: s.bloom }, s);
+  } catch (err) {
+    failure = err;
+  }
+  // The common answer: completed with its result, and nothing more to tell or wait for.
+  if (first?.reply.completed && !first.reply.resultDropped && encoded.dropped === undefined && s.durable === undefined && rt.hooks.onDone === undefined) {
+    rt.stats.completed++;
+    return { value, replayed: false, attempt: job.attempt, status: job.status, resultStored: true, waited };
+  }
+  const { resultStored, error } = await complete(rt, s, job, stored, value, encoded, first, failure);
   if (error) throw error;
   return { value, replayed: false, attempt: job.attempt, status: job.status, resultStored, waited };
 }
+
+/** A DONE's answer, and WAIT's with `durable`. */
+type Done = { reply: DoneReply; ack?: Ack };
 
 /**
  * RELEASE after a failed work or hook (a waiting duplicate takes over at
@@ -180,19 +196,36 @@ export async function doneVerdict(
   }
 }
 
-/** The work returned: from here on the record is completed, whatever fails. */
-async function complete(rt: Runtime, s: Settings, job: Job, stored: string, value: unknown): Promise<{ resultStored: boolean; error?: Error }> {
-  const maxResult = rt.conn.knownMaxResult ?? (await rt.conn.maxResult());
-  let { result, dropped, cause } = encodeResult(s.codec, value, maxResult);
+/**
+ * The work returned and its first DONE was answered (or failed): from here
+ * on the record is completed, whatever fails; DONE is sent again after a
+ * lost reply, at most doneRetries times.
+ */
+async function complete(
+  rt: Runtime,
+  s: Settings,
+  job: Job,
+  stored: string,
+  value: unknown,
+  encoded: ReturnType<typeof encodeResult>,
+  first: Done | undefined,
+  firstFailure: unknown,
+): Promise<{ resultStored: boolean; error?: Error }> {
+  let { result, dropped, cause } = encoded;
   let resends = 0;
-  for (;;) {
+  for (let attempt = 0; ; attempt++) {
     let reply: DoneReply | undefined;
     let ack: Ack | undefined;
     let sent: unknown;
-    try {
-      ({ reply, ack } = await rt.coalescer.done(stored, job.token, { result, retain: s.retain, bloom: s.bloom }, s));
-    } catch (err) {
-      sent = err;
+    if (attempt === 0) {
+      ({ reply, ack } = first ?? {});
+      sent = firstFailure;
+    } else {
+      try {
+        ({ reply, ack } = await rt.coalescer.done(stored, job.token, { result, retain: s.retain, bloom: s.bloom }, s));
+      } catch (err) {
+        sent = err;
+      }
     }
     const { verdict, resultDropped, failure } = await doneVerdict(rt, stored, job, reply, sent);
     switch (verdict) {
