@@ -102,6 +102,12 @@ export async function process<T>(rt: Runtime, key: string, work: Work<T>, option
       throw busyError(key, step.attempt, step.leaseLeft, await holder(rt, stored));
     case 'replay': {
       const value = step.result === null ? undefined : (s.codec.decode(step.result) as T);
+      if (s.durable !== undefined && !ack?.durable) {
+        // The completion it replays may live on this primary alone (a DONE not yet
+        // replicated, a primary cut off from its replicas): not to be acknowledged yet.
+        rt.stats.notDurable++;
+        throw new NotDurableError(key, 'done', ack?.count ?? -1, value);
+      }
       return { value, replayed: true, attempt: step.attempt, status: 'DONE', resultStored: step.result !== null, waited };
     }
   }

@@ -93,7 +93,11 @@ export async function processMany<T>(rt: Runtime, keys: string[], work: Work<T>,
       else if (step.next === 'replay') {
         try {
           const value = step.result === null ? undefined : (s.codec.decode(step.result) as T);
-          out[i] = { key, status: 'replayed', value, attempt: step.attempt, resultStored: step.result !== null };
+          if (acks && !acks[i]!.durable) {
+            // as process(): a replay whose primary's writes are not acknowledged is not to be acknowledged yet
+            rt.stats.notDurable++;
+            out[i] = { key, status: 'not_durable', value, attempt: step.attempt, error: new NotDurableError(key, 'done', acks[i]!.count, value) };
+          } else out[i] = { key, status: 'replayed', value, attempt: step.attempt, resultStored: step.result !== null };
         } catch (error) {
           out[i] = { key, status: 'error', attempt: step.attempt, error };
         }
