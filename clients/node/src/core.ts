@@ -101,8 +101,6 @@ const controllers = new WeakMap<Job, AbortController>();
 
 /** One claimed key, given to the work. */
 export class Job {
-  #lost = false;
-
   constructor(
     /** the key as the caller gave it (without the instance's prefix) */
     readonly key: string,
@@ -116,7 +114,7 @@ export class Job {
 
   /** true once the lease is known lost (another worker claimed the key) */
   get lost(): boolean {
-    return this.#lost;
+    return lostReasons.has(this);
   }
 
   /** aborted when the lease is lost (made on first use: a job whose work never looks costs nothing) */
@@ -124,35 +122,33 @@ export class Job {
     let controller = controllers.get(this);
     if (!controller) {
       controllers.set(this, (controller = new AbortController()));
-      if (this.#lost) controller.abort(lostReasons.get(this));
+      const reason = lostReasons.get(this);
+      if (reason) controller.abort(reason);
     }
     return controller.signal;
   }
-
-  /** Marks the lease lost; true the first time (count it then). */
-  static lose(job: Job, reason: Error): boolean {
-    if (job.#lost) return false;
-    job.#lost = true;
-    lostReasons.set(job, reason);
-    controllers.get(job)?.abort(reason);
-    return true;
-  }
-
-  /** Why the lease was lost (a LeaseLostError), once it is. */
-  static lostReason(job: Job): Error | undefined {
-    return lostReasons.get(job);
-  }
 }
+
+/** Marks the job's lease lost; true the first time (count it then). */
+export function loseLease(job: Job, reason: Error): boolean {
+  if (lostReasons.has(job)) return false;
+  lostReasons.set(job, reason);
+  controllers.get(job)?.abort(reason);
+  return true;
+}
+
+/** Why the job's lease was lost (a LeaseLostError), once it is. */
+export const lostReason = (job: Job): Error | undefined => lostReasons.get(job);
 
 /** The job's lease found lost (by a heartbeat or by DONE): marked, counted and told once; the error for the caller. */
 export function leaseLost(job: Job, cause: unknown, stats: Stats, hooks: Hooks): LeaseLostError {
   const error = new LeaseLostError(job.key, job.attempt, { cause });
-  if (Job.lose(job, error)) {
+  if (loseLease(job, error)) {
     stats.leasesLost++;
     notify(hooks, 'onLeaseLost', job);
     return error;
   }
-  return (Job.lostReason(job) as LeaseLostError | undefined) ?? error;
+  return (lostReason(job) as LeaseLostError | undefined) ?? error;
 }
 
 /** The server's WAIT takes at most an hour: a longer wait goes in pieces. */

@@ -7,7 +7,8 @@ import {
   type DoneVerdict,
   type DropReason,
   type Hooks,
-  Job,
+  type Job,
+  lostReason,
   MAX_WAIT_PIECE,
   type Stats,
   busyError,
@@ -141,7 +142,7 @@ export async function process<T>(rt: Runtime, key: string, work: Work<T>, option
   const extending = rt.heartbeat.stop(beat);
   if (extending) await extending;
   // The heartbeat saw the key claimed by another worker: its DONE would be refused.
-  if (job.lost) throw Job.lostReason(job)!;
+  if (job.lost) throw lostReason(job)!;
   const encoded = encodeResult(s.codec, value, rt.conn.knownMaxResult ?? (await rt.conn.maxResult()));
   let first: Done | undefined;
   let failure: unknown;

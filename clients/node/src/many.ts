@@ -9,7 +9,8 @@ import { claimMany, doneMany, releaseMany } from './batch.js';
 import type { Ack } from './connection.js';
 import {
   type DropReason,
-  Job,
+  type Job,
+  lostReason,
   busyError,
   claimed,
   completed,
@@ -133,7 +134,7 @@ export async function processMany<T>(rt: Runtime, keys: string[], work: Work<T>,
       try {
         const value = await work(job);
         await rt.heartbeat.stop(beat);
-        if (job.lost) out[i] = lostItem(job, Job.lostReason(job));
+        if (job.lost) out[i] = lostItem(job, lostReason(job));
         else ran.push({ i, job, value, ...encodeResult(s.codec, value, maxResult) });
       } catch (error) {
         await rt.heartbeat.stop(beat);
