@@ -103,36 +103,43 @@ export class Coalescer {
   }
 
   #flushClaims(lane: Lane<ClaimWaiting>): void {
-    const queued = lane.queued;
-    lane.queued = [];
-    for (const group of groups(queued, claimCompat)) {
-      for (const part of chunk(group.map((_, i) => i)).map((ix) => ix.map((i) => group[i]!))) {
-        const first = part[0]!;
-        if (part.length === 1) {
-          this.#track(lane, this.conn.claimFor(first.key, first.s, first.payload), () => this.#flushClaims(lane)).then(first.resolve, first.reject);
-          continue;
-        }
-        const payloads = first.payload === undefined ? undefined : part.map((w) => w.payload!);
-        this.#track(lane, this.conn.claimManyFor(part.map((w) => w.key), first.s, payloads), () => this.#flushClaims(lane)).then(
-          ({ replies, ack }) => answer(part, replies, ack),
-          (err: unknown) => part.forEach((w) => w.reject(err)),
-        );
-      }
-    }
+    this.#flush(
+      lane,
+      claimCompat,
+      (w) => this.conn.claimFor(w.key, w.s, w.payload),
+      (part) => this.conn.claimManyFor(part.map((w) => w.key), part[0]!.s, part[0]!.payload === undefined ? undefined : part.map((w) => w.payload!)),
+      () => this.#flushClaims(lane),
+    );
   }
 
   #flushDones(lane: Lane<DoneWaiting>): void {
+    this.#flush(
+      lane,
+      doneCompat,
+      (w) => this.conn.doneFor(w.key, w.token, w.o, w.s),
+      (part) => this.conn.doneManyFor(part.map((w) => ({ key: w.key, token: w.token, result: w.o.result })), { retain: part[0]!.o.retain, bloom: part[0]!.o.bloom }, part[0]!.s),
+      () => this.#flushDones(lane),
+    );
+  }
+
+  /** What queued on `lane` goes: one command per compatible group (and per MAX_BATCH_KEYS), a group of one as its single command. */
+  #flush<R, W extends Waiting<{ reply: R; ack?: Ack }>>(
+    lane: Lane<W>,
+    compat: (w: W) => string,
+    single: (w: W) => Promise<{ reply: R; ack?: Ack }>,
+    many: (part: W[]) => Promise<{ replies: BatchReply<R>[]; ack?: Ack }>,
+    again: () => void,
+  ): void {
     const queued = lane.queued;
     lane.queued = [];
-    for (const group of groups(queued, doneCompat)) {
-      for (const part of chunk(group.map((_, i) => i)).map((ix) => ix.map((i) => group[i]!))) {
-        const first = part[0]!;
+    for (const group of groups(queued, compat)) {
+      for (const indices of chunk(group.map((_, i) => i))) {
+        const part = indices.map((i) => group[i]!);
         if (part.length === 1) {
-          this.#track(lane, this.conn.doneFor(first.key, first.token, first.o, first.s), () => this.#flushDones(lane)).then(first.resolve, first.reject);
+          this.#track(lane, single(part[0]!), again).then(part[0]!.resolve, part[0]!.reject);
           continue;
         }
-        const items = part.map((w) => ({ key: w.key, token: w.token, result: w.o.result }));
-        this.#track(lane, this.conn.doneManyFor(items, { retain: first.o.retain, bloom: first.o.bloom }, first.s), () => this.#flushDones(lane)).then(
+        this.#track(lane, many(part), again).then(
           ({ replies, ack }) => answer(part, replies, ack),
           (err: unknown) => part.forEach((w) => w.reject(err)),
         );

@@ -19,7 +19,7 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { Idem } from '../dist/esm/index.js';
-import { sleep } from './helpers.mjs';
+import { deliveries, sleep } from './helpers.mjs';
 import { startSentinel } from './topology.mjs';
 
 const WORKERS = 6;
@@ -30,20 +30,6 @@ const NOT_ACKNOWLEDGED = ['BusyError', 'DoneUnconfirmedError', 'NotDurableError'
 
 const opened = [];
 after(async () => Promise.all(opened.map((w) => w.stop())));
-
-/** A queue of deliveries; `take()` waits for the next (null: no more). */
-function deliveries() {
-  const items = [];
-  const waiting = [];
-  return {
-    put(item) {
-      const taker = waiting.shift();
-      if (taker) taker(item);
-      else items.push(item);
-    },
-    take: () => (items.length ? Promise.resolve(items.shift()) : new Promise((r) => waiting.push(r))),
-  };
-}
 
 for (const edition of ['module', 'functions']) {
   test(`${edition}: a Sentinel failover with work in flight: each key done once, redeliveries only where the library said not to acknowledge`, { skip, timeout: 180000 }, async (t) => {

@@ -4,13 +4,12 @@
 // `replicated` and `sentinel` topologies of the conformance cases and the
 // Sentinel failover test. `functions: true`: functions/idem.lua on the
 // primary (the replica gets it by replication), no module.
-import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { createSentinel } from 'redis';
-import { freePort, ping, serverBinary, sleep, startServer } from './helpers.mjs';
+import { freePort, sleep, spawnServer, startServer } from './helpers.mjs';
 
 export const MASTER = 'mymaster';
 
@@ -95,28 +94,8 @@ async function startSentinelProcess(port) {
       '',
     ].join('\n'),
   );
-  const child = spawn(serverBinary, [conf, '--sentinel'], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let log = '';
-  child.stdout.on('data', (d) => (log += d));
-  child.stderr.on('data', (d) => (log += d));
-  const exited = new Promise((r) => child.once('exit', r));
-  const deadline = Date.now() + 10000;
-  while (!(await ping(sentinelPort))) {
-    if (child.exitCode !== null || Date.now() > deadline) {
-      child.kill('SIGKILL');
-      throw new Error(`${serverBinary} --sentinel did not start:\n${log}`);
-    }
-    await sleep(20);
-  }
-  return {
-    port: sentinelPort,
-    log: () => log,
-    async stop() {
-      child.kill('SIGTERM');
-      await exited;
-      rmSync(dir, { recursive: true, force: true });
-    },
-  };
+  const spawned = await spawnServer([conf, '--sentinel'], sentinelPort, dir);
+  return { port: sentinelPort, log: spawned.log, stop: spawned.stop };
 }
 
 /**
