@@ -16,9 +16,6 @@ import type { BatchReply, Bytes, ClaimOptions, ClaimReply, DoneOptions, DoneRepl
 /** The module's default idem.max-result, and the Functions edition's constant. */
 export const DEFAULT_MAX_RESULT = 1048576;
 
-/** OWNER on the loop's claims; off until every server the suites run carries OWNER (the module's branch `owner`). */
-export const SEND_OWNER = false;
-
 /** WAIT's answer after a command, with `durable`. */
 export interface Ack {
   durable: boolean;
@@ -135,11 +132,6 @@ export class Connection {
     }
   }
 
-  /** The OWNER the loop sends with its claims. */
-  owner(s: Settings): string | undefined {
-    return SEND_OWNER ? s.owner : undefined;
-  }
-
   /** Prebuilt arguments sent as `mode` says; the reply parsed; an error reply rejects typed. */
   #sendArgs<T>(key: string, args: Arg[], parse: (reply: unknown) => T, mode?: 'blocking' | 'once'): Promise<T> {
     const t = this.transport;
@@ -151,7 +143,7 @@ export class Connection {
   claimFor(key: string, s: Settings, payload: Bytes | undefined, wait?: number): Promise<Claimed> {
     const edition = this.known;
     if (edition === undefined) return this.edition().then(() => this.claimFor(key, s, payload, wait));
-    const args = c.claimArgs(edition, key, s.lease, { payload, maxTries: s.maxTries, bloom: s.bloom, wait, owner: this.owner(s) });
+    const args = c.claimArgs(edition, key, s.lease, { payload, maxTries: s.maxTries, bloom: s.bloom, wait, owner: s.owner });
     const mode = wait ? 'blocking' : undefined;
     const durable = s.durable;
     if (durable === undefined) return this.#sendArgs(key, args, claimed, mode);
@@ -182,7 +174,7 @@ export class Connection {
 
   /** Many loop claims in one IDEM.MCLAIM (module; keys of one slot): one answer per key, and WAIT's with `durable`. */
   async claimManyFor(keys: string[], s: Settings, payloads: Bytes[] | undefined): Promise<{ replies: BatchReply<ClaimReply>[]; ack?: Ack }> {
-    const args = c.mclaimArgs(keys, s.lease, { payloads, maxTries: s.maxTries, bloom: s.bloom, owner: this.owner(s) });
+    const args = c.mclaimArgs(keys, s.lease, { payloads, maxTries: s.maxTries, bloom: s.bloom, owner: s.owner });
     const parse = (r: unknown) => c.parseBatch(r, c.parseClaim);
     if (s.durable === undefined) return { replies: await this.send(keys[0], () => args, parse) };
     const [reply, ack] = await this.pipeline(keys[0], [args, waitArgs(s.durable)]);

@@ -199,7 +199,7 @@ export class Idem {
   async claimMany(keys: string[], lease: number, options: batch.ClaimManyOptions = {}): Promise<BatchReply<ClaimReply>[]> {
     const s = settingsOf.get(this)!;
     const stored = keys.map(this.#key);
-    const o = { ...options, bloom: this.#bloomKey(options.bloom), owner: options.owner ?? this.#conn.owner(s) };
+    const o = { ...options, bloom: this.#bloomKey(options.bloom), owner: options.owner ?? s.owner };
     return batch.durableClaims(this.#conn, stored, keys, await batch.claimMany(this.#conn, stored, lease, o, undefined, { durable: s.durable }));
   }
 

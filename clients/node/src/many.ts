@@ -69,7 +69,7 @@ interface Granted {
 export async function processMany<T>(rt: Runtime, keys: string[], work: Work<T>, o: ProcessManyOptions<T> = {}): Promise<BatchItem<T>[]> {
   const s = callSettings(rt.settings, o, rt.prefix);
   const stored = keys.map((key) => rt.prefix + key);
-  const { replies, acks } = await claimMany(rt.conn, stored, s.lease, { payloads: o.payloads, maxTries: s.maxTries, bloom: s.bloom, owner: rt.conn.owner(s) }, undefined, {
+  const { replies, acks } = await claimMany(rt.conn, stored, s.lease, { payloads: o.payloads, maxTries: s.maxTries, bloom: s.bloom, owner: s.owner }, undefined, {
     durable: s.durable,
   });
   const out: BatchItem<T>[] = new Array(keys.length);
