@@ -3,12 +3,14 @@
 # and npm if missing, `npm ci` in clients/node (its `prepare` builds dist/
 # with tsc), then runs the package's tests (node --test) on each server:
 # - Redis 7.0: the conformance cases (clients/conformance/cases.json) on the
-#   module, the Functions edition and a 3-node cluster (side by side, each
-#   on its own servers), the other tests, and the 30-second heartbeat test
-#   (it proves the library's timer, which no server changes: once);
-# - Redis 8.2: the conformance cases on the module, the other tests;
+#   module and the Functions edition, each standalone, as a primary with a
+#   replica and under a Sentinel, and on a 3-node cluster (side by side,
+#   each on its own servers), the other tests, and the 30-second heartbeat
+#   test (it proves the library's timer, which no server changes: once);
+# - Redis 8.2: the conformance cases on the module (standalone, replicated,
+#   Sentinel), the other tests;
 # - Valkey 9.1: the conformance cases on the module and the Functions
-#   edition, the other tests;
+#   edition (standalone, replicated, Sentinel), the other tests;
 # then checks that the `npm pack` tarball installs into a scratch project
 # and imports as ESM and as CJS.
 # REDIS_IDEM_MODULE=<so> tests that build of the module instead of building
@@ -17,6 +19,8 @@ NODE_CLIENT_DIR := clients/node
 NODE_CLIENT_MODULE = $(if $(REDIS_IDEM_MODULE),$(abspath $(REDIS_IDEM_MODULE)),$(CURDIR)/$(MODULE))
 NODE_CLIENT_TESTS := $(NODE_CLIENT_DIR)/test/*.test.mjs
 NODE_CLIENT_RUN = REDIS_IDEM_MODULE="$(NODE_CLIENT_MODULE)" node --test --test-concurrency=2
+NODE_CLIENT_TOPOLOGIES = replicated,sentinel
+NODE_CLIENT_FUNCTIONS = functions,replicated-functions,sentinel-functions
 
 .PHONY: test-client-node node-client-deps
 
@@ -32,11 +36,11 @@ node-client-deps:
 	else npm run --silent build; fi
 
 test-client-node: $(if $(REDIS_IDEM_MODULE),,build) redis8 valkey node-client-deps
-	@echo "== clients/node on Redis 7.0 ($(REDIS7_SERVER)): module, Functions edition, cluster; the 30-second heartbeat and the failover tests"
-	REDIS_SERVER="$(REDIS7_SERVER)" IDEM_CONFIGS=module,functions,cluster IDEM_FAILOVER=1 $(NODE_CLIENT_RUN) \
+	@echo "== clients/node on Redis 7.0 ($(REDIS7_SERVER)): module, Functions edition (standalone, replicated, Sentinel), cluster; the 30-second heartbeat and the failover tests"
+	REDIS_SERVER="$(REDIS7_SERVER)" IDEM_CONFIGS=module,$(NODE_CLIENT_TOPOLOGIES),$(NODE_CLIENT_FUNCTIONS),cluster IDEM_FAILOVER=1 $(NODE_CLIENT_RUN) \
 		$(NODE_CLIENT_TESTS) $(NODE_CLIENT_DIR)/test/long/*.test.mjs
-	@echo "== clients/node on Redis 8.2: module"
-	REDIS_SERVER="$(REDIS8_SERVER)" IDEM_CONFIGS=module $(NODE_CLIENT_RUN) $(NODE_CLIENT_TESTS)
-	@echo "== clients/node on Valkey 9.1: module, Functions edition"
-	REDIS_SERVER="$(VALKEY_SERVER)" IDEM_CONFIGS=module,functions $(NODE_CLIENT_RUN) $(NODE_CLIENT_TESTS)
+	@echo "== clients/node on Redis 8.2: module (standalone, replicated, Sentinel)"
+	REDIS_SERVER="$(REDIS8_SERVER)" IDEM_CONFIGS=module,$(NODE_CLIENT_TOPOLOGIES) $(NODE_CLIENT_RUN) $(NODE_CLIENT_TESTS)
+	@echo "== clients/node on Valkey 9.1: module, Functions edition (standalone, replicated, Sentinel)"
+	REDIS_SERVER="$(VALKEY_SERVER)" IDEM_CONFIGS=module,$(NODE_CLIENT_TOPOLOGIES),$(NODE_CLIENT_FUNCTIONS) $(NODE_CLIENT_RUN) $(NODE_CLIENT_TESTS)
 	cd $(NODE_CLIENT_DIR) && node scripts/check-pack.mjs

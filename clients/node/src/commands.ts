@@ -5,7 +5,7 @@
 import { ModuleRequiredError, replyError } from './errors.js';
 import { type Arg, bytes, entries, int, text } from './transport.js';
 import type {
-  BatchItem,
+  BatchReply,
   ClaimOptions,
   ClaimReply,
   DoneOptions,
@@ -31,20 +31,28 @@ export function seconds(ms: number, what: string): number {
   return ms / 1000;
 }
 
+/** `FCALL fn 1 key` for the Functions edition, the module command otherwise: the arguments follow. */
+function head(edition: Edition, moduleName: string, fn: string, key: Arg, readOnly = false): Arg[] {
+  return edition === 'functions' ? [readOnly ? 'FCALL_RO' : 'FCALL', fn, 1, key] : [moduleName, key];
+}
+
 /** `FCALL fn 1 key ...` for the Functions edition, the module command otherwise. */
 function command(edition: Edition, moduleName: string, fn: string, key: Arg, rest: Arg[], readOnly = false): Arg[] {
-  if (edition === 'functions') return [readOnly ? 'FCALL_RO' : 'FCALL', fn, 1, key, ...rest];
-  return [moduleName, key, ...rest];
+  const args = head(edition, moduleName, fn, key, readOnly);
+  for (const arg of rest) args.push(arg);
+  return args;
 }
 
 export function claimArgs(edition: Edition, key: Arg, lease: number, options: ClaimOptions = {}): Arg[] {
-  const rest: Arg[] = [seconds(lease, 'lease')];
+  const rest = head(edition, 'IDEM.CLAIM', 'idem_claim', key);
+  rest.push(seconds(lease, 'lease'));
   if (options.payload !== undefined) rest.push('PAYLOAD', options.payload);
   if (options.maxTries !== undefined) rest.push('MAXTRIES', options.maxTries);
   if (options.bloom !== undefined) {
     if (edition === 'functions') moduleOnly('BLOOM');
     rest.push('BLOOM', options.bloom);
   }
+  if (options.owner !== undefined) rest.push('OWNER', options.owner);
   if (options.wait !== undefined && (!Number.isInteger(options.wait) || options.wait < 0)) {
     throw new RangeError(`wait is in ms and must be a whole number >= 0 (got ${options.wait})`);
   }
@@ -52,7 +60,7 @@ export function claimArgs(edition: Edition, key: Arg, lease: number, options: Cl
     if (edition === 'functions') moduleOnly('WAIT (a function cannot block; retry a BUSY claim after a backoff)');
     rest.push('WAIT', options.wait);
   }
-  return command(edition, 'IDEM.CLAIM', 'idem_claim', key, rest);
+  return rest;
 }
 
 export function parseClaim(reply: unknown): ClaimReply {
@@ -77,26 +85,27 @@ export function parseClaim(reply: unknown): ClaimReply {
 }
 
 export function doneArgs(edition: Edition, key: Arg, token: string, options: DoneOptions = {}): Arg[] {
-  const rest: Arg[] = [token];
+  const rest = head(edition, 'IDEM.DONE', 'idem_done', key);
+  rest.push(token);
   if (options.result !== undefined) rest.push('RESULT', options.result);
   if (options.retain !== undefined) rest.push('RETAIN', seconds(options.retain, 'retain'));
   if (options.bloom !== undefined) {
     if (edition === 'functions') moduleOnly('BLOOM');
     rest.push('BLOOM', options.bloom);
   }
-  return command(edition, 'IDEM.DONE', 'idem_done', key, rest);
+  return rest;
 }
+
+const doneReply = (code: DoneReply['code']): DoneReply =>
+  Object.freeze({ code, completed: (code & 1) === 1, alreadyDone: code === 0, resultDropped: (code & 2) === 2, bloomDropped: (code & 4) === 4 });
+/** The five answers DONE can give, made once. */
+const DONE_REPLIES: Record<number, DoneReply> = { 0: doneReply(0), 1: doneReply(1), 3: doneReply(3), 5: doneReply(5), 7: doneReply(7) };
 
 export function parseDone(reply: unknown): DoneReply {
   const code = int(reply);
-  if (![0, 1, 3, 5, 7].includes(code)) throw new TypeError(`IDEM.DONE: unexpected reply ${code}`);
-  return {
-    code: code as DoneReply['code'],
-    completed: (code & 1) === 1,
-    alreadyDone: code === 0,
-    resultDropped: (code & 2) === 2,
-    bloomDropped: (code & 4) === 4,
-  };
+  const parsed = DONE_REPLIES[code];
+  if (parsed === undefined) throw new TypeError(`IDEM.DONE: unexpected reply ${code}`);
+  return parsed;
 }
 
 export const releaseArgs = (edition: Edition, key: Arg, token: string): Arg[] =>
@@ -123,6 +132,7 @@ export function parseGet(reply: unknown): RecordInfo | null {
     return v === null || v === undefined ? null : v;
   };
   const fingerprint = opt('fingerprint');
+  const owner = opt('owner');
   return {
     state: text(fields.get('state')) as RecordInfo['state'],
     attempt: int(fields.get('attempt')),
@@ -133,6 +143,7 @@ export function parseGet(reply: unknown): RecordInfo | null {
     result: bytes(opt('result')),
     fingerprint: fingerprint === null ? null : text(fingerprint),
     tries: opt('tries') === null ? null : int(fields.get('tries')),
+    owner: owner === null ? null : text(owner),
   };
 }
 
@@ -194,11 +205,12 @@ export function parseFilterInfo(reply: unknown): FilterInfo | null {
 }
 
 // The batch commands (module only; the *Many helpers send single calls on the Functions edition).
-export function mclaimArgs(keys: Arg[], lease: number, o: { payloads?: Arg[]; maxTries?: number; bloom?: string } = {}): Arg[] {
+export function mclaimArgs(keys: Arg[], lease: number, o: { payloads?: Arg[]; maxTries?: number; bloom?: string; owner?: string } = {}): Arg[] {
   const args: Arg[] = ['IDEM.MCLAIM', seconds(lease, 'lease'), keys.length, ...keys];
   if (o.payloads !== undefined) args.push('PAYLOADS', ...o.payloads);
   if (o.maxTries !== undefined) args.push('MAXTRIES', o.maxTries);
   if (o.bloom !== undefined) args.push('BLOOM', o.bloom);
+  if (o.owner !== undefined) args.push('OWNER', o.owner);
   return args;
 }
 export function mdoneArgs(items: { key: Arg; token: string; result?: Arg }[], o: { retain?: number; bloom?: string } = {}): Arg[] {
@@ -219,7 +231,7 @@ export function mreleaseArgs(items: { key: Arg; token: string }[]): Arg[] {
 }
 
 /** A batch reply's elements, each decoded, or the typed error of its error element. */
-export function parseBatch<T>(reply: unknown, parse: (element: unknown) => T): BatchItem<T>[] {
+export function parseBatch<T>(reply: unknown, parse: (element: unknown) => T): BatchReply<T>[] {
   if (!Array.isArray(reply)) throw new TypeError('expected an array reply');
   return reply.map((element) => (element instanceof Error ? replyError(element) : parse(element)));
 }

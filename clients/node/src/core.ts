@@ -1,13 +1,15 @@
 // The consumer loop's decisions, without I/O (docs/clients.md, "What
-// process(key, work) does"): the settings and their defaults, the counters,
-// the job, what each claim answer means, how a result is encoded, what a
-// DONE answer means, how a completion is reported, and how a batch is cut
-// into calls. loop.ts and many.ts only send what this decides.
+// process(key, work) does"): the counters, the job, what each claim answer
+// means, which failures a claim is sent again after, how a result is
+// encoded, what a DONE answer means, what WAIT's answer means with
+// `durable`, how a completion is reported, and how a batch is cut into
+// calls. loop.ts and many.ts only send what this decides; settings.ts
+// holds the settings.
 import calculateSlot from 'cluster-key-slot';
-import { type Codec, json } from './codec.js';
-import { seconds } from './commands.js';
+import type { Codec } from './codec.js';
 import {
   BusyError,
+  DeadlineError,
   ExhaustedError,
   HookError,
   IdemReplyError,
@@ -18,6 +20,7 @@ import {
   StaleError,
   isReplyError,
 } from './errors.js';
+import type { DurableSettings } from './settings.js';
 import type { Bytes, ClaimReply, DoneReply, Edition, GrantedStatus, RecordInfo } from './types.js';
 
 /** What process() and processMany() did, per instance (docs/clients.md's counters). */
@@ -34,7 +37,7 @@ export interface Stats {
   busy: number;
   /** this worker's completions recorded by DONE */
   completed: number;
-  /** claims given back after a failed work or hook */
+  /** claims given back after a failed work or hook (a RELEASE answered 1) */
   released: number;
   /** leases found lost (by a heartbeat or by DONE), once per job */
   leasesLost: number;
@@ -44,6 +47,8 @@ export interface Stats {
   exhausted: number;
   /** heartbeat extensions that succeeded */
   extends: number;
+  /** calls (or batch keys) that ended NotDurable */
+  notDurable: number;
 }
 
 export const newStats = (): Stats => ({
@@ -59,6 +64,7 @@ export const newStats = (): Stats => ({
   mismatches: 0,
   exhausted: 0,
   extends: 0,
+  notDurable: 0,
 });
 
 /** Why a completion was recorded without its result. */
@@ -81,19 +87,22 @@ export interface Hooks {
 
 /** Calls one of the hooks whose errors are ignored. */
 export function notify<K extends Exclude<keyof Hooks, 'onRun' | 'onDone'>>(hooks: Hooks, name: K, ...args: Parameters<NonNullable<Hooks[K]>>): void {
+  const hook = hooks[name] as ((...a: unknown[]) => void) | undefined;
+  if (hook === undefined) return;
   try {
-    (hooks[name] as ((...a: unknown[]) => void) | undefined)?.(...args);
+    hook(...args);
   } catch {
     // ignored: the outcome is settled already
   }
 }
 
+const lostReasons = new WeakMap<Job, Error>();
 const controllers = new WeakMap<Job, AbortController>();
 
 /** One claimed key, given to the work. */
 export class Job {
   constructor(
-    /** the key as given (without the instance's prefix) */
+    /** the key as the caller gave it (without the instance's prefix) */
     readonly key: string,
     /** the fencing number: pass it to your writes downstream */
     readonly attempt: number,
@@ -101,28 +110,35 @@ export class Job {
     readonly status: GrantedStatus,
     /** the claim's token (for the typed commands) */
     readonly token: string,
-  ) {
-    controllers.set(this, new AbortController());
-  }
+  ) {}
 
   /** true once the lease is known lost (another worker claimed the key) */
   get lost(): boolean {
-    return this.signal.aborted;
+    return lostReasons.has(this);
   }
 
-  /** aborted when the lease is lost */
+  /** aborted when the lease is lost (made on first use: a job whose work never looks costs nothing) */
   get signal(): AbortSignal {
-    return controllers.get(this)!.signal;
+    let controller = controllers.get(this);
+    if (!controller) {
+      controllers.set(this, (controller = new AbortController()));
+      const reason = lostReasons.get(this);
+      if (reason) controller.abort(reason);
+    }
+    return controller.signal;
   }
 }
 
 /** Marks the job's lease lost; true the first time (count it then). */
 export function loseLease(job: Job, reason: Error): boolean {
-  const controller = controllers.get(job)!;
-  if (controller.signal.aborted) return false;
-  controller.abort(reason);
+  if (lostReasons.has(job)) return false;
+  lostReasons.set(job, reason);
+  controllers.get(job)?.abort(reason);
   return true;
 }
+
+/** Why the job's lease was lost (a LeaseLostError), once it is. */
+export const lostReason = (job: Job): Error | undefined => lostReasons.get(job);
 
 /** The job's lease found lost (by a heartbeat or by DONE): marked, counted and told once; the error for the caller. */
 export function leaseLost(job: Job, cause: unknown, stats: Stats, hooks: Hooks): LeaseLostError {
@@ -130,89 +146,9 @@ export function leaseLost(job: Job, cause: unknown, stats: Stats, hooks: Hooks):
   if (loseLease(job, error)) {
     stats.leasesLost++;
     notify(hooks, 'onLeaseLost', job);
+    return error;
   }
-  return error;
-}
-
-/** The instance's settings (docs/clients.md's defaults); every duration in ms. */
-export interface IdemOptions {
-  /** prefixed to every key this instance names (records and filters) */
-  prefix?: string;
-  /** skip asking the server which edition it runs */
-  edition?: Edition;
-  /** result codec (json) */
-  codec?: Codec;
-  /** ms, whole seconds (30000) */
-  lease?: number;
-  /** ms a duplicate waits for the copy in flight (10000; 0: do not wait) */
-  wait?: number;
-  /** ms between EXTENDs while the work runs (lease / 3; 0: none) */
-  heartbeat?: number;
-  /** MAXTRIES: Exhausted after that many tries (none) */
-  maxTries?: number;
-  /** ms a done record is kept, whole seconds (the server's idem.retain) */
-  retain?: number;
-  /** DONE sent again after a connection error (5) */
-  doneRetries?: number;
-  /** a result over idem.max-result: 'complete' returns it unstored, 'error' throws ResultNotStoredError ('complete') */
-  oversize?: 'complete' | 'error';
-  /** idem.max-result in bytes (read from the server where not given) */
-  maxResult?: number;
-  hooks?: Hooks;
-}
-
-/** Per call: the instance's settings overridden, and the message's payload. */
-export interface ProcessOptions<T = unknown> {
-  /** PAYLOAD: a key reused with another payload is Mismatch */
-  payload?: Bytes;
-  lease?: number;
-  wait?: number;
-  heartbeat?: number;
-  maxTries?: number;
-  retain?: number;
-  /** BLOOM filter key (module only), prefixed like the record's */
-  bloom?: string;
-  codec?: Codec<T>;
-}
-
-export interface Settings {
-  lease: number;
-  wait: number;
-  heartbeat: number;
-  maxTries?: number;
-  retain?: number;
-  bloom?: string;
-  codec: Codec;
-  oversize: 'complete' | 'error';
-  doneRetries: number;
-}
-
-function nonNegative(ms: number, what: string): number {
-  if (typeof ms !== 'number' || !(ms >= 0) || !Number.isFinite(ms)) throw new RangeError(`${what} is in ms and must be >= 0 (got ${ms})`);
-  return ms;
-}
-
-/** The settings of one call, checked before anything is sent. */
-export function settings(instance: IdemOptions, call: ProcessOptions = {}): Settings {
-  const lease = call.lease ?? instance.lease ?? 30000;
-  seconds(lease, 'lease');
-  const retain = call.retain ?? instance.retain;
-  if (retain !== undefined) seconds(retain, 'retain');
-  const oversize = instance.oversize ?? 'complete';
-  if (oversize !== 'complete' && oversize !== 'error') throw new RangeError(`oversize is 'complete' or 'error' (got ${String(oversize)})`);
-  const doneRetries = instance.doneRetries ?? 5;
-  if (!Number.isInteger(doneRetries) || doneRetries < 0) throw new RangeError(`doneRetries must be a whole number >= 0 (got ${doneRetries})`);
-  return {
-    lease,
-    wait: Math.ceil(nonNegative(call.wait ?? instance.wait ?? 10000, 'wait')),
-    heartbeat: nonNegative(call.heartbeat ?? instance.heartbeat ?? lease / 3, 'heartbeat'),
-    maxTries: call.maxTries ?? instance.maxTries,
-    retain,
-    bloom: call.bloom,
-    codec: (call.codec ?? instance.codec ?? json) as Codec,
-    oversize,
-    doneRetries,
-  };
+  return (lostReason(job) as LeaseLostError | undefined) ?? error;
 }
 
 /** The server's WAIT takes at most an hour: a longer wait goes in pieces. */
@@ -223,21 +159,48 @@ export type ClaimStep =
   | { next: 'claim'; pause: number }
   | { next: 'run'; job: Job }
   | { next: 'replay'; attempt: number; result: Buffer | null }
+  | { next: 'busy'; attempt: number; leaseLeft: number }
   | { next: 'throw'; error: Error };
 
+// Answers that wrote nothing and come from a failover, a resharding or a
+// restart: the claim is sent again (to the new primary, which the client finds).
+const RESEND = /^(TRYAGAIN|UNBLOCKED|READONLY|MASTERDOWN|LOADING|CLUSTERDOWN)\b/;
+const CONNECTION = /connection|socket|closed|ECONN|EPIPE|ETIMEDOUT|EHOSTUNREACH|timed out|timeout|refresh slots|reconnect|Sentinel/i;
+
+/** A failure of the connection (not an answer of the server, nor a bug of the caller's). */
+export function isConnectionError(err: unknown): boolean {
+  if (!(err instanceof Error) || isReplyError(err) || err instanceof TypeError || err instanceof RangeError) return false;
+  return CONNECTION.test(err.message) || CONNECTION.test(err.name) || typeof (err as { code?: unknown }).code === 'string';
+}
+
+/** A claim that failed this way wrote nothing the caller can use: send it again while time is left. */
+export const claimResendable = (err: unknown): boolean =>
+  err instanceof IdemReplyError ? RESEND.test(err.message) : isConnectionError(err);
+
+/** 10 ms doubling to 1 s, jittered: polling on the Functions edition, and resends. */
+class Backoff {
+  #next = 10;
+  pause(cap: number): number {
+    const jittered = this.#next * (0.75 + Math.random() / 2);
+    this.#next = Math.min(this.#next * 2, 1000);
+    return Math.max(1, Math.min(jittered, cap));
+  }
+}
+
 /**
- * One call's claims: the first without WAIT (so that a busy key is seen and
- * counted once), then WAIT for the time left on the module (in pieces of at
- * most `piece` ms), polling on the Functions edition (10 ms doubling to
- * 1 s, jittered, never past the holder's lease end nor the deadline).
- * TRYAGAIN and UNBLOCKED wrote nothing: the claim is sent again.
+ * One call's claims after the first answered BUSY or failed: WAIT for the
+ * time left on the module (in pieces of at most `piece` ms), polling on
+ * the Functions edition (never past the holder's lease end nor the
+ * deadline). A claim that wrote nothing (claimResendable) is sent again
+ * while time is left, and a few times past it.
  */
 export class ClaimLoop {
   readonly #deadline: number;
   #waited = false;
   #busySeen = false;
-  #backoff = 10;
   #resent = 0;
+  readonly #poll = new Backoff();
+  readonly #resend = new Backoff();
 
   constructor(
     readonly edition: Edition,
@@ -264,48 +227,41 @@ export class ClaimLoop {
   }
 
   onError(err: unknown): ClaimStep {
-    const retryable = err instanceof IdemReplyError && /^(TRYAGAIN|UNBLOCKED)\b/.test(err.message);
     // Past the deadline the next claim has no WAIT and answers at once; a
-    // few such resends bound a server that keeps answering TRYAGAIN.
-    if (retryable && (this.#left() > 0 || this.#resent++ < 3)) return { next: 'claim', pause: 10 };
+    // few such resends bound a server that keeps refusing.
+    if (claimResendable(err)) {
+      const left = this.#left();
+      if (left > 0 || this.#resent++ < 3) return { next: 'claim', pause: this.#resend.pause(Math.max(left, 10)) };
+    }
     return { next: 'throw', error: err instanceof Error ? err : new Error(String(err)) };
   }
 
   onReply(reply: ClaimReply, keyAsGiven: string): ClaimStep {
-    switch (reply.status) {
-      case 'BUSY': {
-        if (!this.#busySeen) {
-          this.#busySeen = true;
-          notify(this.hooks, 'onBusy', keyAsGiven, reply.leaseLeft);
-        }
-        const left = this.#left();
-        if (left <= 0) {
-          this.stats.busy++;
-          return { next: 'throw', error: new BusyError(keyAsGiven, reply.attempt, reply.leaseLeft) };
-        }
-        if (!this.#waited) {
-          this.#waited = true;
-          this.stats.waits++;
-        }
-        if (this.edition === 'module') return { next: 'claim', pause: 0 }; // with WAIT, see wait()
-        const jittered = this.#backoff * (0.75 + Math.random() / 2);
-        this.#backoff = Math.min(this.#backoff * 2, 1000);
-        return { next: 'claim', pause: Math.max(1, Math.min(jittered, left, reply.leaseLeft)) };
-      }
-      default:
-        return claimed(reply, keyAsGiven, this.stats, this.hooks);
+    if (reply.status !== 'BUSY') return claimed(reply, keyAsGiven, this.stats, this.hooks);
+    if (!this.#busySeen) {
+      this.#busySeen = true;
+      notify(this.hooks, 'onBusy', keyAsGiven, reply.leaseLeft);
     }
+    const left = this.#left();
+    if (left <= 0) {
+      this.stats.busy++;
+      return { next: 'busy', attempt: reply.attempt, leaseLeft: reply.leaseLeft };
+    }
+    if (!this.#waited) {
+      this.#waited = true;
+      this.stats.waits++;
+    }
+    if (this.edition === 'module') return { next: 'claim', pause: 0 }; // with WAIT, see wait()
+    return { next: 'claim', pause: this.#poll.pause(Math.min(left, reply.leaseLeft)) };
   }
 }
 
 /** A claim's answer other than BUSY, counted (process() and processMany() alike). */
-export function claimed(reply: Exclude<ClaimReply, { status: 'BUSY' }>, key: string, stats: Stats, hooks: Hooks): Exclude<ClaimStep, { next: 'claim' }> {
+export function claimed(reply: Exclude<ClaimReply, { status: 'BUSY' }>, key: string, stats: Stats, hooks: Hooks): Exclude<ClaimStep, { next: 'claim' | 'busy' }> {
   switch (reply.status) {
     case 'NEW':
     case 'SEEN':
     case 'RETRY':
-      if (reply.status === 'NEW') stats.firstRuns++;
-      else stats.retries++;
       return { next: 'run', job: new Job(key, reply.attempt, reply.status, reply.token) };
     case 'DONE':
       stats.replays++;
@@ -320,6 +276,36 @@ export function claimed(reply: Exclude<ClaimReply, { status: 'BUSY' }>, key: str
   }
 }
 
+/** A granted claim counted once it may run (with `durable`, once WAIT acknowledged it). */
+export function countRun(job: Job, stats: Stats): void {
+  if (job.status === 'NEW') stats.firstRuns++;
+  else stats.retries++;
+}
+
+/** The Busy error a call ends with, carrying the holder's owner as IDEM.GET read it. */
+export const busyError = (key: string, attempt: number, leaseLeft: number, record: RecordInfo | null | undefined): BusyError =>
+  new BusyError(key, attempt, leaseLeft, record?.owner ?? null);
+
+// ---- durable: what WAIT / WAITAOF's answer means ----
+
+/** The WAIT that follows a command with `durable`. */
+export const waitArgs = (d: DurableSettings): (string | number)[] =>
+  d.fsync ? ['WAITAOF', 1, d.replicas, d.timeout] : ['WAIT', d.replicas, d.timeout];
+
+/** Acknowledgements in WAIT's (or WAITAOF's) reply: enough, and how many; a refused WAITAOF is never enough. */
+export function acknowledged(d: DurableSettings, reply: unknown): { durable: boolean; count: number } {
+  if (reply instanceof Error || reply === undefined) return { durable: false, count: -1 };
+  if (d.fsync) {
+    const pair = Array.isArray(reply) ? reply.map(Number) : [];
+    const count = pair[1] ?? -1;
+    return { durable: pair[0]! >= 1 && count >= d.replicas, count };
+  }
+  const count = Number(reply);
+  return { durable: count >= d.replicas, count };
+}
+
+// ---- completing ----
+
 /** The work's value encoded for RESULT, or why it is not stored. */
 export function encodeResult(codec: Codec, value: unknown, maxResult: number): { result?: Bytes; dropped?: DropReason; cause?: unknown } {
   let result: Bytes;
@@ -329,12 +315,18 @@ export function encodeResult(codec: Codec, value: unknown, maxResult: number): {
   } catch (cause) {
     return { dropped: 'unserializable', cause };
   }
-  const size = Buffer.byteLength(result);
+  // A string's UTF-8 size is at most 3 bytes per UTF-16 unit: count only where it may matter.
+  const size = typeof result === 'string' && result.length * 3 <= maxResult ? 0 : Buffer.byteLength(result);
   if (size > maxResult) return { dropped: 'oversize', cause: new ResultTooLargeError(`the result is ${size} bytes, over idem.max-result (${maxResult})`) };
   return { result };
 }
 
-/** What one DONE's answer (or failure) means. */
+/**
+ * What one DONE's answer (or failure) means: completed; check (0: done
+ * already, look with IDEM.GET); lost (STALE); too-large (complete without
+ * the result); retry (the reply was lost: send DONE again); fail (any other
+ * error: the record was not completed).
+ */
 export type DoneVerdict = 'completed' | 'check' | 'lost' | 'too-large' | 'retry' | 'fail';
 
 export function judgeDone(reply: DoneReply | undefined, error: unknown): DoneVerdict {
@@ -344,8 +336,8 @@ export function judgeDone(reply: DoneReply | undefined, error: unknown): DoneVer
     return isReplyError(error) ? 'fail' : 'retry';
   }
   // 0: done already. It is this job's own completion when the record shows
-  // its attempt (a DONE resent, by us or by the client, after a lost reply):
-  // nobody else can have claimed in between.
+  // its attempt (a DONE resent after a lost reply): nobody else can have
+  // claimed in between.
   return reply!.alreadyDone ? 'check' : 'completed';
 }
 
@@ -354,6 +346,9 @@ export const ownCompletion = (record: RecordInfo | null, attempt: number): boole
 
 /** The pause before DONE's `n`th resend (from 0): 50 ms doubling. */
 export const doneBackoff = (n: number): number => 50 * 2 ** n;
+
+/** A DONE or RELEASE that got no reply within its deadline (its reply counts as lost). */
+export const timedOut = (err: unknown): boolean => err instanceof DeadlineError;
 
 /**
  * A completed job reported: counted, `onResultDropped` and `onDone` called,
@@ -374,10 +369,12 @@ export async function completed(
     notify(s.hooks, 'onResultDropped', job, dropped);
   }
   const resultStored = dropped === undefined;
-  try {
-    await s.hooks.onDone?.(job, resultStored);
-  } catch (err) {
-    return { resultStored, error: new HookError('onDone', err, value) };
+  if (s.hooks.onDone !== undefined) {
+    try {
+      await s.hooks.onDone(job, resultStored);
+    } catch (err) {
+      return { resultStored, error: new HookError('onDone', err, value) };
+    }
   }
   if (dropped === 'unserializable' || (dropped === 'oversize' && s.oversize === 'error')) {
     return { resultStored, error: new ResultNotStoredError(job.key, value, cause) };
@@ -385,21 +382,31 @@ export async function completed(
   return { resultStored };
 }
 
+// ---- batches ----
+
 /** The most keys one batch call takes (the module's limit). */
 export const MAX_BATCH_KEYS = 10000;
 
-/** Indices of `keys` grouped into batch calls: one per slot in a cluster, at most MAX_BATCH_KEYS each. */
-export function planBatch(keys: string[], cluster: boolean): number[][] {
+/** Indices of `keys` grouped by slot (one group in all outside a cluster), in first-seen order. */
+export function groupBySlot(keys: readonly string[], cluster: boolean): number[][] {
+  if (!cluster) return [keys.map((_, i) => i)];
   const bySlot = new Map<number, number[]>();
   keys.forEach((key, i) => {
-    const slot = cluster ? calculateSlot(key) : 0;
+    const slot = calculateSlot(key);
     let group = bySlot.get(slot);
     if (!group) bySlot.set(slot, (group = []));
     group.push(i);
   });
+  return [...bySlot.values()];
+}
+
+/** A group's indices cut into calls of at most MAX_BATCH_KEYS. */
+export function chunk(group: number[]): number[][] {
+  if (group.length <= MAX_BATCH_KEYS) return [group];
   const calls: number[][] = [];
-  for (const group of bySlot.values()) {
-    for (let i = 0; i < group.length; i += MAX_BATCH_KEYS) calls.push(group.slice(i, i + MAX_BATCH_KEYS));
-  }
+  for (let i = 0; i < group.length; i += MAX_BATCH_KEYS) calls.push(group.slice(i, i + MAX_BATCH_KEYS));
   return calls;
 }
+
+/** Indices of `keys` grouped into batch calls: one per slot in a cluster, at most MAX_BATCH_KEYS each. */
+export const planBatch = (keys: readonly string[], cluster: boolean): number[][] => groupBySlot(keys, cluster).flatMap(chunk);

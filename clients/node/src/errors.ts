@@ -37,8 +37,34 @@ export class BusyError extends IdemError {
     readonly attempt: number,
     /** ms left on the holder's lease */
     readonly leaseLeft: number,
+    /** the holder's OWNER (read with one IDEM.GET); null when the record has none or the read failed */
+    readonly owner: string | null = null,
   ) {
-    super(`${key}: another worker holds it (${leaseLeft} ms left on its lease)`);
+    super(`${key}: ${owner === null ? 'another worker' : owner} holds it (${leaseLeft} ms left on its lease)`);
+  }
+}
+
+/**
+ * `durable`: a WAIT (or WAITAOF) answered fewer acknowledgements than asked,
+ * or the server refused it. `stage` 'claim': the claim was released, the
+ * work never ran (the message is redelivered); 'done': the record is done on
+ * the primary but may be lost with it: do not acknowledge the message.
+ */
+export class NotDurableError extends IdemError {
+  constructor(
+    readonly key: string,
+    readonly stage: 'claim' | 'done',
+    /** replicas (WAITAOF: fsyncs by replicas) that acknowledged; -1 when the server refused WAITAOF */
+    readonly acknowledged: number,
+    /** the work's value (stage 'done') */
+    readonly result?: unknown,
+    options?: { cause?: unknown },
+  ) {
+    super(
+      `${key}: ${stage === 'claim' ? 'the claim' : 'the completion'} was not acknowledged as durable (${acknowledged < 0 ? 'refused' : `${acknowledged} acknowledged`})` +
+        (stage === 'claim' ? ': released, the work did not run' : ': do not acknowledge the message'),
+      options,
+    );
   }
 }
 
@@ -106,6 +132,22 @@ export class DoneUnconfirmedError extends IdemError {
     cause: unknown,
   ) {
     super(`${key}: DONE could not be confirmed (${cause instanceof Error ? cause.message : String(cause)})`, { cause });
+  }
+}
+
+/** A command whose connection closed before its reply, which the client below would have resent by itself: the loop decides (DONE, RELEASE). */
+export class ConnectionLostError extends Error {
+  constructor(command: string) {
+    super(`Connection closed before ${command}'s reply (not resent by the client; the loop decides)`);
+    this.name = 'ConnectionLostError';
+  }
+}
+
+/** A command that took longer than its deadline (done timeout): its reply counts as lost. */
+export class DeadlineError extends Error {
+  constructor(command: string, ms: number) {
+    super(`Connection timed out: no reply to ${command} within ${ms} ms`);
+    this.name = 'DeadlineError';
   }
 }
 

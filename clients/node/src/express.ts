@@ -12,19 +12,20 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Codec } from './codec.js';
 import type { Job } from './core.js';
 import { BusyError, ExhaustedError, IdemError, MismatchError } from './errors.js';
-import type { Idem } from './idem.js';
+import { type Idem, idemSettings } from './idem.js';
 
 type Request = IncomingMessage & { originalUrl?: string; body?: unknown; rawBody?: Buffer };
 type Response = ServerResponse & { locals?: Record<string, unknown> };
 
+/** The middleware's options; `lease`, `wait`, `maxTries` and `retain` default to the Idem's (durable and owner are always the Idem's). */
 export interface IdempotencyOptions {
-  /** ms, whole seconds: the claim's lease, extended while the handler runs (30000) */
+  /** ms, whole seconds: the claim's lease, extended while the handler runs (the Idem's: 30000 by default) */
   lease?: number;
-  /** ms a repeat waits for the copy in flight before answering 409 (10000) */
+  /** ms a repeat waits for the copy in flight before answering 409 (the Idem's: 10000 by default) */
   wait?: number;
-  /** tries before the key answers 500 for good (3) */
+  /** tries before the key answers 500 for good (the Idem's maxTries, else 3) */
   maxTries?: number;
-  /** ms a response is kept, whole seconds (the server's idem.retain) */
+  /** ms a response is kept, whole seconds (the Idem's, else the server's idem.retain) */
   retain?: number;
   /** the header (Idempotency-Key) */
   header?: string;
@@ -158,15 +159,25 @@ function capture(res: Response, next: (err?: unknown) => void, lease: number): P
 export function idempotency(idem: Idem, options: IdempotencyOptions = {}) {
   const header = (options.header ?? 'Idempotency-Key').toLowerCase();
   const methods = new Set((options.methods ?? ['POST', 'PATCH']).map((m) => m.toUpperCase()));
-  const maxTries = options.maxTries ?? 3;
-  const lease = options.lease ?? 30000;
+  const settings = idemSettings(idem);
+  const maxTries = options.maxTries ?? settings.maxTries ?? 3;
+  const lease = options.lease ?? settings.lease;
   const retryAfter = String(options.retryAfter ?? 1);
+  // Only what the middleware sets itself overrides the Idem's settings.
+  const own = {
+    ...(options.lease === undefined ? {} : { lease }),
+    ...(options.wait === undefined ? {} : { wait: options.wait }),
+    ...(options.retain === undefined ? {} : { retain: options.retain }),
+    maxTries,
+    codec: responseCodec,
+  };
 
   return (req: Request, res: Response, next: (err?: unknown) => void): void => {
     const method = (req.method ?? '').toUpperCase();
     if (!methods.has(method)) return next();
     const given = req.headers[header];
-    const value = Array.isArray(given) ? given[0] : given;
+    // RFC 9110's optional whitespace around the value is not part of the key.
+    const value = (Array.isArray(given) ? given[0] : given)?.replace(/^[ \t]+|[ \t]+$/g, '');
     if (!value) {
       if (options.required) return send(res, 400, TEXT, `${options.header ?? 'Idempotency-Key'} header required`);
       return next();
@@ -178,7 +189,7 @@ export function idempotency(idem: Idem, options: IdempotencyOptions = {}) {
         if (res.locals) res.locals.idempotency = { key: value, attempt: job.attempt, status: job.status } satisfies IdempotencyInfo;
         return capture(res, next, lease);
       };
-      return idem.process(key, handler, { lease, wait: options.wait ?? 10000, maxTries, retain: options.retain, payload, codec: responseCodec });
+      return idem.process(key, handler, { ...own, payload });
     };
     run().then(
       (outcome) => {

@@ -1,59 +1,70 @@
-// Keeps leases alive while work runs: every `interval` ms, one EXTEND per
-// held job (concurrently). A STALE answer means another worker claimed the
-// key: the job's lease is marked lost (its signal aborts). A connection
-// error is retried at the next beat. The timer runs on the event loop: a
-// work that blocks the loop longer than the lease starves it.
+// Keeps leases alive while work runs, on the instance's one clock: a job
+// held longer than its heartbeat interval gets an EXTEND, then again every
+// interval until it is let go. A STALE answer means another worker claimed
+// the key: the job's lease is marked lost (its signal aborts). A connection
+// error is tried again at the next beat. The clock runs on the event loop:
+// a work that blocks the loop longer than the lease starves it.
+import type { Clock, Timed } from './clock.js';
 import type { Connection } from './connection.js';
 import { type Hooks, type Job, type Stats, leaseLost } from './core.js';
 import { StaleError } from './errors.js';
 
-export class Heartbeat {
-  readonly #held = new Map<Job, string>();
-  readonly #timer?: ReturnType<typeof setInterval>;
-  #beat?: Promise<unknown>;
+/** One job's beats. */
+class Beat implements Timed {
+  due = 0;
+  cancelled = false;
+  held = true;
+  extending: Promise<void> | undefined;
 
   constructor(
+    private readonly heartbeat: Heartbeat,
+    readonly job: Job,
+    readonly key: string,
+    readonly lease: number,
+    readonly interval: number,
+  ) {}
+
+  fire(): void {
+    if (!this.held || this.job.lost) return;
+    this.extending = this.heartbeat.extend(this).finally(() => {
+      this.extending = undefined;
+      if (this.held && !this.job.lost) this.heartbeat.clock.add(this, this.interval);
+    });
+  }
+}
+
+export type { Beat };
+
+export class Heartbeat {
+  constructor(
     private readonly conn: Connection,
-    private readonly lease: number,
-    interval: number,
+    readonly clock: Clock,
     private readonly stats: Stats,
     private readonly hooks: Hooks,
-  ) {
-    if (interval > 0) {
-      this.#timer = setInterval(() => {
-        this.#beat ??= this.#extendAll().finally(() => (this.#beat = undefined));
-      }, interval);
-      this.#timer.unref?.();
+  ) {}
+
+  /** Keeps `job` (stored under `key`) alive every `interval` ms until `stop`; undefined when `interval` is 0. */
+  start(job: Job, key: string, lease: number, interval: number): Beat | undefined {
+    if (!(interval > 0)) return undefined;
+    const beat = new Beat(this, job, key, lease, interval);
+    this.clock.add(beat, interval);
+    return beat;
+  }
+
+  async extend(beat: Beat): Promise<void> {
+    try {
+      await this.conn.extend(beat.key, beat.job.token, beat.lease);
+      this.stats.extends++;
+    } catch (err) {
+      if (err instanceof StaleError && beat.held) leaseLost(beat.job, err, this.stats, this.hooks);
     }
   }
 
-  /** Keeps `job` (stored under `key`) alive until `delete` or `stop`. */
-  add(job: Job, key: string): void {
-    this.#held.set(job, key);
-  }
-
-  delete(job: Job): void {
-    this.#held.delete(job);
-  }
-
-  async #extendAll(): Promise<void> {
-    await Promise.all(
-      [...this.#held].map(async ([job, key]) => {
-        if (job.lost) return;
-        try {
-          await this.conn.extend(key, job.token, this.lease);
-          this.stats.extends++;
-        } catch (err) {
-          if (err instanceof StaleError && this.#held.has(job)) leaseLost(job, err, this.stats, this.hooks);
-        }
-      }),
-    );
-  }
-
-  /** Stops the timer and waits for an EXTEND in flight. */
-  async stop(): Promise<void> {
-    if (this.#timer) clearInterval(this.#timer);
-    this.#held.clear();
-    await this.#beat;
+  /** Lets the job go, and waits for an EXTEND in flight (an EXTEND after a RELEASE would take the key for lost). */
+  stop(beat: Beat | undefined): Promise<void> | undefined {
+    if (beat === undefined) return undefined;
+    beat.held = false;
+    beat.cancelled = true;
+    return beat.extending;
   }
 }

@@ -1,16 +1,27 @@
 // The Idem class: the client given (ioredis, node-redis, or a Transport),
 // the typed commands on either edition with the instance's prefix, the
-// batch helpers, and the consumer loop (loop.ts, many.ts).
+// batch helpers, and the consumer loop (loop.ts, many.ts). Everything the
+// loop needs per call is made here, once: the settings, the connection
+// (its edition once known), the one clock, the heartbeat, the coalescer.
 import * as batch from './batch.js';
+import { Clock } from './clock.js';
 import * as c from './commands.js';
 import { Connection } from './connection.js';
-import { type Hooks, type IdemOptions as CoreOptions, type ProcessOptions, type Stats, newStats } from './core.js';
+import { type Hooks, type Stats, newStats } from './core.js';
+import { Heartbeat } from './heartbeat.js';
 import { type IoredisOptions, ioredisTransport, isIoredis } from './ioredis.js';
-import { type ManyItem, type ProcessManyOptions, processMany } from './many.js';
 import { type Outcome, type Runtime, type Work, process } from './loop.js';
+import { type BatchItem, type ProcessManyOptions, processMany } from './many.js';
 import { isNodeRedis, nodeRedisTransport } from './node-redis.js';
+import { type IdemOptions as CoreOptions, type ProcessOptions, type Settings, instanceSettings } from './settings.js';
+import { Coalescer } from './tick.js';
 import type { Transport } from './transport.js';
-import type { BatchItem, Bytes, ClaimOptions, ClaimReply, DoneOptions, DoneReply, Edition, FilterInfo, RecordInfo, ReserveOptions, ScanOptions } from './types.js';
+import type { BatchReply, Bytes, ClaimOptions, ClaimReply, DoneOptions, DoneReply, Edition, FilterInfo, RecordInfo, ReserveOptions, ScanOptions } from './types.js';
+
+const settingsOf = new WeakMap<Idem, Settings>();
+
+/** The instance's resolved settings (the middleware takes its defaults from them). */
+export const idemSettings = (idem: Idem): Settings => settingsOf.get(idem)!;
 
 /** A prefix as a SCAN glob that matches it literally. */
 const literalGlob = (prefix: string) => prefix.replace(/[*?[\]\\]/g, '\\$&');
@@ -35,17 +46,32 @@ export class Idem {
   readonly stats: Stats = newStats();
   readonly hooks: Hooks;
 
-  /** `client`: an ioredis Redis or Cluster, a node-redis client or cluster (v4, v5), or a Transport. */
+  /**
+   * `client`: an ioredis Redis (Sentinel too: `{ sentinels, name }`) or
+   * Cluster, a node-redis client, cluster (v4, v5) or sentinel
+   * (`createSentinel`, v5), or a Transport.
+   */
   constructor(client: unknown, options: IdemOptions = {}) {
+    const settings = instanceSettings(options);
     let transport: Transport;
     if (isIoredis(client)) transport = ioredisTransport(client, options.ioredis);
     else if (isNodeRedis(client)) transport = nodeRedisTransport(client);
     else if (client && typeof (client as Transport).send === 'function') transport = client as Transport;
-    else throw new TypeError('redis-idem: pass an ioredis client or Cluster, a node-redis client or cluster, or a Transport');
+    else throw new TypeError('redis-idem: pass an ioredis client or Cluster, a node-redis client, cluster or sentinel, or a Transport');
     this.prefix = options.prefix ?? '';
     this.hooks = options.hooks ?? {};
-    this.#conn = new Connection(transport, options.edition, options.maxResult);
-    this.#runtime = { conn: this.#conn, prefix: this.prefix, options, stats: this.stats, hooks: this.hooks };
+    settingsOf.set(this, settings);
+    const clock = new Clock();
+    this.#conn = new Connection(transport, clock, options.edition, options.maxResult);
+    this.#runtime = {
+      conn: this.#conn,
+      coalescer: new Coalescer(this.#conn),
+      heartbeat: new Heartbeat(this.#conn, clock, this.stats, this.hooks),
+      prefix: this.prefix,
+      settings,
+      stats: this.stats,
+      hooks: this.hooks,
+    };
   }
 
   /** Which edition the server runs: 'module' or 'functions' (asked once). */
@@ -53,8 +79,9 @@ export class Idem {
     return this.#conn.edition();
   }
 
-  /** Closes the connections this instance opened for WAIT (never the client you gave it). */
+  /** Closes the connections this instance opened for WAIT, and stops its timer (never the client you gave it). */
   async close(): Promise<void> {
+    this.#conn.clock.stop();
     await this.#conn.transport.close?.();
   }
 
@@ -69,7 +96,7 @@ export class Idem {
   }
 
   /** process() for many keys: one batch of claims, completions and releases; a busy key is not waited for. */
-  processMany<T>(keys: string[], work: Work<T>, options?: ProcessManyOptions<T>): Promise<ManyItem<T>[]> {
+  processMany<T>(keys: string[], work: Work<T>, options?: ProcessManyOptions<T>): Promise<BatchItem<T>[]> {
     return processMany(this.#runtime, keys, work, options);
   }
 
@@ -97,6 +124,7 @@ export class Idem {
   // The typed commands. Keys are given without the prefix; every duration in ms.
 
   #key = (key: string) => this.prefix + key;
+  #bloomKey = (bloom: string | undefined) => (bloom === undefined ? undefined : this.#key(bloom));
   #bloom = <O extends { bloom?: string }>(o: O): O => (o.bloom === undefined ? o : { ...o, bloom: this.#key(o.bloom) });
 
   claim(key: string, lease: number, options: ClaimOptions = {}): Promise<ClaimReply> {
@@ -163,32 +191,40 @@ export class Idem {
     return this.#conn.send(k, (e) => build(e, k), parse);
   }
 
-  // The batch helpers, on both editions: one answer per key, in order; a key's error is an Error element.
+  // The batch helpers, on both editions: one answer per key, in order; a
+  // key's error is an Error element. With `durable`, one WAIT per slot: a
+  // claim granted but not acknowledged is released and answered
+  // NotDurableError, a DONE not acknowledged is answered NotDurableError.
 
-  claimMany(keys: string[], lease: number, options: batch.ClaimManyOptions = {}): Promise<BatchItem<ClaimReply>[]> {
-    return batch.claimMany(this.#conn, keys.map(this.#key), lease, this.#bloom(options));
+  async claimMany(keys: string[], lease: number, options: batch.ClaimManyOptions = {}): Promise<BatchReply<ClaimReply>[]> {
+    const s = settingsOf.get(this)!;
+    const stored = keys.map(this.#key);
+    const o = { ...options, bloom: this.#bloomKey(options.bloom), owner: options.owner ?? s.owner };
+    return batch.durableClaims(this.#conn, stored, keys, await batch.claimMany(this.#conn, stored, lease, o, undefined, { durable: s.durable }));
   }
 
-  doneMany(items: batch.DoneItem[], options: batch.DoneManyOptions = {}): Promise<BatchItem<DoneReply>[]> {
-    return batch.doneMany(this.#conn, this.#items(items), this.#bloom(options));
+  async doneMany(items: batch.DoneItem[], options: batch.DoneManyOptions = {}): Promise<BatchReply<DoneReply>[]> {
+    const s = settingsOf.get(this)!;
+    const answered = await batch.doneMany(this.#conn, this.#items(items), this.#bloom(options), undefined, { durable: s.durable });
+    return batch.durableDones(items.map((item) => item.key), answered);
   }
 
-  releaseMany(items: batch.ReleaseItem[]): Promise<BatchItem<boolean>[]> {
-    return batch.releaseMany(this.#conn, this.#items(items));
+  async releaseMany(items: batch.ReleaseItem[]): Promise<BatchReply<boolean>[]> {
+    return (await batch.releaseMany(this.#conn, this.#items(items))).replies;
   }
 
   // The module's batch commands as they are (ModuleRequiredError on the Functions edition).
 
-  mclaim(keys: string[], lease: number, options: batch.ClaimManyOptions = {}): Promise<BatchItem<ClaimReply>[]> {
-    return batch.claimMany(this.#conn, keys.map(this.#key), lease, this.#bloom(options), 'IDEM.MCLAIM');
+  async mclaim(keys: string[], lease: number, options: batch.ClaimManyOptions = {}): Promise<BatchReply<ClaimReply>[]> {
+    return (await batch.claimMany(this.#conn, keys.map(this.#key), lease, this.#bloom(options), 'IDEM.MCLAIM')).replies;
   }
 
-  mdone(items: batch.DoneItem[], options: batch.DoneManyOptions = {}): Promise<BatchItem<DoneReply>[]> {
-    return batch.doneMany(this.#conn, this.#items(items), this.#bloom(options), 'IDEM.MDONE');
+  async mdone(items: batch.DoneItem[], options: batch.DoneManyOptions = {}): Promise<BatchReply<DoneReply>[]> {
+    return (await batch.doneMany(this.#conn, this.#items(items), this.#bloom(options), 'IDEM.MDONE')).replies;
   }
 
-  mrelease(items: batch.ReleaseItem[]): Promise<BatchItem<boolean>[]> {
-    return batch.releaseMany(this.#conn, this.#items(items), 'IDEM.MRELEASE');
+  async mrelease(items: batch.ReleaseItem[]): Promise<BatchReply<boolean>[]> {
+    return (await batch.releaseMany(this.#conn, this.#items(items), 'IDEM.MRELEASE')).replies;
   }
 
   #items<I extends { key: string }>(items: I[]): I[] {

@@ -2,9 +2,10 @@
 export { Idem } from './idem.js';
 export type { IdemOptions, IdempotentOptions } from './idem.js';
 export { Job } from './core.js';
-export type { Hooks, Stats, ProcessOptions, DropReason } from './core.js';
+export type { Hooks, Stats, DropReason } from './core.js';
+export type { ProcessOptions } from './settings.js';
 export type { Outcome, Work } from './loop.js';
-export type { ManyItem, ProcessManyOptions } from './many.js';
+export type { BatchItem, BatchStatus, ProcessManyOptions } from './many.js';
 export type { ClaimManyOptions, DoneItem, ReleaseItem, DoneManyOptions } from './batch.js';
 export { json, raw } from './codec.js';
 export type { Codec } from './codec.js';
@@ -24,6 +25,7 @@ export {
   ModuleRequiredError,
   LiveLeaseError,
   NotInstalledError,
+  NotDurableError,
   replyError,
 } from './errors.js';
 export { ClaimStatus } from './types.js';
@@ -40,7 +42,8 @@ export type {
   DoneOptions,
   ReserveOptions,
   Edition,
-  BatchItem,
+  BatchReply,
+  Durable,
 } from './types.js';
 export { idemModule } from './node-redis.js';
 export { idempotency, fingerprint, keepRawBody } from './express.js';

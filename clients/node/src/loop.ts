@@ -1,36 +1,40 @@
 // process(key, work): claim, run with a heartbeat, complete or give back,
 // replay. Every decision is core.ts's; this file sends what it decides.
-import type { Connection } from './connection.js';
+import type { Ack, Connection } from './connection.js';
 import {
   type ClaimStep,
   ClaimLoop,
   type DoneVerdict,
   type DropReason,
   type Hooks,
-  type IdemOptions,
   type Job,
+  lostReason,
   MAX_WAIT_PIECE,
-  type ProcessOptions,
-  type Settings,
   type Stats,
+  busyError,
+  claimed,
   completed,
+  countRun,
   doneBackoff,
   encodeResult,
   judgeDone,
   leaseLost,
   notify,
   ownCompletion,
-  settings,
 } from './core.js';
-import { DoneUnconfirmedError, HookError, LeaseLostError, isReplyError } from './errors.js';
-import { Heartbeat } from './heartbeat.js';
-import type { DoneReply, GrantedStatus } from './types.js';
+import { DoneUnconfirmedError, HookError, LeaseLostError, NotDurableError, isReplyError } from './errors.js';
+import type { Heartbeat } from './heartbeat.js';
+import { type ProcessOptions, type Settings, callSettings } from './settings.js';
+import type { Coalescer } from './tick.js';
+import type { DoneReply, GrantedStatus, RecordInfo } from './types.js';
 
 /** What the loop works with: the Idem instance's parts. */
 export interface Runtime {
   conn: Connection;
+  coalescer: Coalescer;
+  heartbeat: Heartbeat;
   prefix: string;
-  options: IdemOptions;
+  settings: Settings;
   stats: Stats;
   hooks: Hooks;
 }
@@ -54,66 +58,133 @@ export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve
 
 export type Work<T> = (job: Job) => T | Promise<T>;
 
-export async function process<T>(rt: Runtime, key: string, work: Work<T>, options: ProcessOptions<T> = {}): Promise<Outcome<T>> {
-  const s = settings(rt.options, options);
+/** The claims of a call after its first met a busy key or failed. */
+const claimLoop = (rt: Runtime, s: Settings) =>
+  new ClaimLoop(rt.conn.known ?? 'functions', s.wait, rt.stats, rt.hooks, rt.conn.transport.maxBlock ?? MAX_WAIT_PIECE);
+
+/** The holder's record, read once for the Busy error (null when the read fails). */
+async function holder(rt: Runtime, stored: string): Promise<RecordInfo | null> {
+  try {
+    return await rt.conn.get(stored);
+  } catch {
+    return null;
+  }
+}
+
+export async function process<T>(rt: Runtime, key: string, work: Work<T>, options?: ProcessOptions<T>): Promise<Outcome<T>> {
+  const s = callSettings(rt.settings, options, rt.prefix);
   const stored = rt.prefix + key;
-  const bloom = s.bloom === undefined ? undefined : rt.prefix + s.bloom;
-  const loop = new ClaimLoop(await rt.conn.edition(), s.wait, rt.stats, rt.hooks, rt.conn.transport.maxBlock ?? MAX_WAIT_PIECE);
-  let step: ClaimStep = { next: 'claim', pause: 0 };
+  const payload = options?.payload;
+  let step: ClaimStep;
+  let loop: ClaimLoop | undefined;
+  let ack: Ack | undefined;
+  try {
+    const first = await rt.coalescer.claim(stored, s, payload);
+    ack = first.ack;
+    step = first.reply.status === 'BUSY' ? (loop = claimLoop(rt, s)).onReply(first.reply, key) : claimed(first.reply, key, rt.stats, rt.hooks);
+  } catch (err) {
+    step = (loop = claimLoop(rt, s)).onError(err);
+  }
   while (step.next === 'claim') {
     if (step.pause) await sleep(step.pause);
     try {
-      step = loop.onReply(await rt.conn.claim(stored, s.lease, { payload: options.payload, maxTries: s.maxTries, bloom, wait: loop.wait() }), key);
+      const again = await rt.conn.claimFor(stored, s, payload, loop!.wait());
+      ack = again.ack;
+      step = loop!.onReply(again.reply, key);
     } catch (err) {
-      step = loop.onError(err);
+      step = loop!.onError(err);
     }
   }
-  if (step.next === 'throw') throw step.error;
-  if (step.next === 'replay') {
-    const value = step.result === null ? undefined : (s.codec.decode(step.result) as T);
-    return { value, replayed: true, attempt: step.attempt, status: 'DONE', resultStored: step.result !== null, waited: loop.waited };
+  const waited = loop?.waited ?? false;
+  switch (step.next) {
+    case 'throw':
+      throw step.error;
+    case 'busy':
+      throw busyError(key, step.attempt, step.leaseLeft, await holder(rt, stored));
+    case 'replay': {
+      const value = step.result === null ? undefined : (s.codec.decode(step.result) as T);
+      if (s.durable !== undefined && !ack?.durable) {
+        // The completion it replays may live on this primary alone (a DONE not yet
+        // replicated, a primary cut off from its replicas): not to be acknowledged yet.
+        rt.stats.notDurable++;
+        throw new NotDurableError(key, 'done', ack?.count ?? -1, value);
+      }
+      return { value, replayed: true, attempt: step.attempt, status: 'DONE', resultStored: step.result !== null, waited };
+    }
   }
   const job = step.job;
-  try {
-    await rt.hooks.onRun?.(job);
-  } catch (err) {
-    await giveBack(rt, job, stored, err);
-    throw new HookError('onRun', err);
+  if (s.durable !== undefined && !ack?.durable) {
+    // Not acknowledged: given back before any work ran; the redelivery retries.
+    await rt.conn.releaseFor(stored, job.token, s).catch(() => false);
+    rt.stats.notDurable++;
+    throw new NotDurableError(key, 'claim', ack?.count ?? -1);
   }
-  const heartbeat = new Heartbeat(rt.conn, s.lease, s.heartbeat, rt.stats, rt.hooks);
-  heartbeat.add(job, stored);
+  countRun(job, rt.stats);
+  if (rt.hooks.onRun !== undefined) {
+    try {
+      await rt.hooks.onRun(job);
+    } catch (err) {
+      await giveBack(rt, s, job, stored, err);
+      throw new HookError('onRun', err);
+    }
+  }
+  const beat = rt.heartbeat.start(job, stored, s.lease, s.heartbeat);
   let value: T;
   try {
     value = await work(job);
   } catch (err) {
-    await heartbeat.stop(); // before RELEASE: an EXTEND after it would take the key for lost
+    const extending = rt.heartbeat.stop(beat); // before RELEASE: an EXTEND after it would take the key for lost
+    if (extending) await extending;
     if (job.lost) throw new LeaseLostError(key, job.attempt, { cause: err }); // the claim is another worker's now
-    await giveBack(rt, job, stored, err);
+    await giveBack(rt, s, job, stored, err);
     throw err;
   }
-  await heartbeat.stop();
+  const extending = rt.heartbeat.stop(beat);
+  if (extending) await extending;
   // The heartbeat saw the key claimed by another worker: its DONE would be refused.
-  if (job.lost) throw job.signal.reason as Error;
-  const { resultStored, error } = await complete(rt, s, job, stored, bloom, value);
+  if (job.lost) throw lostReason(job)!;
+  const encoded = encodeResult(s.codec, value, rt.conn.knownMaxResult ?? (await rt.conn.maxResult()));
+  let first: Done | undefined;
+  let failure: unknown;
+  try {
+    first = await rt.coalescer.done(stored, job.token, { result: encoded.result, retain: s.retain, bloom: s.bloom }, s);
+  } catch (err) {
+    failure = err;
+  }
+  // The common answer: completed with its result, and nothing more to tell or wait for.
+  if (first?.reply.completed && !first.reply.resultDropped && encoded.dropped === undefined && s.durable === undefined && rt.hooks.onDone === undefined) {
+    rt.stats.completed++;
+    return { value, replayed: false, attempt: job.attempt, status: job.status, resultStored: true, waited };
+  }
+  const { resultStored, error } = await complete(rt, s, job, stored, value, encoded, first, failure);
   if (error) throw error;
-  return { value, replayed: false, attempt: job.attempt, status: job.status, resultStored, waited: loop.waited };
+  return { value, replayed: false, attempt: job.attempt, status: job.status, resultStored, waited };
 }
 
-/** RELEASE after a failed work or hook (a waiting duplicate takes over at once); counted and told. */
-export async function giveBack(rt: Runtime, job: Job, stored: string, error: unknown): Promise<void> {
+/** A DONE's answer, and WAIT's with `durable`. */
+type Done = { reply: DoneReply; ack?: Ack };
+
+/**
+ * RELEASE after a failed work or hook (a waiting duplicate takes over at
+ * once): sent once, within doneTimeout; counted only when it answered 1;
+ * `onRelease` told either way. A RELEASE that fails leaves the claim to lapse.
+ */
+export async function giveBack(rt: Runtime, s: Settings, job: Job, stored: string, error: unknown): Promise<void> {
+  let released = false;
   try {
-    await rt.conn.release(stored, job.token);
+    released = await rt.conn.releaseFor(stored, job.token, s);
   } catch {
     // the lease lapses by itself: the next claim answers RETRY all the same
   }
-  rt.stats.released++;
+  if (released) rt.stats.released++;
   notify(rt.hooks, 'onRelease', job, error);
 }
 
 /**
  * What a DONE's answer means; a 0 is looked up with IDEM.GET (this job's own
  * completion, or another's). `resultDropped`: the record kept no result
- * (DONE's 3 or 7, or the record seen without one).
+ * (DONE's 3 or 7, or the record seen without one); `failure`: the error
+ * behind a 'fail' or 'retry' (DONE's, or the look-up's).
  */
 export async function doneVerdict(
   rt: Runtime,
@@ -121,41 +192,59 @@ export async function doneVerdict(
   job: Job,
   reply: DoneReply | undefined,
   failure: unknown,
-): Promise<{ verdict: DoneVerdict; resultDropped: boolean }> {
+): Promise<{ verdict: DoneVerdict; resultDropped: boolean; failure: unknown }> {
   const verdict = judgeDone(reply, failure);
-  if (verdict !== 'check') return { verdict, resultDropped: !!reply?.resultDropped };
+  if (verdict !== 'check') return { verdict, resultDropped: !!reply?.resultDropped, failure };
   try {
     const record = await rt.conn.get(stored);
-    return { verdict: ownCompletion(record, job.attempt) ? 'completed' : 'lost', resultDropped: record?.result === null };
+    return { verdict: ownCompletion(record, job.attempt) ? 'completed' : 'lost', resultDropped: record?.result === null, failure };
   } catch (err) {
-    return { verdict: isReplyError(err) ? 'fail' : 'retry', resultDropped: false };
+    return { verdict: isReplyError(err) ? 'fail' : 'retry', resultDropped: false, failure: err };
   }
 }
 
-/** The work returned: from here on the record is completed, whatever fails. */
+/**
+ * The work returned and its first DONE was answered (or failed): from here
+ * on the record is completed, whatever fails; DONE is sent again after a
+ * lost reply, at most doneRetries times.
+ */
 async function complete(
   rt: Runtime,
   s: Settings,
   job: Job,
   stored: string,
-  bloom: string | undefined,
   value: unknown,
+  encoded: ReturnType<typeof encodeResult>,
+  first: Done | undefined,
+  firstFailure: unknown,
 ): Promise<{ resultStored: boolean; error?: Error }> {
-  let { result, dropped, cause } = encodeResult(s.codec, value, await rt.conn.maxResult());
+  let { result, dropped, cause } = encoded;
   let resends = 0;
-  for (;;) {
+  for (let attempt = 0; ; attempt++) {
     let reply: DoneReply | undefined;
-    let failure: unknown;
-    try {
-      reply = await rt.conn.done(stored, job.token, { result, retain: s.retain, bloom });
-    } catch (err) {
-      failure = err;
+    let ack: Ack | undefined;
+    let sent: unknown;
+    if (attempt === 0) {
+      ({ reply, ack } = first ?? {});
+      sent = firstFailure;
+    } else {
+      try {
+        ({ reply, ack } = await rt.coalescer.done(stored, job.token, { result, retain: s.retain, bloom: s.bloom }, s));
+      } catch (err) {
+        sent = err;
+      }
     }
-    const { verdict, resultDropped } = await doneVerdict(rt, stored, job, reply, failure);
+    const { verdict, resultDropped, failure } = await doneVerdict(rt, stored, job, reply, sent);
     switch (verdict) {
-      case 'completed':
+      case 'completed': {
         if (resultDropped && !dropped) dropped = 'memory' satisfies DropReason;
-        return completed(job, value, dropped, cause, { stats: rt.stats, hooks: rt.hooks, oversize: s.oversize });
+        const outcome = await completed(job, value, dropped, cause, { stats: rt.stats, hooks: rt.hooks, oversize: s.oversize });
+        if (s.durable !== undefined && !ack?.durable) {
+          rt.stats.notDurable++;
+          return { resultStored: outcome.resultStored, error: new NotDurableError(job.key, 'done', ack?.count ?? -1, value) };
+        }
+        return outcome;
+      }
       case 'too-large': // the server's limit is lower than we knew: complete without the result
         result = undefined;
         dropped = 'oversize';
@@ -167,8 +256,8 @@ async function complete(
         continue;
       case 'lost':
         return { resultStored: false, error: leaseLost(job, failure, rt.stats, rt.hooks) };
-      case 'fail':
-        return { resultStored: false, error: new DoneUnconfirmedError(job.key, value, failure) };
+      case 'fail': // any other error (WRONGTYPE: the key was overwritten): the record was not completed
+        return { resultStored: false, error: failure instanceof Error ? failure : new Error(String(failure)) };
     }
   }
 }

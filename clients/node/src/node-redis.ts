@@ -1,10 +1,11 @@
 // The node-redis adapter (the `redis` package, v5; v4's command shape too):
-// a transport over `sendCommand` with Buffers for bulk strings, and the
-// typed commands as a node-redis module:
+// a transport over `sendCommand` with Buffers for bulk strings (a client, a
+// cluster, or v5's sentinel), and the typed commands as a node-redis module:
 //
 //   const client = createClient({ modules: { idem: idemModule } });
 //   const reply = await client.idem.claim('order:1', 30, { payload: body });
 import * as c from './commands.js';
+import { ConnectionLostError } from './errors.js';
 import { WaitPool } from './pool.js';
 import type { Arg, Transport } from './transport.js';
 import type { ClaimOptions, DoneOptions, ReserveOptions } from './types.js';
@@ -17,7 +18,7 @@ import type { ClaimOptions, DoneOptions, ReserveOptions } from './types.js';
 const BLOB_STRING = 36;
 const BUFFERS = { typeMapping: { [BLOB_STRING]: Buffer }, returnBuffers: true };
 
-/** The part of a node-redis client (`createClient`) or cluster (`createCluster`) the adapter uses. */
+/** The part of a node-redis client (`createClient`), cluster (`createCluster`) or sentinel (`createSentinel`) the adapter uses. */
 export interface NodeRedisLike {
   sendCommand(...args: any[]): Promise<unknown>;
   duplicate?(): NodeRedisLike & { connect(): Promise<unknown>; on(event: string, fn: (...a: unknown[]) => void): unknown };
@@ -29,6 +30,13 @@ export interface NodeRedisLike {
   nodeClient?(node: unknown): NodeRedisLike | Promise<NodeRedisLike>;
 }
 
+/** A node-redis (v5) sentinel: `_execute` runs a function with the primary's client (the way its own sendCommand, multi and use do). */
+interface SentinelLike {
+  sendCommand(isReadonly: boolean, args: Arg[], options?: unknown): Promise<unknown>;
+  _execute<T>(isReadonly: boolean, fn: (client: NodeRedisLike) => Promise<T>): Promise<T>;
+  getMasterNode(): unknown;
+}
+
 export function isNodeRedis(client: unknown): client is NodeRedisLike {
   return !!client && typeof (client as NodeRedisLike).sendCommand === 'function' && !('callBuffer' in (client as object));
 }
@@ -36,34 +44,98 @@ export function isNodeRedis(client: unknown): client is NodeRedisLike {
 const isNodeRedisCluster = (client: object): boolean =>
   'masters' in client || typeof (client as { getSlotMaster?: unknown }).getSlotMaster === 'function';
 
+const isSentinel = (client: object): client is SentinelLike =>
+  typeof (client as SentinelLike).getMasterNode === 'function' && typeof (client as SentinelLike)._execute === 'function';
+
+const asStrings = (args: Arg[]) => args.map((a) => (typeof a === 'number' ? String(a) : a));
+
+/** A duplicate of `client` for waits, connected. */
+async function connected(client: NodeRedisLike) {
+  const dup = client.duplicate!();
+  dup.on('error', () => undefined); // a broken wait connection fails its command; nothing more
+  await dup.connect();
+  return dup;
+}
+
 export function nodeRedisTransport(client: NodeRedisLike): Transport {
+  if (isSentinel(client)) return sentinelTransport(client);
   const cluster = isNodeRedisCluster(client);
-  const asStrings = (args: Arg[]) => args.map((a) => (typeof a === 'number' ? String(a) : a));
-  const sendOn = (client: NodeRedisLike, key: string | undefined, args: Arg[]) =>
-    cluster ? client.sendCommand(key, false, asStrings(args), BUFFERS) : client.sendCommand(asStrings(args), BUFFERS);
+  const sendOn = (on: NodeRedisLike, key: string | undefined, args: Arg[]) =>
+    cluster ? on.sendCommand(key, false, asStrings(args), BUFFERS) : on.sendCommand(asStrings(args), BUFFERS);
   const pool =
     typeof client.duplicate === 'function'
       ? new WaitPool<NodeRedisLike>(
-          async () => {
-            const dup = client.duplicate!();
-            dup.on('error', () => undefined); // a broken wait connection fails its command; nothing more
-            await dup.connect();
-            return dup;
-          },
+          () => connected(client),
           async (d) => (d.close ? d.close() : d.quit?.()),
         )
       : undefined;
+  // Sent in one tick, the commands are written together on the connection that serves `key`.
+  const pipelineOn = (on: NodeRedisLike, key: string | undefined, commands: Arg[][]) => settleAll(commands.map((args) => sendOn(on, key, args)));
   return {
     cluster,
     name: cluster ? 'node-redis cluster' : 'node-redis',
+    // node-redis never resends a command by itself: one whose connection closes is rejected.
     send: (key, args) => sendOn(client, key, args),
     sendBlocking: pool ? (key, args) => pool.use((d) => sendOn(d, key, args)) : undefined,
+    pipeline: (key, commands, mode) => (mode === 'blocking' && pool ? pool.use((d) => pipelineOn(d, key, commands)) : pipelineOn(client, key, commands)),
     primaries: async () => {
       if (!cluster || !client.masters || !client.nodeClient) return [(args: Arg[]) => sendOn(client, undefined, args)];
       const nodes = await Promise.all(client.masters.map((master) => client.nodeClient!(master)));
       return nodes.map((node) => (args: Arg[]) => node.sendCommand(asStrings(args), BUFFERS));
     },
     close: async () => pool?.close(),
+  };
+}
+
+/**
+ * Each command's reply (an error reply as its Error); a lost connection
+ * (any error but an error reply) rejects the whole.
+ */
+async function settleAll(sent: Promise<unknown>[]): Promise<unknown[]> {
+  const replies = await Promise.all(sent.map((p) => p.then((r) => r, (err: unknown) => err)));
+  const lost = replies.find((r) => r instanceof Error && !/^[A-Z][A-Z_-]* /.test(r.message));
+  if (lost) throw lost;
+  return replies;
+}
+
+/**
+ * node-redis's sentinel client: each command on the primary's client
+ * (`_execute`), which resends a command by itself, on the new primary, when
+ * its connection closed or it was answered READONLY. The loop's DONE and
+ * RELEASE go once: a second run of the function fails as a lost
+ * connection, for the loop to decide. Waits run on a duplicate of the
+ * primary's client, made when needed (after a failover: of the new one).
+ */
+function sentinelTransport(sentinel: SentinelLike): Transport {
+  const on = <T>(fn: (client: NodeRedisLike) => Promise<T>) => sentinel._execute(false, fn);
+  const sendOn = (c: NodeRedisLike, args: Arg[]) => c.sendCommand(asStrings(args), BUFFERS);
+  const once = <T>(name: string, fn: (client: NodeRedisLike) => Promise<T>) => {
+    let sent = false;
+    return on((c) => {
+      if (sent) return Promise.reject(new ConnectionLostError(name));
+      sent = true;
+      return fn(c);
+    });
+  };
+  const pool = new WaitPool<NodeRedisLike>(
+    () => on(async (c) => connected(c)),
+    async (d) => (d.close ? d.close() : d.quit?.()),
+  );
+  const pipelineOn = (c: NodeRedisLike, commands: Arg[][]) => settleAll(commands.map((args) => sendOn(c, args)));
+  return {
+    cluster: false,
+    name: 'node-redis sentinel',
+    send: (_key, args) => on((c) => sendOn(c, args)),
+    sendOnce: (_key, args) => once(String(args[0]), (c) => sendOn(c, args)),
+    sendBlocking: (_key, args) => pool.use((d) => sendOn(d, args)),
+    pipeline: (_key, commands, mode) =>
+      mode === 'blocking'
+        ? pool.use((d) => pipelineOn(d, commands))
+        : mode === 'once'
+          ? once(String(commands[0]![0]), (c) => pipelineOn(c, commands))
+          : on((c) => pipelineOn(c, commands)),
+    primaries: async () => [(args: Arg[]) => on((c) => sendOn(c, args))],
+    close: async () => pool.close(),
   };
 }
 

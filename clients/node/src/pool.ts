@@ -30,8 +30,9 @@ export class WaitPool<C> {
     try {
       return await fn(client);
     } catch (err) {
-      // An error reply leaves the connection usable; a broken one is dropped.
-      healthy = err instanceof Error && /^[A-Z]+ /.test(err.message);
+      // An error reply leaves the connection usable; a broken one is dropped,
+      // and so is one on a server that is no longer the primary (a failover).
+      healthy = err instanceof Error && /^[A-Z]+ /.test(err.message) && !/^(READONLY|MASTERDOWN|LOADING)\b/.test(err.message);
       throw err;
     } finally {
       if (healthy && this.#idle.length < this.maxIdle) {

@@ -17,6 +17,20 @@ export interface Transport {
   /** Sends a command that may block (CLAIM ... WAIT) on a connection of its own; `send` where absent. */
   sendBlocking?(key: string | undefined, args: Arg[]): Promise<unknown>;
   /**
+   * Sends a command the client must not send again by itself after a
+   * reconnect (the loop's DONE and RELEASE: it decides, and bounds, their
+   * resends); its connection closing before the reply rejects. `send` where absent.
+   */
+  sendOnce?(key: string | undefined, args: Arg[]): Promise<unknown>;
+  /**
+   * Sends `commands` on one connection, written together (a command and the
+   * WAIT of `durable`: WAIT counts the acknowledgements of its own
+   * connection's writes), the one `key` routing them all; resolves with each
+   * reply, an error reply as its Error. `mode`: 'blocking' on a connection
+   * of its own, as sendBlocking; 'once', as sendOnce. Needed for `durable`.
+   */
+  pipeline?(key: string | undefined, commands: Arg[][], mode?: 'blocking' | 'once'): Promise<unknown[]>;
+  /**
    * A sender per primary, for the commands that read one node's keys (IDEM.SCAN):
    * a cluster's primaries as the client knows them now. Absent: `send` reaches the one server.
    */

@@ -53,6 +53,8 @@ export interface RecordInfo {
   fingerprint: string | null;
   /** claims since the latest requeue (what maxTries counts); null from a module older than IDEM.REQUEUE */
   tries: number | null;
+  /** the latest claim's OWNER while processing, released or expired; null when it has none (and from a server older than OWNER) */
+  owner: string | null;
 }
 
 /** scan()'s filters: a record is listed when it matches every one given. */
@@ -91,6 +93,8 @@ export interface ClaimOptions {
   bloom?: string;
   /** WAIT ms (module only; 0 = no wait) */
   wait?: number;
+  /** OWNER: who holds the claim (1 to 64 bytes), shown by get() while it is held */
+  owner?: string;
 }
 
 export interface DoneOptions {
@@ -112,5 +116,20 @@ export interface ReserveOptions {
 /** Which edition answers on the server. */
 export type Edition = 'module' | 'functions';
 
-/** One element of a batch reply: the single command's answer, or its per-key error. */
-export type BatchItem<T> = T | Error;
+/** One element of a batch command's reply (claimMany, doneMany, releaseMany): the single command's answer, or its per-key error. */
+export type BatchReply<T> = T | Error;
+
+/**
+ * `durable`: each claim that grants work and each DONE is followed, on the
+ * same connection in the same round trip, by `WAIT replicas timeout` (or,
+ * with `fsync`, `WAITAOF 1 replicas timeout`); fewer acknowledgements than
+ * `replicas` is NotDurableError.
+ */
+export interface Durable {
+  /** replicas that must acknowledge (>= 0) */
+  replicas: number;
+  /** ms one WAIT / WAITAOF may block (1000) */
+  timeout?: number;
+  /** WAITAOF: the primary's fsync too, and each replica's (Redis 7.2+, Valkey 8+, appendonly yes) */
+  fsync?: boolean;
+}

@@ -92,6 +92,24 @@ test('MCLAIM / MDONE split by slot (and in order), over all three nodes', async 
   assert.equal((await idem.get('{tenant7}:49')).state, 'done');
 });
 
+test('concurrent calls share one MCLAIM per slot (one queue per slot), each with its own answer', async () => {
+  const nodes = cluster.nodes.map((n) => n.ioredis());
+  try {
+    await idem.edition(); // batches start once the edition is known
+    await Promise.all(nodes.map((n) => n.call('CONFIG', 'RESETSTAT')));
+    const keys = ['{x}', '{y}', '{z}'].flatMap((tag) => Array.from({ length: 20 }, (_, i) => `${tag}:${i}`));
+    assert.equal(new Set(await owners(keys.map((k) => `c:${k}`))).size >= 2, true, 'the tags span two nodes or more');
+    const outcomes = await Promise.all(keys.map((key) => idem.process(key, (job) => job.key)));
+    assert.deepEqual(outcomes.map((o) => o.value), keys);
+    assert.ok(outcomes.every((o) => !o.replayed && o.attempt === 1));
+    let mclaims = 0;
+    for (const node of nodes) mclaims += Number((await node.info('commandstats')).match(/cmdstat_idem\.mclaim:calls=(\d+)/i)?.[1] ?? 0);
+    assert.ok(mclaims >= 1 && mclaims < keys.length, `${mclaims} MCLAIMs for ${keys.length} calls`);
+  } finally {
+    await Promise.all(nodes.map((n) => n.quit()));
+  }
+});
+
 test('scan() finds the records of every primary; requeue() goes to the key’s node', async () => {
   const keys = Array.from({ length: 30 }, (_, i) => `scan:${i}`);
   assert.equal(new Set(await owners(keys.map((k) => `c:${k}`))).size, 3, 'the keys span all three nodes');

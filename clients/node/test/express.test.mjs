@@ -150,3 +150,62 @@ test('the stored response is the shared JSON format; the middleware reads a raw 
   assert.equal((await fetch(base + '/raw', { method: 'POST', headers: { 'idempotency-key': 'k6' }, body: 'a  b' })).status, 422);
   assert.equal(runs, 1);
 });
+
+test('the key is taken without surrounding spaces and tabs (a framework or proxy that leaves them), as every library takes it', async () => {
+  const app = express();
+  app.use((req, res, next) => {
+    req.headers['idempotency-key'] = ` \t${req.headers['x-raw-key']}\t `; // Node's own parser trims; others may not
+    next();
+  });
+  app.use(express.json({ verify: keepRawBody }));
+  let handled = 0;
+  app.post('/ows', idempotency(idem), (req, res) => res.status(201).send(`ows ${++handled}`));
+  const server = app.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  try {
+    const url = `http://127.0.0.1:${server.address().port}/ows`;
+    const first = await fetch(url, { method: 'POST', headers: { 'x-raw-key': 'k8' } });
+    assert.equal(await first.text(), 'ows 1');
+    assert.equal((await idem.get('http:k8')).state, 'done');
+    assert.equal(await idem.get('http: \tk8\t '), null);
+  } finally {
+    server.closeAllConnections();
+    server.close();
+  }
+});
+
+test("the middleware takes the Idem's wait and maxTries unless its own options set them", async () => {
+  const strict = await connect('ioredis', server, { prefix: 'express-idem:', wait: 300, maxTries: 1 });
+  const app = express();
+  app.use(express.json({ verify: keepRawBody }));
+  let release;
+  let fail = true;
+  app.post('/held', idempotency(strict), async (req, res) => {
+    if (req.body.hold) await new Promise((r) => (release = r));
+    if (fail) return res.status(503).send('down');
+    res.status(200).send('held done');
+  });
+  const listening = app.listen(0, '127.0.0.1');
+  await once(listening, 'listening');
+  const url = `http://127.0.0.1:${listening.address().port}/held`;
+  const send = (key, body) => fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: JSON.stringify(body) });
+  try {
+    // maxTries 1 from the Idem: one failure spends the key (the middleware's own default is 3)
+    assert.equal((await send('m1', {})).status, 503);
+    assert.equal((await send('m1', {})).status, 500);
+    // wait 300 ms from the Idem: a repeat in flight is 409 after it (the middleware's own default waits 10 s)
+    fail = false;
+    const first = send('m2', { hold: true });
+    while (!release) await new Promise((r) => setTimeout(r, 10));
+    const started = Date.now();
+    const repeat = await send('m2', { hold: true });
+    assert.equal(repeat.status, 409);
+    assert.ok(Date.now() - started < 3000, `waited ${Date.now() - started} ms`);
+    release();
+    assert.equal((await first).status, 200);
+  } finally {
+    listening.closeAllConnections();
+    listening.close();
+    await strict.end();
+  }
+});

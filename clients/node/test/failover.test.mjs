@@ -15,7 +15,7 @@ import { after, before, test } from 'node:test';
 import calculateSlot from 'cluster-key-slot';
 import { createCluster } from 'redis';
 import { Idem } from '../dist/esm/index.js';
-import { sleep, startCluster } from './helpers.mjs';
+import { deliveries, sleep, startCluster } from './helpers.mjs';
 
 const WORKERS = 8;
 const MIN_KEYS = 300;
@@ -30,20 +30,6 @@ before(async () => {
   if (!skip) cluster = await startCluster(3, { replicas: 1 });
 });
 after(async () => cluster?.stop());
-
-/** A queue of deliveries; `take()` waits for the next (null: no more). */
-function deliveries() {
-  const items = [];
-  const waiting = [];
-  return {
-    put(item) {
-      const taker = waiting.shift();
-      if (taker) taker(item);
-      else items.push(item);
-    },
-    take: () => (items.length ? Promise.resolve(items.shift()) : new Promise((r) => waiting.push(r))),
-  };
-}
 
 test('a planned failover of every primary: each work runs once, every record done, no error', { skip }, async () => {
   const prefix = `fo:${Date.now()}:`;

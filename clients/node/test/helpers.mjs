@@ -2,6 +2,7 @@
 // by the tests themselves:
 //   REDIS_SERVER        the server binary (redis-server, or valkey-server)
 //   REDIS_IDEM_MODULE   the module (<repo>/target/release/libredis_idem.so)
+//   REDIS_IDEM_FUNCTIONS the Functions library (<repo>/functions/idem.lua)
 // startServer({ functions: true }) starts one without the module, with
 // functions/idem.lua loaded: the Functions edition.
 import { spawn } from 'node:child_process';
@@ -17,12 +18,13 @@ import { Idem } from '../dist/esm/index.js';
 export const repo = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
 export const serverBinary = process.env.REDIS_SERVER || 'redis-server';
 export const modulePath = process.env.REDIS_IDEM_MODULE || join(repo, 'target/release/libredis_idem.so');
+export const functionsPath = process.env.REDIS_IDEM_FUNCTIONS || join(repo, 'functions/idem.lua');
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 let nextPort = 20000 + Math.floor(Math.random() * 9000);
 
 /** A port free now, whose cluster bus port (+10000) is free too. */
-async function freePort() {
+export async function freePort() {
   const free = (port) =>
     new Promise((resolve) => {
       const s = net.createServer();
@@ -36,7 +38,7 @@ async function freePort() {
   }
 }
 
-async function ping(port) {
+export async function ping(port) {
   return new Promise((resolve) => {
     const socket = net.connect(port, '127.0.0.1');
     socket.once('error', () => resolve(false));
@@ -59,6 +61,27 @@ export async function startServer({ functions = false, module = !functions, clus
   const argv = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...args];
   if (module) argv.push('--loadmodule', modulePath);
   if (cluster) argv.push('--cluster-enabled', 'yes', '--cluster-config-file', join(dir, 'nodes.conf'), '--cluster-node-timeout', '5000');
+  const spawned = await spawnServer(argv, port, dir);
+  const server = {
+    port,
+    url: `redis://127.0.0.1:${port}`,
+    log: spawned.log,
+    ioredis: (options = {}) => new Redis({ port, host: '127.0.0.1', lazyConnect: false, ...options }),
+    stop: spawned.stop,
+  };
+  if (functions) {
+    const admin = server.ioredis();
+    await admin.call('FUNCTION', 'LOAD', 'REPLACE', readFileSync(functionsPath, 'utf8'));
+    await admin.quit();
+  }
+  return server;
+}
+
+/**
+ * REDIS_SERVER run with `argv`, answering PING on `port` (or killed, with
+ * its log in the error); `stop()` ends it and removes `dir`.
+ */
+export async function spawnServer(argv, port, dir) {
   const child = spawn(serverBinary, argv, { stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
   child.stdout.on('data', (d) => (log += d));
@@ -68,27 +91,32 @@ export async function startServer({ functions = false, module = !functions, clus
   while (!(await ping(port))) {
     if (child.exitCode !== null || Date.now() > deadline) {
       child.kill('SIGKILL');
-      throw new Error(`${serverBinary} did not start on port ${port}:\n${log}`);
+      throw new Error(`${serverBinary} ${argv.join(' ')} did not start on port ${port}:\n${log}`);
     }
     await sleep(20);
   }
-  const server = {
-    port,
-    url: `redis://127.0.0.1:${port}`,
+  return {
     log: () => log,
-    ioredis: (options = {}) => new Redis({ port, host: '127.0.0.1', lazyConnect: false, ...options }),
     async stop() {
       child.kill('SIGTERM');
       await exited;
       rmSync(dir, { recursive: true, force: true });
     },
   };
-  if (functions) {
-    const admin = server.ioredis();
-    await admin.call('FUNCTION', 'LOAD', 'REPLACE', readFileSync(join(repo, 'functions/idem.lua'), 'utf8'));
-    await admin.quit();
-  }
-  return server;
+}
+
+/** A queue of deliveries, as a broker's: `put(item)`; `take()` waits for the next (null: no more). */
+export function deliveries() {
+  const items = [];
+  const waiting = [];
+  return {
+    put(item) {
+      const taker = waiting.shift();
+      if (taker) taker(item);
+      else items.push(item);
+    },
+    take: () => (items.length ? Promise.resolve(items.shift()) : new Promise((r) => waiting.push(r))),
+  };
 }
 
 /** Both clients on one server, each with its Idem: [['ioredis', idem, client], ['node-redis', idem, client]]. */
