@@ -129,6 +129,12 @@ class Row:
     # A batch command that needs claims' tokens: makes one command from a
     # list of `keys` (key, token) pairs.
     with_tokens: object = None
+    # Options of the claims whose tokens `with_token` rows use.
+    claim_with: list = field(default_factory=list)
+    # With --baseline: the row a build from before the row's option runs
+    # instead (the same command without it), so that "before" is what a
+    # user of that build paid.
+    baseline: object = None
 
     @property
     def keyspace(self):
@@ -136,13 +142,18 @@ class Row:
 
 
 BF_RESERVE = ["IDEM.BF.RESERVE", "f", "0.01", "20000000", "WINDOW", "1"]
+# A 20-byte owner, the length of a typical host:pid.
+OWNER = ["OWNER", "worker-03.host:00042"]
+
+CLAIM = Row("IDEM.CLAIM", ["IDEM.CLAIM", "k:__rand_int__", "60"], flush=True, path="a missing key: granted, NEW")
+DONE = Row("IDEM.DONE (token)", ["IDEM.DONE", "key", "token"], with_token=lambda key, token: ["IDEM.DONE", key, token],
+           path="the live claim's own token (redis-cli --pipe): 1, the record done, stored and replicated")
 
 # The first six rows are pairs: a native command, then the IDEM command
 # held against it.
 SIDES = [
     Row("SET NX PX", ["SET", "k:__rand_int__", TOKEN16, "NX", "PX", "86400000"], flush=True, native=True),
-    Row("IDEM.CLAIM", ["IDEM.CLAIM", "k:__rand_int__", "60"], flush=True,
-        path="a missing key: granted, NEW"),
+    CLAIM,
     Row("SET 1 NX EX", ["SET", "k:__rand_int__", "1", "NX", "EX", "86400"], flush=True, native=True),
     Row("IDEM.ONCE", ["IDEM.ONCE", "k:__rand_int__", "86400"], flush=True, path="a missing key: 1"),
     Row("BF.ADD (RedisBloom)", ["BF.ADD", "b", "__rand_int__"], setup=[["BF.RESERVE", "b", "0.01", "20000000"]],
@@ -152,8 +163,13 @@ SIDES = [
     # Every other public command, alone.
     Row("IDEM.CLAIM ... BLOOM f", ["IDEM.CLAIM", "k:__rand_int__", "60", "BLOOM", "f"], setup=[BF_RESERVE],
         flush=True, path="a missing key, the filter reserved and without it: granted, NEW"),
-    Row("IDEM.DONE (token)", ["IDEM.DONE", "key", "token"], with_token=lambda key, token: ["IDEM.DONE", key, token],
-        path="the live claim's own token (redis-cli --pipe): 1, the record done, stored and replicated"),
+    Row("IDEM.CLAIM ... OWNER", ["IDEM.CLAIM", "k:__rand_int__", "60", *OWNER], flush=True, baseline=CLAIM,
+        path="a missing key, a 20-byte OWNER: granted, NEW, the record boxed with its owner "
+        "(with --baseline, a build without OWNER runs IDEM.CLAIM)"),
+    DONE,
+    Row("IDEM.DONE (token, claimed with OWNER)", DONE.command, with_token=DONE.with_token, claim_with=OWNER,
+        baseline=DONE, path="as IDEM.DONE (token), the claims made with a 20-byte OWNER: the owner dropped, "
+        "the done record packed (with --baseline, a build without OWNER completes claims made without)"),
     Row("IDEM.DONE (no record)", ["IDEM.DONE", "k:__rand_int__", STALE_TOKEN], flush=True,
         path="a missing key, a late completion (redis-benchmark): 1, a done record with attempt 0 "
         "stored and replicated"),
@@ -167,7 +183,7 @@ SIDES = [
         path="the live claim's own token (redis-cli --pipe): 1, the lease renewed and replicated "
         "(its STALE path answers an error, which stops redis-benchmark)"),
     Row("IDEM.GET", ["IDEM.GET", "k:__rand_int__"], fill=claimed_records,
-        path="a live claim: the 16-element RESP2 array"),
+        path="a live claim: the 20-element RESP2 array"),
     Row("IDEM.BF.MADD (4 items)", ["IDEM.BF.MADD", "f", *["__rand_int__"] * 4], setup=[BF_RESERVE],
         path="4 new items, one shard"),
     Row("IDEM.BF.EXISTS", ["IDEM.BF.EXISTS", "f", "__rand_int__"], setup=[BF_RESERVE], fill=filter_items,
@@ -210,15 +226,15 @@ def pipe(port, commands):
         raise SystemExit(f"redis-cli --pipe had errors: {out.stdout.decode(errors='replace')}")
 
 
-def claim_tokens(port, count):
-    """Claims t:0 .. t:count-1 (one-day lease); their (key, token)s."""
+def claim_tokens(port, count, options=()):
+    """Claims t:0 .. t:count-1 (one-day lease, `options`); their (key, token)s."""
     client = redis.Redis(port=port)
     keys = [f"t:{i:012d}" for i in range(count)]
     tokens = []
     for start in range(0, count, 1000):
         batch = client.pipeline(transaction=False)
         for key in keys[start:start + 1000]:
-            batch.execute_command("IDEM.CLAIM", key, "86400")
+            batch.execute_command("IDEM.CLAIM", key, "86400", *options)
         for status, token, _ in batch.execute():
             if status != b"NEW":
                 raise SystemExit(f"setup claim answered {status!r}")
@@ -295,7 +311,7 @@ def measure(row, module, requests):
             time.sleep(0.2)
         prepare(port, row)
         if row.with_token or row.with_tokens:
-            claims = claim_tokens(port, 2 * messages)
+            claims = claim_tokens(port, 2 * messages, row.claim_with)
             if row.with_tokens:
                 make = [row.with_tokens(claims[at:at + row.keys]) for at in range(0, 2 * messages, row.keys)]
             else:
@@ -377,7 +393,7 @@ def compare(rows_to_run, baseline, requests):
     idem = [row for row in rows_to_run if not row.native]
     results = {}
     for row in idem:
-        before = measure(row, baseline, requests)[0]
+        before = measure(row.baseline or row, baseline, requests)[0]
         after = measure(row, MODULE, requests)[0]
         results[row.label] = (before, after)
         print(f"{row.label}: {before:,.0f} -> {after:,.0f} ({after / before:.3f})", file=sys.stderr)

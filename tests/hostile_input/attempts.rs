@@ -29,15 +29,23 @@ fn restore(con: &mut redis::Connection, key: &str, payload: &[u8]) -> Result<(),
     redis::cmd("RESTORE").arg(key).arg(0).arg(payload).query::<()>(con).map_err(|e| err_text(&e))
 }
 
-#[test]
-fn payloads_with_attempts_no_reply_can_carry_are_refused() {
-    let mut s = Server::start();
+/// A server holding `edge`, restored from a crafted payload: released at
+/// attempt 2^63-2. Also the DUMP payload whose framing the crafted ones
+/// take.
+fn server_with_edge() -> (Server, redis::Connection, Vec<u8>) {
+    let s = Server::start();
     let mut con = s.conn();
     claim_new(&mut con, "framing", 60);
     let good: Vec<u8> = redis::cmd("DUMP").arg("framing").query(&mut con).unwrap();
-    // The crafted framing itself is sound: a record below the limit loads.
     let payload = released_at(&mut con, &good, MAX_ATTEMPT - 1);
     restore(&mut con, "edge", &payload).expect("attempt 2^63-2 loads");
+    (s, con, good)
+}
+
+#[test]
+fn payloads_with_attempts_no_reply_can_carry_are_refused() {
+    // The crafted framing itself is sound: a record below the limit loads.
+    let (mut s, mut con, good) = server_with_edge();
     for attempt in [MAX_ATTEMPT + 1, u64::MAX] {
         let payload = released_at(&mut con, &good, attempt);
         let e = restore(&mut con, "huge", &payload).unwrap_err();
@@ -49,12 +57,7 @@ fn payloads_with_attempts_no_reply_can_carry_are_refused() {
 
 #[test]
 fn a_record_at_the_largest_attempt_is_claimed_no_more() {
-    let mut s = Server::start();
-    let mut con = s.conn();
-    claim_new(&mut con, "framing", 60);
-    let good: Vec<u8> = redis::cmd("DUMP").arg("framing").query(&mut con).unwrap();
-    let payload = released_at(&mut con, &good, MAX_ATTEMPT - 1);
-    restore(&mut con, "edge", &payload).expect("attempt 2^63-2 loads");
+    let (mut s, mut con, good) = server_with_edge();
 
     // The next claim is the last one: attempt 2^63-1, a positive integer.
     let f = get_fields(&mut con, "edge");
