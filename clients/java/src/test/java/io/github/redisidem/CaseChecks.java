@@ -63,7 +63,7 @@ final class CaseChecks {
     }
 
     static void checkCall(JsonNode expect, CallState st, Outcome<?> out, Throwable err) {
-        if (expect.has("ran")) assertEquals(expect.get("ran").asBoolean(), st.runs.get() > 0, "ran");
+        if (expect.has("ran")) assertEquals(expect.get("ran").asBoolean(), st.runs.get() > 0, "ran (" + (err != null ? err : out) + ")");
         if (expect.has("lost_seen")) assertEquals(expect.get("lost_seen").asBoolean(), st.lostSeen, "lost_seen");
         if (expect.has("job_key")) assertEquals(expect.get("job_key").asText(), st.jobKey, "job_key");
         if (expect.has("error")) {
