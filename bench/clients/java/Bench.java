@@ -120,8 +120,9 @@ public final class Bench {
         }
         try {
             // Connections, JIT and class loading outside the figure: 200 messages under warm:, both paths.
-            drive(first, prefix + "warm:", 200, inflight);
-            drive(replay, prefix + "warm:", 200, inflight);
+            int warm = Integer.parseInt(System.getProperty("bench.warm", "200"));
+            drive(first, prefix + "warm:", warm, inflight);
+            drive(replay, prefix + "warm:", warm, inflight);
             Message timed = a.get("--scenario").equals("replay") ? replay : first;
             long start = System.nanoTime();
             drive(timed, prefix, messages, inflight);
