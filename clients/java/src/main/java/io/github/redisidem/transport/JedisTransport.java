@@ -83,7 +83,7 @@ public final class JedisTransport implements Transport {
         if (command.deadline() == null || kind == Kind.OTHER || command.key() == null) {
             return reply(() -> jedis.executeCommand(arguments(command)));
         }
-        return reply(() -> onConnection(command.key(), c -> timed(c, socketTimeout(List.of(command)), () -> c.executeCommand(arguments(command)))));
+        return reply(() -> onConnection(command.key(), c -> timed(c, Timeout.of(List.of(command)), () -> c.executeCommand(arguments(command)))));
     }
 
     @Override
@@ -97,7 +97,7 @@ public final class JedisTransport implements Transport {
                     return CompletableFuture.completedFuture(replies(responses));
                 }
             }
-            List<Object> out = onConnection(commands.get(0).key(), c -> timed(c, socketTimeout(commands), () -> pipelined(c, commands)));
+            List<Object> out = onConnection(commands.get(0).key(), c -> timed(c, Timeout.of(commands), () -> pipelined(c, commands)));
             return CompletableFuture.completedFuture(out);
         } catch (RuntimeException e) {
             return CompletableFuture.failedFuture(e);
@@ -125,21 +125,37 @@ public final class JedisTransport implements Transport {
         return out;
     }
 
-    /** The socket timeout for commands on one connection: their deadline, or their block and a margin; 0: the client's. */
-    private static int socketTimeout(List<RedisCommand> commands) {
-        long ms = 0;
-        for (RedisCommand command : commands) {
-            if (command.deadline() != null) ms = Math.max(ms, command.deadline().toMillis());
-            if (command.block() != null) ms = Math.max(ms, command.block().plus(BLOCK_MARGIN).toMillis());
+    /**
+     * The socket timeout commands on one connection need: at least their
+     * block and a margin when one blocks (a WAIT), else at most their
+     * deadline; 0 when neither (the client's own).
+     */
+    private record Timeout(int ms, boolean atLeast) {
+        static Timeout of(List<RedisCommand> commands) {
+            long block = 0;
+            long deadline = 0;
+            for (RedisCommand command : commands) {
+                if (command.deadline() != null) deadline = Math.max(deadline, command.deadline().toMillis());
+                if (command.block() != null) block = Math.max(block, command.block().plus(BLOCK_MARGIN).toMillis());
+            }
+            long ms = Math.max(block, deadline);
+            return new Timeout((int) Math.min(Integer.MAX_VALUE, ms), block > 0);
         }
-        return (int) Math.min(Integer.MAX_VALUE, ms);
+
+        /** Whether the connection's timeout {@code current} (0: none) must change. */
+        boolean changes(int current) {
+            if (ms == 0 || current == ms) return false;
+            if (atLeast) return current != 0 && current < ms;
+            // A shorter client timeout is kept: the command counts as lost sooner, and two syscalls are spared.
+            return current == 0 || current > ms;
+        }
     }
 
-    /** Runs with the connection's socket timeout set to {@code ms} (0: as it is), then puts it back. */
-    private static <T> T timed(Connection c, int ms, Supplier<T> call) {
-        if (ms == 0) return call.get();
+    /** Runs with the connection's socket timeout as {@code t} needs, then puts it back. */
+    private static <T> T timed(Connection c, Timeout t, Supplier<T> call) {
         int before = c.getSoTimeout();
-        c.setSoTimeout(ms);
+        if (!t.changes(before)) return call.get();
+        c.setSoTimeout(t.ms());
         try {
             return call.get();
         } finally {
