@@ -49,7 +49,8 @@ final class Lane<O> {
         for (Pending<O> p : batch) ops.add(p.op);
         try {
             return Core.join(send.apply(ops));
-        } catch (RuntimeException e) {
+        } catch (RuntimeException | Error e) {
+            // Every caller gets the failure; the lane never stays taken (an Error too reaches each caller as its own).
             List<Answer> failed = new ArrayList<>(batch.size());
             for (int i = 0; i < batch.size(); i++) failed.add(Answer.failed(e));
             return failed;
@@ -121,7 +122,7 @@ final class Lane<O> {
         CompletableFuture<List<Answer>> sent;
         try {
             sent = send.apply(ops);
-        } catch (RuntimeException e) {
+        } catch (RuntimeException | Error e) {
             sent = CompletableFuture.failedFuture(e);
         }
         sent.whenComplete((answers, error) -> {
