@@ -166,6 +166,44 @@ class BatchTest {
         }
     }
 
+    /** A send that throws an Error (a fault of the client below) fails its callers and leaves the lane free for the next. */
+    @Test
+    void anErrorInASendFreesTheLane() throws Exception {
+        Servers.Server server = Servers.forLibraryTests(Edition.MODULE);
+        java.util.concurrent.atomic.AtomicBoolean fail = new java.util.concurrent.atomic.AtomicBoolean(true);
+        try (Transport real = Clients.transport(server, CaseRunner.Client.JEDIS, server.port())) {
+            Transport faulty = new Transport() {
+                @Override
+                public java.util.concurrent.CompletableFuture<Object> send(io.github.redisidem.transport.RedisCommand command) {
+                    if (command.name().equals("IDEM.CLAIM") && fail.getAndSet(false)) throw new LinkageError("the client broke");
+                    return real.send(command);
+                }
+
+                @Override
+                public java.util.concurrent.CompletableFuture<List<Object>> sendTogether(List<io.github.redisidem.transport.RedisCommand> commands) {
+                    return real.sendTogether(commands);
+                }
+
+                @Override
+                public boolean cluster() {
+                    return false;
+                }
+
+                @Override
+                public void close() {}
+            };
+            try (Idem idem = new Idem(faulty, IdemOptions.builder().prefix("lanefault" + System.nanoTime() + ":").edition(Edition.MODULE).build())) {
+                ExecutorService one = Executors.newSingleThreadExecutor();
+                Future<?> first = one.submit(() -> idem.process("a", job -> 1));
+                Throwable e = org.junit.jupiter.api.Assertions.assertThrows(java.util.concurrent.ExecutionException.class, () -> first.get(10, TimeUnit.SECONDS));
+                assertInstanceOf(LinkageError.class, e.getCause());
+                Future<Object> second = one.submit(() -> idem.process("b", job -> 2).value());
+                assertEquals(2, second.get(10, TimeUnit.SECONDS), "the next call is not stuck behind the failed batch");
+                one.shutdown();
+            }
+        }
+    }
+
     /** A key of another type fails its own item only, through the batch helpers and processMany. */
     @Test
     void aKeysErrorIsItsOwn() throws Exception {
