@@ -1,7 +1,8 @@
 /*
  * The Java library's side of make bench-clients (bench/clients/README.md):
  * process() of redis-idem against the hand-made SET NX PX + SET XX pair,
- * written with the same client (Jedis by default; --client lettuce), at N
+ * written with the same client (Jedis by default; --client lettuce, or
+ * REDIS_IDEM_JAVA_CLIENT=lettuce for make bench-clients), at N
  * messages in flight (N platform threads sharing one instance and client).
  * Prints {"seconds": <timed part>, "messages": N} as its last line.
  */
@@ -45,7 +46,8 @@ public final class Bench {
 
     static Map<String, String> args(String[] argv) {
         Map<String, String> a = new HashMap<>(Map.of("--impl", "idem", "--scenario", "first", "--inflight", "1", "--messages", "2000",
-                "--prefix", "bench:java:", "--edition", "module", "--batch", "default", "--client", "jedis"));
+                "--prefix", "bench:java:", "--edition", "module", "--batch", "default",
+                "--client", System.getenv().getOrDefault("REDIS_IDEM_JAVA_CLIENT", "jedis")));
         for (int i = 0; i + 1 < argv.length; i += 2) a.put(argv[i], argv[i + 1]);
         if (!a.containsKey("--url")) throw new IllegalArgumentException("--url redis://127.0.0.1:PORT is required");
         return a;
