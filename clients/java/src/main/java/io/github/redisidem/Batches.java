@@ -32,7 +32,7 @@ final class Batches {
         this.wire = core.wire;
         this.options = core.options;
         this.durable = options.durable();
-        this.owner = Wire.SENDS_OWNER ? options.owner() : null;
+        this.owner = options.owner();
     }
 
     private RedisCommand single(Step op) {

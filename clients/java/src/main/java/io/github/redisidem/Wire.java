@@ -13,8 +13,6 @@ final class Wire {
     static final int MAX_BATCH = 10_000;
     /** A WAIT is sent in pieces of at most this, so that no client's command timeout (Lettuce: 60 s) cuts one. */
     static final long MAX_WAIT_MS = 30_000;
-    /** Whether the loop's claims carry OWNER (off until the module and the Functions edition take it). */
-    static final boolean SENDS_OWNER = false;
     final Edition edition;
 
     Wire(Edition edition) {
