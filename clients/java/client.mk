@@ -4,10 +4,13 @@
 #
 #   make test-client-java   `mvn verify` in one JVM: every conformance case
 #       through Jedis and through Lettuce on the module (Redis 7.0, Redis
-#       8.2, Valkey 9.1), the Functions edition (Redis 7.0, Valkey 9.1) and
-#       a 3-node cluster, each configuration one shared server (JUnit runs
-#       them side by side), plus the library's own tests (a killed worker
-#       JVM, Lettuce's async front end). Maven and a JDK 17 come from
+#       8.2, Valkey 9.1) and the Functions edition (Redis 7.0, Valkey 9.1),
+#       each on a server, a primary with a replica and a primary watched by
+#       a Sentinel (redis-server --sentinel, valkey-server --sentinel), and
+#       on a 3-node cluster, each topology shared by its cases (JUnit runs
+#       the configurations side by side), plus the library's own tests (a
+#       killed worker JVM, Lettuce's async front end, batches, a Sentinel
+#       failover under load with durability, the servlet filter). Maven and a JDK 17 come from
 #       Debian's apt when mvn or javac is missing; Maven's repository is
 #       kept in target/client-java-m2, so later runs on the machine download
 #       nothing (`make clean` removes it with the rest of target/).

@@ -8,19 +8,19 @@
  * the lease alive, and completes the record with the result (or releases it
  * if the work threw, so that a retry can run at once). A copy that arrives
  * while the other is still at work waits for it (WAIT on the server) and
- * gets its result. It prints how many deliveries did work, how many were
- * duplicates, and how many of those waited for the first copy.
+ * gets its result, decoded as the same Receipt record. It prints how many
+ * deliveries did work, how many were duplicates, and how many of those
+ * waited for the first copy.
  */
-import io.github.redisidem.BusyException;
 import io.github.redisidem.Idem;
 import io.github.redisidem.IdemOptions;
-import io.github.redisidem.JedisTransport;
 import io.github.redisidem.Outcome;
+import io.github.redisidem.exceptions.BusyException;
+import io.github.redisidem.transport.JedisTransport;
 import java.net.URI;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Map;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -29,16 +29,22 @@ import redis.clients.jedis.RedisClient;
 public final class JavaConsumer {
     private JavaConsumer() {}
 
+    /** What charging an order returns: stored as JSON, replayed as a Receipt. */
+    public record Receipt(int order, long charged, long attempt) {}
+
     /** Charges an order: the attempt is a fencing number for downstream writes. */
-    static Map<String, Object> charge(int order, long attempt) throws InterruptedException {
+    static Receipt charge(int order, long attempt) throws InterruptedException {
         Thread.sleep(20);
-        return Map.of("order", order, "charged", 100 + order, "attempt", attempt);
+        return new Receipt(order, 100 + order, attempt);
     }
 
     public static void main(String[] args) throws Exception {
         int messages = args.length > 1 ? Integer.parseInt(args[1]) : 25;
         RedisClient jedis = RedisClient.create(URI.create(args[0]));
-        IdemOptions options = IdemOptions.defaults().withPrefix("example:java:" + System.nanoTime() + ":").withWait(Duration.ofSeconds(5));
+        IdemOptions options = IdemOptions.builder()
+                .prefix("example:java:" + System.nanoTime() + ":")
+                .waitFor(Duration.ofSeconds(5))
+                .build();
         ExecutorService pool = Executors.newFixedThreadPool(8);
         try (Idem idem = new Idem(JedisTransport.of(jedis), options)) {
             List<Future<String>> deliveries = new ArrayList<>();
@@ -47,7 +53,8 @@ public final class JavaConsumer {
                 for (int copy = 0; copy < 2; copy++) {
                     deliveries.add(pool.submit(() -> {
                         try {
-                            Outcome<Map<String, Object>> out = idem.process("order:" + id, job -> charge(id, job.attempt()));
+                            Outcome<Receipt> out = idem.process("order:" + id, Receipt.class, job -> charge(id, job.attempt()));
+                            if (out.value().order() != id) throw new IllegalStateException("another order's receipt: " + out.value());
                             return out.replayed() ? "duplicate" : "processed"; // acknowledge the message either way
                         } catch (BusyException e) {
                             return "busy"; // still at work after the wait: do not acknowledge, it comes back

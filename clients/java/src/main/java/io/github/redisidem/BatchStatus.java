@@ -16,6 +16,8 @@ public enum BatchStatus {
     MISMATCH,
     /** The tries are used up. */
     EXHAUSTED,
-    /** The key's command failed (WRONGTYPE, a connection error, ...). */
+    /** {@code durable}: the claim was not acknowledged (released, not run), or the completion was not (done on the primary, the value carried). */
+    NOT_DURABLE,
+    /** The key's command failed (WRONGTYPE, a connection error, DONE unconfirmed with the value carried, ...). */
     ERROR
 }

@@ -2,8 +2,12 @@ package io.github.redisidem;
 
 import java.nio.charset.StandardCharsets;
 
-/** Results as they are: a {@code byte[]} stored as is, a String as UTF-8; a replay is a {@code byte[]}. */
-public final class BytesCodec implements Codec {
+/**
+ * Results as they are: a {@code byte[]} stored as is, a {@code String} as
+ * UTF-8; a replay is a {@code byte[]}, or a {@code String} for
+ * {@code as(String.class)}.
+ */
+public final class BytesCodec implements Codec<Object> {
     /** The codec. */
     public BytesCodec() {}
 
@@ -17,5 +21,22 @@ public final class BytesCodec implements Codec {
     @Override
     public Object decode(byte[] bytes) {
         return bytes;
+    }
+
+    @Override
+    @SuppressWarnings("unchecked")
+    public <U> Codec<U> as(Class<U> type) {
+        if (type != String.class) return Codec.super.as(type);
+        return (Codec<U>) new Codec<String>() {
+            @Override
+            public byte[] encode(String value) {
+                return value.getBytes(StandardCharsets.UTF_8);
+            }
+
+            @Override
+            public String decode(byte[] bytes) {
+                return new String(bytes, StandardCharsets.UTF_8);
+            }
+        };
     }
 }

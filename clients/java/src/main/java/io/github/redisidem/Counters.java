@@ -1,24 +1,25 @@
 package io.github.redisidem;
 
-import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.LongAdder;
 
 /** The live counters behind {@link Stats}. */
 final class Counters {
-    final AtomicLong firstRuns = new AtomicLong();
-    final AtomicLong retries = new AtomicLong();
-    final AtomicLong replays = new AtomicLong();
-    final AtomicLong waits = new AtomicLong();
-    final AtomicLong busy = new AtomicLong();
-    final AtomicLong completed = new AtomicLong();
-    final AtomicLong released = new AtomicLong();
-    final AtomicLong leasesLost = new AtomicLong();
-    final AtomicLong resultsDropped = new AtomicLong();
-    final AtomicLong mismatches = new AtomicLong();
-    final AtomicLong exhausted = new AtomicLong();
-    final AtomicLong extendsOk = new AtomicLong();
+    final LongAdder firstRuns = new LongAdder();
+    final LongAdder retries = new LongAdder();
+    final LongAdder replays = new LongAdder();
+    final LongAdder waits = new LongAdder();
+    final LongAdder busy = new LongAdder();
+    final LongAdder completed = new LongAdder();
+    final LongAdder released = new LongAdder();
+    final LongAdder leasesLost = new LongAdder();
+    final LongAdder resultsDropped = new LongAdder();
+    final LongAdder mismatches = new LongAdder();
+    final LongAdder exhausted = new LongAdder();
+    final LongAdder extensions = new LongAdder();
+    final LongAdder notDurable = new LongAdder();
 
     Stats snapshot() {
-        return new Stats(firstRuns.get(), retries.get(), replays.get(), waits.get(), busy.get(), completed.get(),
-                released.get(), leasesLost.get(), resultsDropped.get(), mismatches.get(), exhausted.get(), extendsOk.get());
+        return new Stats(firstRuns.sum(), retries.sum(), replays.sum(), waits.sum(), busy.sum(), completed.sum(), released.sum(),
+                leasesLost.sum(), resultsDropped.sum(), mismatches.sum(), exhausted.sum(), extensions.sum(), notDurable.sum());
     }
 }

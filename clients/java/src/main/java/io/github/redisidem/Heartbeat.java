@@ -1,49 +1,94 @@
 package io.github.redisidem;
 
-import java.time.Duration;
-import java.util.List;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
-import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
- * EXTENDs every interval while work runs, on the instance's scheduled
- * executor. {@link #stop} returns only after a beat in flight has ended, so
- * no EXTEND follows the DONE (it would answer STALE and look like a lost lease).
+ * The instance's one heartbeat: a timer that does nothing until a job has
+ * run for {@code heartbeat}, then EXTENDs each job that old, every
+ * {@code heartbeat}. A job costs an entry in a set while it runs, no timer
+ * of its own. {@link #stop} returns only after a beat in flight for that
+ * job has ended, so no EXTEND follows the DONE (it would answer STALE and
+ * look like a lost lease).
  */
 final class Heartbeat implements AutoCloseable {
     private final Core core;
-    private final List<Job> jobs;
-    private final ScheduledFuture<?> future;
-    private boolean stopped;
+    private final long interval;
+    private final Set<Job> running = ConcurrentHashMap.newKeySet();
+    private final AtomicBoolean scheduled = new AtomicBoolean();
+    private final ScheduledThreadPoolExecutor timer;
 
-    private Heartbeat(Core core, List<Job> jobs, Duration interval) {
+    Heartbeat(Core core) {
         this.core = core;
-        this.jobs = jobs;
-        long ms = Math.max(1, interval.toMillis());
-        this.future = interval.isZero() || jobs.isEmpty() ? null
-                : core.scheduler.scheduleWithFixedDelay(this::beat, ms, ms, TimeUnit.MILLISECONDS);
+        this.interval = core.options.heartbeat().toNanos();
+        this.timer = new ScheduledThreadPoolExecutor(1, r -> {
+            Thread t = new Thread(r, "redis-idem-heartbeat");
+            t.setDaemon(true);
+            return t;
+        });
+        timer.setRemoveOnCancelPolicy(true);
     }
 
-    static Heartbeat start(Core core, List<Job> jobs) {
-        return new Heartbeat(core, jobs, core.options.heartbeatInterval());
+    void start(Job job) {
+        if (interval == 0) return;
+        synchronized (job) {
+            job.beating = true;
+        }
+        job.beatDue = System.nanoTime() + interval;
+        running.add(job);
+        if (scheduled.compareAndSet(false, true)) schedule(interval);
     }
 
-    private synchronized void beat() {
-        for (Job job : jobs) {
-            if (stopped) return;
-            if (job.lost()) continue;
+    void stop(Job job) {
+        if (interval == 0) return;
+        synchronized (job) {
+            job.beating = false;
+        }
+        running.remove(job);
+    }
+
+    private void schedule(long nanos) {
+        try {
+            timer.schedule(this::tick, Math.max(1_000_000, nanos), TimeUnit.NANOSECONDS);
+        } catch (RuntimeException e) {
+            scheduled.set(false); // closed
+        }
+    }
+
+    private void tick() {
+        long next = interval;
+        try {
+            long now = System.nanoTime();
+            next = Long.MAX_VALUE;
+            for (Job job : running) {
+                if (job.beatDue - now <= 0) {
+                    beat(job);
+                    job.beatDue = System.nanoTime() + interval;
+                }
+                next = Math.min(next, job.beatDue - System.nanoTime());
+            }
+        } finally {
+            scheduled.set(false);
+            if (!running.isEmpty() && scheduled.compareAndSet(false, true)) schedule(next == Long.MAX_VALUE ? interval : next);
+        }
+    }
+
+    private void beat(Job job) {
+        synchronized (job) {
+            if (!job.beating || job.lost()) return;
             Throwable error = null;
             try {
                 // Bounded, so that a reply that never comes cannot hold up stop() (and the DONE after it).
                 core.transport.send(core.wire.extend(job.recordKey, job.token, core.options.lease()))
                         .get(core.options.lease().toMillis(), TimeUnit.MILLISECONDS);
             } catch (ExecutionException e) {
-                Throwable cause = Core.unwrap(e);
-                error = cause instanceof ServerException ? ServerException.of(cause.getMessage()) : cause;
+                error = Core.unwrap(e);
             } catch (TimeoutException | RuntimeException e) {
-                // Never thrown on: an exception would end the periodic beat for good.
                 error = e;
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
@@ -53,11 +98,18 @@ final class Heartbeat implements AutoCloseable {
         }
     }
 
+    /** @return the timer's threads (0 or 1) */
+    int threads() {
+        return timer.getPoolSize();
+    }
+
+    /** @return how many times the timer was set since the instance was made */
+    long timersScheduled() {
+        return timer.getTaskCount();
+    }
+
     @Override
     public void close() {
-        if (future != null) future.cancel(false);
-        synchronized (this) {
-            stopped = true;
-        }
+        timer.shutdownNow();
     }
 }

@@ -1,19 +1,31 @@
 package io.github.redisidem;
 
-import java.util.ArrayList;
+import io.github.redisidem.exceptions.MismatchException;
+import io.github.redisidem.transport.Transport;
+import java.time.Duration;
 import java.util.List;
+import java.util.function.UnaryOperator;
 
 /**
- * The consumer loop over a {@link Transport} (Jedis or Lettuce, a server or
- * a cluster), for any number of threads.
+ * The consumer loop over a {@link Transport} (Jedis or Lettuce, a server, a
+ * Sentinel-watched primary or a cluster), for any number of threads.
  *
  * <pre>{@code
- * Idem idem = new Idem(JedisTransport.of(new JedisPooled("127.0.0.1", 6379)), IdemOptions.defaults().withPrefix("shop:"));
- * Outcome<Map<String, Object>> receipt = idem.process("order:1001", job -> charge(order, job.attempt()));
+ * Idem idem = new Idem(JedisTransport.of(RedisClient.create("127.0.0.1", 6379)),
+ *         IdemOptions.builder().prefix("shop:").build());
+ * Outcome<Receipt> out = idem.process("order:1001", Receipt.class, job -> charge(order, job.attempt()));
  * }</pre>
+ *
+ * <p>{@code process} runs the work at most once per key while its record
+ * lives (docs/clients.md, "What process does"). Given a {@code Class<T>},
+ * a {@link TypeRef} or a {@link Codec}, a replay decodes the stored result
+ * into that type, as a first run returns it; without one, a replay is the
+ * codec's plain decoding (JSON: a {@code Map}, a {@code List}, ...). The
+ * work's own checked exceptions reach the caller unwrapped (the claim was
+ * released); the library's errors are in {@code io.github.redisidem.exceptions}.
  */
 public final class Idem implements AutoCloseable {
-    private final Core core;
+    final Core core;
     private final IdemCommands commands;
 
     /**
@@ -30,8 +42,24 @@ public final class Idem implements AutoCloseable {
      * @param options the settings
      */
     public Idem(Transport transport, IdemOptions options) {
-        this.core = new Core(transport, options);
+        this(new Core(transport, options));
+    }
+
+    private Idem(Core core) {
+        this.core = core;
         this.commands = new IdemCommands(core);
+    }
+
+    /**
+     * Another instance on the same client and edition with some settings
+     * changed (its own counters and heartbeat; close it too):
+     * {@code idem.with(o -> o.waitFor(Duration.ZERO))}.
+     *
+     * @param change the settings to change, on a builder holding this instance's
+     * @return the instance
+     */
+    public Idem with(UnaryOperator<IdemOptions.Builder> change) {
+        return new Idem(new Core(core.transport, change.apply(core.options.toBuilder()).edition(core.wire.edition).build()));
     }
 
     /** @return the edition in use */
@@ -49,154 +77,309 @@ public final class Idem implements AutoCloseable {
         return core.counters.snapshot();
     }
 
-    /** @return the typed commands and batch helpers */
+    /** @return the typed commands (the server's commands as they are) */
     public IdemCommands commands() {
         return commands;
     }
 
     /**
-     * Runs {@code work} at most once for {@code key} while its record lives
-     * (docs/clients.md, "What process does").
+     * Runs {@code work} at most once for {@code key}; a replay is the codec's plain decoding of the stored result.
      *
      * @param key the business key (the prefix goes before it)
      * @param work the work
-     * @param <T> its result
-     * @return the work's result, or the stored one on a replay
+     * @return the work's value, or the stored one on a replay
      * @throws Exception the work's own failure (the claim was released), or one of the library's errors
      */
-    public <T> Outcome<T> process(String key, Work<T> work) throws Exception {
-        return process(key, null, work);
+    public Outcome<Object> process(String key, Work<?> work) throws Exception {
+        return run(key, null, core.options.codec(), work);
     }
 
     /**
      * As {@link #process(String, Work)}, with a payload: the same key with another payload is {@link MismatchException}.
      *
      * @param key the key
-     * @param payload PAYLOAD (its fingerprint is stored), or null
+     * @param payload PAYLOAD (its fingerprint is stored)
      * @param work the work
-     * @param <T> its result
      * @return the outcome
      * @throws Exception as {@link #process(String, Work)}
      */
-    @SuppressWarnings("unchecked")
-    public <T> Outcome<T> process(String key, byte[] payload, Work<T> work) throws Exception {
-        ProcessFlow flow = new ProcessFlow(core, key, payload);
+    public Outcome<Object> process(String key, byte[] payload, Work<?> work) throws Exception {
+        return run(key, payload, core.options.codec(), work);
+    }
+
+    /**
+     * Runs {@code work} at most once for {@code key}; a replay decodes the stored result into {@code type}.
+     *
+     * @param key the key
+     * @param type the result's class ({@code long.class}: a {@code Long} both times)
+     * @param work the work
+     * @param <T> the result's type
+     * @return the outcome
+     * @throws Exception as {@link #process(String, Work)}
+     */
+    public <T> Outcome<T> process(String key, Class<T> type, Work<? extends T> work) throws Exception {
+        return run(key, null, core.codec(type), work);
+    }
+
+    /**
+     * @param key the key
+     * @param payload PAYLOAD
+     * @param type the result's class
+     * @param work the work
+     * @param <T> the result's type
+     * @return the outcome
+     * @throws Exception as {@link #process(String, Work)}
+     */
+    public <T> Outcome<T> process(String key, byte[] payload, Class<T> type, Work<? extends T> work) throws Exception {
+        return run(key, payload, core.codec(type), work);
+    }
+
+    /**
+     * @param key the key
+     * @param type the result's generic type ({@code new TypeRef<List<Receipt>>() {}})
+     * @param work the work
+     * @param <T> the result's type
+     * @return the outcome
+     * @throws Exception as {@link #process(String, Work)}
+     */
+    public <T> Outcome<T> process(String key, TypeRef<T> type, Work<? extends T> work) throws Exception {
+        return run(key, null, core.codec(type), work);
+    }
+
+    /**
+     * @param key the key
+     * @param payload PAYLOAD
+     * @param type the result's generic type
+     * @param work the work
+     * @param <T> the result's type
+     * @return the outcome
+     * @throws Exception as {@link #process(String, Work)}
+     */
+    public <T> Outcome<T> process(String key, byte[] payload, TypeRef<T> type, Work<? extends T> work) throws Exception {
+        return run(key, payload, core.codec(type), work);
+    }
+
+    /**
+     * @param key the key
+     * @param codec how this call's result is stored and replayed
+     * @param work the work
+     * @param <T> the result's type
+     * @return the outcome
+     * @throws Exception as {@link #process(String, Work)}
+     */
+    public <T> Outcome<T> process(String key, Codec<T> codec, Work<? extends T> work) throws Exception {
+        return run(key, null, codec, work);
+    }
+
+    /**
+     * @param key the key
+     * @param payload PAYLOAD
+     * @param codec how this call's result is stored and replayed
+     * @param work the work
+     * @param <T> the result's type
+     * @return the outcome
+     * @throws Exception as {@link #process(String, Work)}
+     */
+    public <T> Outcome<T> process(String key, byte[] payload, Codec<T> codec, Work<? extends T> work) throws Exception {
+        return run(key, payload, codec, work);
+    }
+
+    private <T> Outcome<T> run(String key, byte[] payload, Codec<T> codec, Work<? extends T> work) throws Exception {
+        ProcessFlow<T> flow = new ProcessFlow<>(core, key, payload, codec, core.options.waitFor());
         Step step = flow.start();
         while (true) {
-            if (step instanceof Step.Send send) {
-                Object reply = null;
-                Throwable error = null;
-                try {
-                    reply = Core.join(core.transport.send(send.command()));
-                } catch (RuntimeException e) {
-                    error = e instanceof ServerException ? ServerException.of(e.getMessage()) : e;
-                }
-                step = flow.onReply(reply, error);
-            } else if (step instanceof Step.Sleep sleep) {
-                Thread.sleep(sleep.pause().toMillis());
-                step = flow.afterSleep();
-            } else if (step instanceof Step.RunWork run) {
+            if (step instanceof Step.Run run) {
+                Job job = run.job();
                 T value;
-                try (Heartbeat beat = Heartbeat.start(core, List.of(run.job()))) {
-                    value = work.run(run.job());
-                } catch (Exception | Error e) {
+                core.heartbeat.start(job);
+                try {
+                    value = work.run(job);
+                } catch (Throwable e) {
+                    core.heartbeat.stop(job);
                     step = flow.onWorkFailed(e);
                     continue;
                 }
+                core.heartbeat.stop(job);
                 step = flow.onWorkReturned(value);
+            } else if (step instanceof Step.Sleep sleep) {
+                Thread.sleep(sleep.pause().toMillis());
+                step = flow.afterSleep();
+            } else if (step instanceof Step.Finish finish) {
+                Result result = finish.result();
+                if (result.error() != null) throw Idem.<RuntimeException>sneaky(result.error());
+                return result.outcome();
             } else {
-                Step.Finish finish = (Step.Finish) step;
-                if (finish.error() == null) return (Outcome<T>) finish.outcome();
-                if (finish.error() instanceof Exception e) throw e;
-                throw (Error) finish.error();
+                step = flow.onAnswer(core.answer(step));
             }
         }
+    }
+
+    /** The work's own failure, checked or not, as it is. */
+    @SuppressWarnings("unchecked")
+    static <E extends Throwable> E sneaky(Throwable e) throws E {
+        throw (E) e;
     }
 
     /**
      * Claims every key in one batch, runs the work for each granted key (one
      * heartbeat for the batch), completes the successes in one DONE batch and
-     * releases the failures in one RELEASE batch. A busy key is not waited for.
+     * releases the failures in one RELEASE batch; a busy key is not waited
+     * for. Every promise of {@code process} holds per key (a lost DONE reply
+     * resent and confirmed, {@code DoneUnconfirmedException} in its item).
      *
      * @param keys the keys
      * @param work the work, called once per granted key
-     * @param <T> its result
      * @return one item per key, in order
+     * @throws InterruptedException while a pause between resends
      */
-    public <T> List<BatchItem<T>> processMany(List<String> keys, Work<T> work) {
-        return processMany(keys, null, work);
+    public List<BatchItem<Object>> processMany(List<String> keys, Work<?> work) throws InterruptedException {
+        return Many.blocking(core, keys, null, core.options.codec(), work);
     }
 
     /**
-     * As {@link #processMany(List, Work)}, with one payload per key.
-     *
+     * @param keys the keys
+     * @param payloads one per key
+     * @param work the work
+     * @return one item per key, in order
+     * @throws InterruptedException while a pause between resends
+     */
+    public List<BatchItem<Object>> processMany(List<String> keys, List<byte[]> payloads, Work<?> work) throws InterruptedException {
+        return Many.blocking(core, keys, payloads, core.options.codec(), work);
+    }
+
+    /**
+     * @param keys the keys
+     * @param type the results' class (replays decoded into it)
+     * @param work the work
+     * @param <T> the results' type
+     * @return one item per key, in order
+     * @throws InterruptedException while a pause between resends
+     */
+    public <T> List<BatchItem<T>> processMany(List<String> keys, Class<T> type, Work<? extends T> work) throws InterruptedException {
+        return Many.blocking(core, keys, null, core.codec(type), work);
+    }
+
+    /**
      * @param keys the keys
      * @param payloads one per key, or null
+     * @param type the results' class
      * @param work the work
-     * @param <T> its result
+     * @param <T> the results' type
      * @return one item per key, in order
+     * @throws InterruptedException while a pause between resends
      */
-    public <T> List<BatchItem<T>> processMany(List<String> keys, List<byte[]> payloads, Work<T> work) {
-        BatchFlow<T> flow = new BatchFlow<>(core, keys);
-        List<Job> jobs = flow.onClaims(commands.claimMany(keys, core.options.lease(), payloads));
-        List<Object> values = new ArrayList<>();
-        List<Throwable> failures = new ArrayList<>();
-        try (Heartbeat beat = Heartbeat.start(core, jobs)) {
-            for (Job job : jobs) {
-                Object value = null;
-                Throwable failure = null;
-                try {
-                    value = work.run(job);
-                } catch (Exception e) {
-                    failure = e;
-                }
-                values.add(value);
-                failures.add(failure);
-            }
-        }
-        List<DoneItem> done = flow.onWorks(values, failures);
-        flow.onDones(commands.doneMany(done, core.options.retain()));
-        List<DoneItem> again = flow.withoutResults();
-        if (!again.isEmpty()) flow.onDonesAgain(commands.doneMany(again, core.options.retain()));
-        List<ReleaseItem> releases = flow.releases();
-        if (!releases.isEmpty()) flow.onReleases(commands.releaseMany(releases));
-        return flow.items();
+    public <T> List<BatchItem<T>> processMany(List<String> keys, List<byte[]> payloads, Class<T> type, Work<? extends T> work)
+            throws InterruptedException {
+        return Many.blocking(core, keys, payloads, core.codec(type), work);
     }
 
     /**
-     * The batch helper of {@link IdemCommands#claimMany}.
+     * @param keys the keys
+     * @param type the results' generic type
+     * @param work the work
+     * @param <T> the results' type
+     * @return one item per key, in order
+     * @throws InterruptedException while a pause between resends
+     */
+    public <T> List<BatchItem<T>> processMany(List<String> keys, TypeRef<T> type, Work<? extends T> work) throws InterruptedException {
+        return Many.blocking(core, keys, null, core.codec(type), work);
+    }
+
+    /**
+     * @param keys the keys
+     * @param codec how the results are stored and replayed
+     * @param work the work
+     * @param <T> the results' type
+     * @return one item per key, in order
+     * @throws InterruptedException while a pause between resends
+     */
+    public <T> List<BatchItem<T>> processMany(List<String> keys, Codec<T> codec, Work<? extends T> work) throws InterruptedException {
+        return Many.blocking(core, keys, null, codec, work);
+    }
+
+    /**
+     * @param keys the keys
+     * @param payloads one per key, or null
+     * @param type the results' generic type
+     * @param work the work
+     * @param <T> the results' type
+     * @return one item per key, in order
+     * @throws InterruptedException while a pause between resends
+     */
+    public <T> List<BatchItem<T>> processMany(List<String> keys, List<byte[]> payloads, TypeRef<T> type, Work<? extends T> work)
+            throws InterruptedException {
+        return Many.blocking(core, keys, payloads, core.codec(type), work);
+    }
+
+    /**
+     * @param keys the keys
+     * @param payloads one per key, or null
+     * @param codec how the results are stored and replayed
+     * @param work the work
+     * @param <T> the results' type
+     * @return one item per key, in order
+     * @throws InterruptedException while a pause between resends
+     */
+    public <T> List<BatchItem<T>> processMany(List<String> keys, List<byte[]> payloads, Codec<T> codec, Work<? extends T> work)
+            throws InterruptedException {
+        return Many.blocking(core, keys, payloads, codec, work);
+    }
+
+    /**
+     * Claims many keys with the instance's settings (MAXTRIES, BLOOM, OWNER,
+     * durable): on the module one IDEM.MCLAIM per slot and 10,000 keys, on
+     * the Functions edition one claim per key, pipelined.
      *
      * @param keys the keys
      * @param lease whole seconds
-     * @return one answer per key
+     * @return one answer per key, in order; a key's error is its element's
      */
-    public List<Reply<Claim>> claimMany(List<String> keys, java.time.Duration lease) {
-        return commands.claimMany(keys, lease, null);
+    public List<Reply<Claim>> claimMany(List<String> keys, Duration lease) {
+        return Helpers.claimMany(core, keys, lease, null);
     }
 
     /**
-     * The batch helper of {@link IdemCommands#doneMany}, with the instance's retention.
+     * @param keys the keys
+     * @param lease whole seconds
+     * @param payloads one per key (each stored as its key's fingerprint), or null
+     * @return one answer per key, in order; a key granted but not acknowledged ({@code durable}) is released and its error NotDurable
+     */
+    public List<Reply<Claim>> claimMany(List<String> keys, Duration lease, List<byte[]> payloads) {
+        return Helpers.claimMany(core, keys, lease, payloads);
+    }
+
+    /**
+     * Completes many claims with the instance's retention, split as {@link #claimMany(List, Duration)}.
      *
-     * @param items the items
-     * @return one answer per item
+     * @param items the items (a null result: none stored)
+     * @return one answer per item, in order
      */
     public List<Reply<Done>> doneMany(List<DoneItem> items) {
-        return commands.doneMany(items, core.options.retain());
+        return Helpers.doneMany(core, items, core.options.retain());
     }
 
     /**
-     * The batch helper of {@link IdemCommands#releaseMany}.
-     *
      * @param items the items
-     * @return one answer per item
+     * @param retain how long the done records are kept (whole seconds), or null for the server's
+     * @return one answer per item, in order; a completion not acknowledged ({@code durable}) has the error NotDurable
      */
-    public List<Reply<Boolean>> releaseMany(List<ReleaseItem> items) {
-        return commands.releaseMany(items);
+    public List<Reply<Done>> doneMany(List<DoneItem> items, Duration retain) {
+        return Helpers.doneMany(core, items, retain);
     }
 
-    /** Stops the heartbeat executor; the transport is the caller's to close. */
+    /**
+     * Gives many claims back, split as {@link #claimMany(List, Duration)}.
+     *
+     * @param items the items
+     * @return one answer per item (true: released), in order
+     */
+    public List<Reply<Boolean>> releaseMany(List<ReleaseItem> items) {
+        return Helpers.releaseMany(core, items);
+    }
+
+    /** Stops the heartbeat's timer; the transport is the caller's to close. */
     @Override
     public void close() {
-        core.scheduler.shutdownNow();
+        core.close();
     }
 }

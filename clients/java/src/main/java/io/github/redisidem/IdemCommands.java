@@ -1,8 +1,13 @@
 package io.github.redisidem;
 
+import io.github.redisidem.exceptions.LiveLeaseException;
+import io.github.redisidem.exceptions.ModuleRequiredException;
+import io.github.redisidem.exceptions.ResultTooLargeException;
+import io.github.redisidem.exceptions.StaleException;
+import io.github.redisidem.exceptions.WrongTypeException;
+import io.github.redisidem.transport.RedisCommand;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Collections;
 import java.util.List;
 import java.util.Map;
 import java.util.Spliterator;
@@ -13,10 +18,13 @@ import java.util.stream.StreamSupport;
 
 /**
  * The typed commands of either edition (the module's IDEM.* or FCALL
- * idem_*), every key under the instance's prefix, and the batch helpers
- * that split by slot and in chunks of 10,000. Errors are the typed
+ * idem_*), every key under the instance's prefix: the server's commands as
+ * they are (no OWNER, no WAIT but the one given, no resend). The batch
+ * helpers with the instance's settings are {@link Idem#claimMany},
+ * {@link Idem#doneMany} and {@link Idem#releaseMany}. Errors are the typed
  * exceptions: {@link StaleException}, {@link WrongTypeException},
- * {@link ResultTooLargeException}, {@link ModuleRequiredException}.
+ * {@link ResultTooLargeException}, {@link ModuleRequiredException},
+ * {@link LiveLeaseException}.
  */
 public final class IdemCommands {
     private final Core core;
@@ -30,11 +38,7 @@ public final class IdemCommands {
     }
 
     private Object send(RedisCommand command) {
-        try {
-            return Core.join(core.transport.send(command));
-        } catch (ServerException e) {
-            throw ServerException.of(e.getMessage());
-        }
+        return Core.join(core.transport.send(command));
     }
 
     /**
@@ -45,21 +49,20 @@ public final class IdemCommands {
      * @return the answer
      */
     public Claim claim(String key, Duration lease) {
-        return claim(key, lease, null, null, null);
+        return claim(key, lease, ClaimOptions.none());
     }
 
     /**
-     * IDEM.CLAIM with its options.
+     * IDEM.CLAIM with its options ({@code ClaimOptions.none().owner("worker-7")}), and the instance's BLOOM.
      *
      * @param key the key
      * @param lease whole seconds
-     * @param payload PAYLOAD, or null
-     * @param maxTries MAXTRIES, or null
-     * @param wait WAIT (module only; blocks up to this long), or null
+     * @param options PAYLOAD, MAXTRIES, WAIT (module only: blocks up to this long), OWNER
      * @return the answer
      */
-    public Claim claim(String key, Duration lease, byte[] payload, Integer maxTries, Duration wait) {
-        return Replies.claim(send(core.wire.claim(k(key), lease, payload, maxTries, core.options.bloom(), wait)));
+    public Claim claim(String key, Duration lease, ClaimOptions options) {
+        return Replies.claim(send(core.wire.claim(k(key), lease, options.payload(), options.maxTries(), core.options.bloom(), options.owner(),
+                options.waitFor())));
     }
 
     /**
@@ -72,7 +75,7 @@ public final class IdemCommands {
      * @return 0 (already done) or 1/3/5/7 decoded
      */
     public Done done(String key, String token, byte[] result, Duration retain) {
-        return Replies.done(send(core.wire.done(k(key), token, result, retain, core.options.bloom())));
+        return Replies.done(send(core.wire.done(k(key), token, result, retain, core.options.bloom(), null)));
     }
 
     /**
@@ -81,7 +84,7 @@ public final class IdemCommands {
      * @return whether the live claim was given up
      */
     public boolean release(String key, String token) {
-        return Replies.flag(send(core.wire.release(k(key), token)));
+        return Replies.flag(send(core.wire.release(k(key), token, null)));
     }
 
     /**
@@ -157,12 +160,13 @@ public final class IdemCommands {
      * @param keys the keys
      * @param lease whole seconds
      * @param payloads one per key, or null
-     * @param maxTries MAXTRIES, or null
+     * @param options MAXTRIES and OWNER for every key (a payload or a WAIT is refused: IllegalArgumentException)
      * @return one answer per key
      */
-    public List<Reply<Claim>> mclaim(List<String> keys, Duration lease, List<byte[]> payloads, Integer maxTries) {
+    public List<Reply<Claim>> mclaim(List<String> keys, Duration lease, List<byte[]> payloads, ClaimOptions options) {
+        if (options.payload() != null || options.waitFor() != null) throw new IllegalArgumentException("IDEM.MCLAIM takes PAYLOADS, and never WAIT");
         List<String> rk = keys.stream().map(this::k).toList();
-        return each(send(core.wire.mclaim(rk, lease, payloads, maxTries, core.options.bloom())), Replies::claim);
+        return each(send(core.wire.mclaim(rk, lease, payloads, options.maxTries(), core.options.bloom(), options.owner())), Replies::claim);
     }
 
     /**
@@ -175,7 +179,7 @@ public final class IdemCommands {
     public List<Reply<Done>> mdone(List<DoneItem> items, Duration retain) {
         List<byte[]> results = items.stream().allMatch(i -> i.result() == null) ? null : items.stream().map(DoneItem::result).toList();
         return each(send(core.wire.mdone(items.stream().map(i -> k(i.key())).toList(),
-                items.stream().map(DoneItem::token).toList(), results, retain, core.options.bloom())), Replies::done);
+                items.stream().map(DoneItem::token).toList(), results, retain, core.options.bloom(), null)), Replies::done);
     }
 
     /**
@@ -186,94 +190,12 @@ public final class IdemCommands {
      */
     public List<Reply<Boolean>> mrelease(List<ReleaseItem> items) {
         return each(send(core.wire.mrelease(items.stream().map(i -> k(i.key())).toList(),
-                items.stream().map(ReleaseItem::token).toList())), Replies::flag);
+                items.stream().map(ReleaseItem::token).toList(), null)), Replies::flag);
     }
 
     private static <T> List<Reply<T>> each(Object reply, Function<Object, T> decode) {
         List<Reply<T>> out = new ArrayList<>();
         for (Object element : (List<?>) reply) out.add(Replies.element(element, decode));
-        return out;
-    }
-
-    /**
-     * Claims many keys: on the module one IDEM.MCLAIM per slot and 10,000
-     * keys, on the Functions edition one claim per key, pipelined.
-     *
-     * @param keys the keys
-     * @param lease whole seconds
-     * @param payloads one per key, or null
-     * @return one answer per key, in order; a key's error is its element's
-     */
-    public List<Reply<Claim>> claimMany(List<String> keys, Duration lease, List<byte[]> payloads) {
-        Integer maxTries = core.options.maxTries();
-        return batch(keys.size(), group -> core.wire.mclaim(pick(keys, group, this::k), lease,
-                payloads == null ? null : pick(payloads, group, p -> p), maxTries, core.options.bloom()),
-                i -> core.wire.claim(k(keys.get(i)), lease, payloads == null ? null : payloads.get(i), maxTries, core.options.bloom(), null),
-                keys, Replies::claim);
-    }
-
-    /**
-     * Completes many claims (results stored where given), split as {@link #claimMany}.
-     *
-     * @param items the items
-     * @param retain RETAIN, or null
-     * @return one answer per item, in order
-     */
-    public List<Reply<Done>> doneMany(List<DoneItem> items, Duration retain) {
-        // MDONE's RESULTS is all or none: the items with a result and those without go in two calls.
-        List<Integer> with = new ArrayList<>();
-        List<Integer> without = new ArrayList<>();
-        for (int i = 0; i < items.size(); i++) (items.get(i).result() != null ? with : without).add(i);
-        List<Reply<Done>> out = new ArrayList<>(Collections.nCopies(items.size(), null));
-        for (List<Integer> part : List.of(with, without)) {
-            List<DoneItem> sub = part.stream().map(items::get).toList();
-            List<Reply<Done>> replies = batch(sub.size(), group -> core.wire.mdone(pick(sub, group, i -> k(i.key())),
-                    pick(sub, group, DoneItem::token), part == with ? pick(sub, group, DoneItem::result) : null, retain, core.options.bloom()),
-                    i -> core.wire.done(k(sub.get(i).key()), sub.get(i).token(), sub.get(i).result(), retain, core.options.bloom()),
-                    sub.stream().map(DoneItem::key).toList(), Replies::done);
-            for (int j = 0; j < part.size(); j++) out.set(part.get(j), replies.get(j));
-        }
-        return out;
-    }
-
-    /**
-     * Gives many claims back, split as {@link #claimMany}.
-     *
-     * @param items the items
-     * @return one answer per item (true: released), in order
-     */
-    public List<Reply<Boolean>> releaseMany(List<ReleaseItem> items) {
-        return batch(items.size(), group -> core.wire.mrelease(pick(items, group, i -> k(i.key())), pick(items, group, ReleaseItem::token)),
-                i -> core.wire.release(k(items.get(i).key()), items.get(i).token()),
-                items.stream().map(ReleaseItem::key).toList(), Replies::flag);
-    }
-
-    private static <A, B> List<B> pick(List<A> all, List<Integer> indices, Function<A, B> f) {
-        return indices.stream().map(i -> f.apply(all.get(i))).toList();
-    }
-
-    /** One batch command per group on the module; single commands pipelined on the Functions edition. */
-    private <T> List<Reply<T>> batch(int n, Function<List<Integer>, RedisCommand> grouped, Function<Integer, RedisCommand> single,
-                                     List<String> keys, Function<Object, T> decode) {
-        List<Reply<T>> out = new ArrayList<>(Collections.nCopies(n, null));
-        if (n == 0) return out;
-        if (core.wire.edition == Edition.FUNCTIONS) {
-            List<RedisCommand> commands = new ArrayList<>();
-            for (int i = 0; i < n; i++) commands.add(single.apply(i));
-            List<Object> replies = Core.join(core.transport.sendAll(commands));
-            for (int i = 0; i < n; i++) out.set(i, Replies.element(replies.get(i), decode));
-            return out;
-        }
-        for (List<Integer> group : Slots.batches(keys.stream().map(this::k).toList(), core.transport.cluster())) {
-            List<?> replies;
-            try {
-                replies = (List<?>) send(grouped.apply(group));
-            } catch (IdemException e) {
-                for (int i : group) out.set(i, new Reply<>(null, e));
-                continue;
-            }
-            for (int j = 0; j < group.size(); j++) out.set(group.get(j), Replies.element(replies.get(j), decode));
-        }
         return out;
     }
 

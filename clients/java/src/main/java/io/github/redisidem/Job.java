@@ -10,6 +10,9 @@ public final class Job {
     final String recordKey;
     final String token;
     private final AtomicBoolean lost = new AtomicBoolean();
+    /** The heartbeat's: when the next EXTEND is due (System.nanoTime), and whether the work still runs (guarded by this). */
+    volatile long beatDue;
+    boolean beating;
 
     Job(String key, String recordKey, ClaimStatus status, String token, long attempt) {
         this.key = key;
@@ -19,7 +22,7 @@ public final class Job {
         this.attempt = attempt;
     }
 
-    /** @return the key as the caller gave it (without the prefix) */
+    /** @return the key as the caller gave it (without the instance's prefix) */
     public String key() {
         return key;
     }
@@ -34,12 +37,17 @@ public final class Job {
         return attempt;
     }
 
-    /** @return whether the heartbeat found the lease lost (another worker may hold the key) */
+    /** @return whether the heartbeat found the lease lost (another worker may hold the key: stop early) */
     public boolean lost() {
         return lost.get();
     }
 
     boolean markLost() {
         return lost.compareAndSet(false, true);
+    }
+
+    @Override
+    public String toString() {
+        return "Job[key=" + key + ", status=" + status + ", attempt=" + attempt + (lost() ? ", lost" : "") + "]";
     }
 }

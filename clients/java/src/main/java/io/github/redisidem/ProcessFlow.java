@@ -1,48 +1,80 @@
 package io.github.redisidem;
 
+import io.github.redisidem.exceptions.BusyException;
+import io.github.redisidem.exceptions.DoneUnconfirmedException;
+import io.github.redisidem.exceptions.ExhaustedException;
+import io.github.redisidem.exceptions.HookException;
+import io.github.redisidem.exceptions.IdemException;
+import io.github.redisidem.exceptions.LeaseLostException;
+import io.github.redisidem.exceptions.MismatchException;
+import io.github.redisidem.exceptions.NotDurableException;
+import io.github.redisidem.exceptions.ResultNotStoredException;
+import io.github.redisidem.exceptions.ResultTooLargeException;
+import io.github.redisidem.exceptions.ServerException;
+import io.github.redisidem.exceptions.StaleException;
 import java.time.Duration;
 import java.util.concurrent.ThreadLocalRandom;
 
 /**
- * One {@code process} call's decisions (docs/clients.md, "What process
- * does"), free of I/O: each reply in, the next step out. The sync and the
- * async drivers only send, sleep and run the work, so they cannot drift.
+ * One key's decisions (docs/clients.md, "What process does"), free of I/O:
+ * each answer in, the next step out. The single call, the batch
+ * ({@code processMany}: one flow per key, their commands batched) and the
+ * sync and async drivers all drive this one class, so they cannot drift.
+ *
+ * @param <T> the work's result
  */
-final class ProcessFlow {
-    private enum Phase { CLAIM, RELEASE, DONE, CONFIRM }
+final class ProcessFlow<T> {
+    private enum Phase { CLAIM, OWNER, RELEASE, DONE, CONFIRM }
 
     private final Core core;
-    private final byte[] payload;
+    private final Codec<T> codec;
     private final String key;
     private final String recordKey;
+    private final byte[] payload;
     private final long deadline;
     private Phase phase = Phase.CLAIM;
     private boolean waited;
-    private Duration nextPause = Duration.ofMillis(10);
+    private long nextPauseMs = 10;
     private Job job;
+    private Duration busyLeft;
     private Throwable failure;
-    private Object value;
-    private RedisCommand done;
+    private NotDurableException claimNotDurable;
+    private T value;
+    private byte[] result;
     private String dropped;
     private Throwable dropCause;
-    private int doneTries;
-    private boolean resent;
+    private int doneResends;
+    private boolean maybeRan;
+    private Answer lastDone;
 
-    ProcessFlow(Core core, String key, byte[] payload) {
+    /**
+     * @param wait how long a busy key is waited for (zero: not at all)
+     */
+    ProcessFlow(Core core, String key, byte[] payload, Codec<T> codec, Duration wait) {
         this.core = core;
-        this.payload = payload;
+        this.codec = codec;
         this.key = key;
         this.recordKey = core.options.prefix() + key;
-        this.deadline = System.nanoTime() + core.options.waitFor().toNanos();
+        this.payload = payload;
+        this.deadline = System.nanoTime() + wait.toNanos();
     }
 
-    private Duration remaining() {
-        return Duration.ofNanos(Math.max(0, deadline - System.nanoTime()));
+    String key() {
+        return key;
+    }
+
+    private long nanosLeft() {
+        return deadline - System.nanoTime();
     }
 
     private Step claim() {
-        Duration wait = waited && core.wire.edition == Edition.MODULE ? remaining() : null;
-        return new Step.Send(core.wire.claim(recordKey, core.options.lease(), payload, core.options.maxTries(), core.options.bloom(), wait));
+        Duration wait = null;
+        if (waited && core.wire.module() && nanosLeft() >= 1_000_000) wait = Duration.ofNanos(nanosLeft());
+        return new Step.Claim(recordKey, payload, wait, core.options.lease());
+    }
+
+    private Step done() {
+        return new Step.Done(recordKey, job.token, result, core.options.retain());
     }
 
     Step start() {
@@ -50,186 +82,237 @@ final class ProcessFlow {
     }
 
     Step afterSleep() {
-        return phase == Phase.CLAIM ? claim() : new Step.Send(done);
+        return phase == Phase.CLAIM ? claim() : done();
     }
 
-    Step onReply(Object reply, Throwable error) {
-        return switch (phase) {
-            case CLAIM -> onClaim(reply, error);
-            case RELEASE -> onRelease(reply, error);
-            case DONE -> onDone(reply, error);
-            case CONFIRM -> onConfirm(reply, error);
-        };
-    }
-
-    private static Step fail(Throwable e) {
-        return new Step.Finish(null, e);
-    }
-
-    private Step onClaim(Object reply, Throwable error) {
-        if (error != null) {
-            // A waiter unblocked (failover, resharding, CLIENT UNBLOCK) or a
-            // record gone from its node wrote nothing: claim again.
-            String m = error.getMessage() == null ? "" : error.getMessage();
-            if (error instanceof ServerException && (m.startsWith("TRYAGAIN") || m.startsWith("UNBLOCKED"))
-                    && !remaining().isZero()) {
-                return new Step.Sleep(Duration.ofMillis(10));
-            }
-            return fail(error);
-        }
-        Claim claim;
+    Step onAnswer(Answer a) {
         try {
-            claim = Replies.claim(reply);
-        } catch (IdemException e) {
-            return fail(e);
+            return switch (phase) {
+                case CLAIM -> onClaim(a);
+                case OWNER -> onOwner(a);
+                case RELEASE -> onRelease(a);
+                case DONE -> onDone(a);
+                case CONFIRM -> onConfirm(a);
+            };
+        } catch (RuntimeException e) {
+            // An answer of a shape no server sends: the call fails with it, never with a half-made decision.
+            return finish(BatchStatus.ERROR, value, e, job == null ? 0 : job.attempt(), false);
         }
-        switch (claim.status()) {
+    }
+
+    /** A connection failure: the command may or may not have run. */
+    static boolean connectionError(Throwable e) {
+        return !(e instanceof IdemException) && !(e instanceof IllegalArgumentException) && !(e instanceof Error);
+    }
+
+    /** An error reply that says the command ran nowhere (a failover, a resharding, an unblocked waiter). */
+    static boolean wroteNothing(Throwable e) {
+        if (!(e instanceof ServerException)) return false;
+        String m = e.getMessage() == null ? "" : e.getMessage();
+        return m.startsWith("TRYAGAIN") || m.startsWith("UNBLOCKED") || m.startsWith("READONLY") || m.startsWith("MASTERDOWN")
+                || m.startsWith("LOADING") || m.startsWith("MOVED") || m.startsWith("ASK") || m.startsWith("CLUSTERDOWN");
+    }
+
+    private Step finish(BatchStatus status, Object v, Throwable error, long attempt, boolean stored) {
+        return new Step.Finish(new Result(status, v, error, attempt, stored, job == null ? null : job.status()));
+    }
+
+    private Step onClaim(Answer a) {
+        if (a.error() != null) {
+            // Nothing written, or the connection closed (a failover: the client reconnects): claim again while time is left.
+            if ((wroteNothing(a.error()) || connectionError(a.error())) && nanosLeft() > 0) return new Step.Sleep(pause(null));
+            return finish(BatchStatus.ERROR, null, a.error(), 0, false);
+        }
+        Claim c = Replies.claim(a.reply());
+        switch (c.status()) {
             case NEW, SEEN, RETRY -> {
-                (claim.status() == ClaimStatus.NEW ? core.counters.firstRuns : core.counters.retries).incrementAndGet();
-                job = new Job(key, recordKey, claim.status(), claim.token(), claim.attempt());
+                job = new Job(key, recordKey, c.status(), c.token(), c.attempt());
+                if (!a.durableOk()) {
+                    core.counters.notDurable.increment();
+                    claimNotDurable = new NotDurableException(NotDurableException.Stage.CLAIM, Math.max(0, a.acknowledged()), null);
+                    phase = Phase.RELEASE;
+                    return new Step.Release(recordKey, job.token);
+                }
+                (c.status() == ClaimStatus.NEW ? core.counters.firstRuns : core.counters.retries).increment();
                 try {
                     core.options.hooks().onRun(job);
                 } catch (RuntimeException e) {
                     return release(new HookException(e, null));
                 }
-                return new Step.RunWork(job);
+                return new Step.Run(job);
             }
             case DONE -> {
-                core.counters.replays.incrementAndGet();
-                core.quietly(() -> core.options.hooks().onReplay(key, claim.attempt()));
-                try {
-                    Object decoded = claim.result() == null ? null : core.options.codec().decode(claim.result());
-                    return new Step.Finish(new Outcome<>(decoded, true, null, claim.attempt(), claim.result() != null), null);
-                } catch (Exception e) {
-                    return fail(new IdemException("the stored result could not be decoded", e));
+                if (!a.durableOk()) {
+                    // A completion replayed by a primary no replica acknowledges (one deposed by a failover, say)
+                    // may be gone from the next one: not a replay to acknowledge the message on.
+                    core.counters.notDurable.increment();
+                    return finish(BatchStatus.NOT_DURABLE, null,
+                            new NotDurableException(NotDurableException.Stage.CLAIM, Math.max(0, a.acknowledged()), null), c.attempt(), false);
                 }
+                core.counters.replays.increment();
+                core.quietly(() -> core.options.hooks().onReplay(key, c.attempt()));
+                T decoded;
+                try {
+                    decoded = c.result() == null ? null : codec.decode(c.result());
+                } catch (Exception e) {
+                    return finish(BatchStatus.ERROR, null, new IdemException("the stored result of " + key + " could not be decoded: " + e.getMessage(), e),
+                            c.attempt(), true);
+                }
+                return finish(BatchStatus.REPLAYED, decoded, null, c.attempt(), c.result() != null);
             }
             case BUSY -> {
-                if (remaining().isZero()) {
-                    core.counters.busy.incrementAndGet();
-                    return fail(new BusyException(key, claim.leaseLeft()));
+                if (nanosLeft() > 0) {
+                    if (!waited) {
+                        waited = true;
+                        core.counters.waits.increment();
+                        core.quietly(() -> core.options.hooks().onBusy(key, c.leaseLeft()));
+                    }
+                    return core.wire.module() ? claim() : new Step.Sleep(pause(c.leaseLeft()));
                 }
-                if (!waited) {
-                    waited = true;
-                    core.counters.waits.incrementAndGet();
-                    core.quietly(() -> core.options.hooks().onBusy(key, claim.leaseLeft()));
-                }
-                if (core.wire.edition == Edition.MODULE) return claim();
-                return new Step.Sleep(pause(claim.leaseLeft()));
+                core.counters.busy.increment();
+                busyLeft = c.leaseLeft();
+                phase = Phase.OWNER;
+                return new Step.Get(recordKey);
             }
             case MISMATCH -> {
-                core.counters.mismatches.incrementAndGet();
-                return fail(new MismatchException("mismatch: " + key + " was claimed with another payload"));
+                core.counters.mismatches.increment();
+                return finish(BatchStatus.MISMATCH, null, new MismatchException("mismatch: " + key + " was claimed with another payload"), c.attempt(), false);
             }
             default -> {
-                core.counters.exhausted.incrementAndGet();
-                return fail(new ExhaustedException("exhausted: " + key + " used its tries (attempt " + claim.attempt() + ")"));
+                core.counters.exhausted.increment();
+                return finish(BatchStatus.EXHAUSTED, null, new ExhaustedException("exhausted: " + key + " used its tries (attempt " + c.attempt() + ")"),
+                        c.attempt(), false);
             }
         }
     }
 
-    /** Functions-edition polling: 10 ms doubling to 1 s, jittered, never past the holder's lease end nor the deadline. */
+    /** Busy at the end: who holds the key, read once on this path only (null when the read fails). */
+    private Step onOwner(Answer a) {
+        String owner = null;
+        if (a.error() == null) {
+            try {
+                Record r = Replies.record(a.reply());
+                owner = r == null ? null : r.owner();
+            } catch (RuntimeException ignored) {
+                // the owner is a courtesy: Busy is the answer either way
+            }
+        }
+        return finish(BatchStatus.BUSY, null, new BusyException(key, busyLeft, owner), 0, false);
+    }
+
+    /** The polling pause (Functions edition, or a claim to send again): 10 ms doubling to 1 s, jittered, within the lease left and the deadline. */
     private Duration pause(Duration leaseLeft) {
-        long ms = nextPause.toMillis();
-        ms = ms / 2 + ThreadLocalRandom.current().nextLong(ms / 2 + 1);
-        ms = Math.min(ms, Math.max(1, leaseLeft.toMillis()));
-        ms = Math.min(ms, Math.max(1, remaining().toMillis()));
-        nextPause = nextPause.multipliedBy(2).compareTo(Duration.ofSeconds(1)) > 0 ? Duration.ofSeconds(1) : nextPause.multipliedBy(2);
+        long ms = nextPauseMs / 2 + ThreadLocalRandom.current().nextLong(nextPauseMs / 2 + 1);
+        if (leaseLeft != null) ms = Math.min(ms, Math.max(1, leaseLeft.toMillis()));
+        ms = Math.max(1, Math.min(ms, Math.max(1, nanosLeft() / 1_000_000)));
+        nextPauseMs = Math.min(1000, nextPauseMs * 2);
         return Duration.ofMillis(ms);
     }
 
     private Step release(Throwable why) {
         failure = why;
         phase = Phase.RELEASE;
-        return new Step.Send(core.wire.release(recordKey, job.token));
+        return new Step.Release(recordKey, job.token);
     }
 
+    /** The work (or a hook before it) failed in any way: its claim is given back. */
     Step onWorkFailed(Throwable error) {
         return release(error);
     }
 
-    private Step onRelease(Object reply, Throwable error) {
-        if (error == null && reply instanceof Long n && n == 1) {
-            core.counters.released.incrementAndGet();
-            core.quietly(() -> core.options.hooks().onRelease(job, failure));
-        }
-        return fail(failure);
+    private Step onRelease(Answer a) {
+        if (claimNotDurable != null) return finish(BatchStatus.NOT_DURABLE, null, claimNotDurable, job.attempt(), false);
+        // Sent once: a RELEASE that fails (or answers 0) lets the claim lapse with its lease; only a 1 is counted.
+        if (a.error() == null && a.reply() instanceof Long n && n == 1) core.counters.released.increment();
+        core.quietly(() -> core.options.hooks().onRelease(job, failure));
+        return finish(BatchStatus.FAILED, null, failure, job.attempt(), false);
     }
 
-    Step onWorkReturned(Object result) {
-        value = result;
-        phase = Phase.DONE;
-        byte[] bytes = null;
+    Step onWorkReturned(T v) {
+        value = v;
         try {
-            bytes = core.options.codec().encode(result);
+            result = codec.encode(v);
         } catch (Exception e) {
             dropped = "unserializable";
             dropCause = e;
+            result = null;
         }
-        done = core.wire.done(recordKey, job.token, bytes, core.options.retain(), core.options.bloom());
-        return new Step.Send(done);
+        phase = Phase.DONE;
+        return done();
     }
 
-    private Step onDone(Object reply, Throwable error) {
-        if (error instanceof ResultTooLargeException e && dropped == null) {
+    private Step onDone(Answer a) {
+        Throwable e = a.error();
+        if (e instanceof ResultTooLargeException && result != null) {
+            // Refused, nothing written: completed without the result.
             dropped = "oversize";
             dropCause = e;
-            done = core.wire.done(recordKey, job.token, null, core.options.retain(), core.options.bloom());
-            return new Step.Send(done);
+            result = null;
+            return done();
         }
-        if (error instanceof StaleException) return leaseLost();
-        if (error != null && !(error instanceof ServerException)) {
-            // The connection dropped before DONE's reply: the same token is safe to send again.
-            if (doneTries >= core.options.doneRetries()) return fail(new DoneUnconfirmedException(value, error));
-            resent = true;
-            return new Step.Sleep(Duration.ofMillis(50L << doneTries++));
+        if (e instanceof StaleException) return leaseLost();
+        if (e != null && (connectionError(e) || wroteNothing(e))) {
+            // The same token is safe to send again; a 0 to it is then confirmed.
+            if (connectionError(e)) maybeRan = true;
+            if (doneResends >= core.options.doneRetries()) {
+                return finish(BatchStatus.ERROR, value, new DoneUnconfirmedException(value, e), job.attempt(), false);
+            }
+            return new Step.Sleep(Duration.ofMillis(50L << Math.min(20, doneResends++)));
         }
-        if (error != null) return fail(error);
-        Done answer = Replies.done(reply);
-        if (!answer.completed()) {
-            if (!resent) return leaseLost();
-            // 0 to a resent DONE: this worker's own completion if the record is done with this job's attempt.
+        // Any other error (WRONGTYPE: the key was overwritten): the record was not completed.
+        if (e != null) return finish(BatchStatus.ERROR, value, e, job.attempt(), false);
+        Done d = Replies.done(a.reply());
+        if (!d.completed()) {
+            if (!maybeRan) return leaseLost();
             phase = Phase.CONFIRM;
-            return new Step.Send(core.wire.get(recordKey));
+            lastDone = a;
+            return new Step.Get(recordKey);
         }
-        return completed(answer.resultStored());
+        return completed(d.resultStored(), a);
     }
 
-    private Step onConfirm(Object reply, Throwable error) {
-        if (error != null && !(error instanceof ServerException)) {
+    /** 0 to a resent DONE: this worker's own completion when the record is done with this job's attempt. */
+    private Step onConfirm(Answer a) {
+        if (a.error() != null && connectionError(a.error())) {
             phase = Phase.DONE;
-            return onDone(null, error);
+            return onDone(a);
         }
-        if (error != null) return fail(error);
-        Record record = Replies.record(reply);
-        if (record != null && record.state() == RecordState.DONE && record.attempt() == job.attempt()) {
-            return completed(record.result() != null || dropped != null);
-        }
+        if (a.error() != null) return finish(BatchStatus.ERROR, value, a.error(), job.attempt(), false);
+        Record r = Replies.record(a.reply());
+        if (r != null && r.state() == RecordState.DONE && r.attempt() == job.attempt()) return completed(r.result() != null || dropped != null, lastDone);
         return leaseLost();
     }
 
     private Step leaseLost() {
         core.lost(job);
-        return fail(new LeaseLostException("lease lost: " + key + " was claimed by another worker after attempt " + job.attempt()));
+        return finish(BatchStatus.LOST, value, new LeaseLostException("lease lost: " + key + " was claimed by another worker after attempt " + job.attempt()),
+                job.attempt(), false);
     }
 
-    private Step completed(boolean serverStored) {
-        core.counters.completed.incrementAndGet();
+    /** The record is completed by this worker: counted once, whatever comes after. */
+    private Step completed(boolean serverStored, Answer done) {
+        core.counters.completed.increment();
         if (dropped == null && !serverStored) dropped = "memory";
         boolean stored = dropped == null;
         if (!stored) {
-            core.counters.resultsDropped.incrementAndGet();
+            core.counters.resultsDropped.increment();
             String reason = dropped;
             core.quietly(() -> core.options.hooks().onResultDropped(job, reason));
+        }
+        if (!done.durableOk()) {
+            core.counters.notDurable.increment();
+            core.quietly(() -> core.options.hooks().onDone(job, stored));
+            return finish(BatchStatus.NOT_DURABLE, value, new NotDurableException(NotDurableException.Stage.DONE, Math.max(0, done.acknowledged()), value),
+                    job.attempt(), stored);
         }
         try {
             core.options.hooks().onDone(job, stored);
         } catch (RuntimeException e) {
-            return fail(new HookException(e, value));
+            return finish(BatchStatus.PROCESSED, value, new HookException(e, value), job.attempt(), stored);
         }
         if ("unserializable".equals(dropped) || ("oversize".equals(dropped) && core.options.oversize() == Oversize.ERROR)) {
-            return fail(new ResultNotStoredException(value, dropCause));
+            return finish(BatchStatus.PROCESSED, value, new ResultNotStoredException(value, dropCause), job.attempt(), false);
         }
-        return new Step.Finish(new Outcome<>(value, false, job.status(), job.attempt(), stored), null);
+        return finish(BatchStatus.PROCESSED, value, null, job.attempt(), stored);
     }
 }

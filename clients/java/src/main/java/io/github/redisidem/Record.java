@@ -16,6 +16,7 @@ import java.util.OptionalLong;
  * @param fingerprint the payload's fingerprint (32 hex digits), or null
  * @param tries the claims since the latest requeue (what maxTries counts);
  *     empty from a module older than IDEM.REQUEUE
+ * @param owner the latest claim's OWNER (kept while processing, released or expired), or null
  */
 public record Record(RecordState state, long attempt, Duration leaseLeft, long pttl, long claimedAt, long doneAt,
-                     byte[] result, String fingerprint, OptionalLong tries) {}
+                     byte[] result, String fingerprint, OptionalLong tries, String owner) {}

@@ -1,5 +1,7 @@
 package io.github.redisidem;
 
+import io.github.redisidem.exceptions.IdemException;
+import io.github.redisidem.exceptions.ServerException;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.HashMap;
@@ -24,14 +26,14 @@ final class Replies {
         throw new IdemException("unexpected reply, not an integer: " + o);
     }
 
-    /** An error element of an array: throw it as the typed error. */
+    /** An error element of an array: throw it (transports type them with ServerException.of). */
     static Object check(Object o) {
-        if (o instanceof ServerException e) throw ServerException.of(e.getMessage());
+        if (o instanceof ServerException e) throw e;
         return o;
     }
 
     static Claim claim(Object reply) {
-        List<?> parts = (List<?>) check(reply);
+        if (!(check(reply) instanceof List<?> parts) || parts.size() != 3) throw new IdemException("unexpected claim reply: " + reply);
         ClaimStatus status = ClaimStatus.valueOf(text(parts.get(0)));
         Object value = parts.get(1);
         long attempt = integer(parts.get(2));
@@ -64,7 +66,7 @@ final class Replies {
         return new Record(RecordState.valueOf(text(f.get("state")).toUpperCase(Locale.ROOT)), integer(f.get("attempt")),
                 Duration.ofMillis(integer(f.get("lease_ms"))), integer(f.get("pttl")), integer(f.get("claimed_at")),
                 integer(f.get("done_at")), (byte[]) f.get("result"), text(f.get("fingerprint")),
-                f.get("tries") == null ? OptionalLong.empty() : OptionalLong.of(integer(f.get("tries"))));
+                f.get("tries") == null ? OptionalLong.empty() : OptionalLong.of(integer(f.get("tries"))), text(f.get("owner")));
     }
 
     /** A batch reply's elements, each decoded, an error element as that key's error. */

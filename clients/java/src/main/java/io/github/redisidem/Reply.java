@@ -1,5 +1,7 @@
 package io.github.redisidem;
 
+import io.github.redisidem.exceptions.IdemException;
+
 /**
  * One key's answer in a batch: a value, or that key's error.
  *

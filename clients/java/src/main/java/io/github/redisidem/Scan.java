@@ -1,5 +1,6 @@
 package io.github.redisidem;
 
+import io.github.redisidem.transport.Transport;
 import java.util.ArrayDeque;
 import java.util.Iterator;
 import java.util.List;
@@ -29,12 +30,7 @@ final class Scan implements Iterator<String> {
     @Override
     public boolean hasNext() {
         while (keys.isEmpty() && node < nodes.size()) {
-            Object reply;
-            try {
-                reply = Core.join(nodes.get(node).send(wire.scan(cursor, options)));
-            } catch (ServerException e) {
-                throw ServerException.of(e.getMessage());
-            }
+            Object reply = Core.join(nodes.get(node).send(wire.scan(cursor, options)));
             List<?> parts = (List<?>) Replies.check(reply);
             for (Object key : (List<?>) parts.get(1)) keys.add(Replies.text(key).substring(prefix.length()));
             cursor = Replies.text(parts.get(0));

@@ -5,6 +5,9 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.github.redisidem.exceptions.ExhaustedException;
+import io.github.redisidem.exceptions.LiveLeaseException;
+import io.github.redisidem.transport.Transport;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -47,8 +50,8 @@ class OperatorTest {
     void aDeadLetterIsListedRequeuedAndCompletedWithAHigherAttempt(String binary, Edition edition, CaseRunner.Client client) throws Exception {
         Servers.Server server = Servers.forLibraryTests(binary, edition, false);
         String prefix = "op[" + client + "]*" + System.nanoTime() + ":"; // glob characters: matched as they are
-        try (Transport transport = CaseRunner.transport(server, client, server.port());
-             Idem idem = new Idem(transport, IdemOptions.defaults().withPrefix(prefix).withMaxTries(2))) {
+        try (Transport transport = Clients.transport(server, client, server.port());
+             Idem idem = new Idem(transport, IdemOptions.builder().prefix(prefix).maxTries(2).build())) {
             assertEquals(edition, idem.edition());
             IdemCommands commands = idem.commands();
             for (int n = 1; n <= 2; n++) {
@@ -105,8 +108,8 @@ class OperatorTest {
         Servers.Server server = Servers.forLibraryTests("REDIS7_SERVER", Edition.MODULE, true);
         for (CaseRunner.Client client : CaseRunner.Client.values()) {
             String prefix = "opc" + client + System.nanoTime() + ":";
-            try (Transport transport = CaseRunner.transport(server, client, server.port());
-                 Idem idem = new Idem(transport, IdemOptions.defaults().withPrefix(prefix))) {
+            try (Transport transport = Clients.transport(server, client, server.port());
+                 Idem idem = new Idem(transport, IdemOptions.builder().prefix(prefix).build())) {
                 IdemCommands commands = idem.commands();
                 Set<String> keys = new TreeSet<>();
                 Set<Integer> owners = new TreeSet<>();
