@@ -46,7 +46,7 @@ RUNDIR := tmp
 # sudo only when not root and sudo exists.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
-.PHONY: deps build brokers lint test test-prometheus test-rust test-redis-suite test-clients test-redis8 test-valkey run load-functions bench bench-batch bench-clients bench-wait bench-wait-hooks bench-sweep bench-instructions fuzz-smoke fuzz clean
+.PHONY: deps build brokers lint test test-prepare test-suites test-crash redis-suite-tools prometheus-tools client-tools test-prometheus test-rust test-redis-suite test-clients test-redis8 test-valkey run load-functions bench bench-batch bench-clients bench-wait bench-wait-hooks bench-sweep bench-instructions fuzz-smoke fuzz clean
 
 deps:
 	@missing=""; \
@@ -67,20 +67,44 @@ deps:
 build: deps
 	$(CARGO) build --release
 
-# cargo test does not build the cdylib the integration tests load: build first.
-# Formatting and lints, then a short fuzzing run go first, so that the test
-# results close the output. --workspace: idem-core's unit tests too.
+# make test: first, one step at a time, what needs no server (every
+# package it installs, the builds, the lints, a short fuzzing run:
+# test-prepare), then every suite side by side, TEST_JOBS at a time
+# (test-suites; most of a suite's time is spent waiting on its servers, so
+# more run at once than there are cores). Each suite's output is printed
+# whole when it ends, with its wall time.
+#   test-rust                 unit tests + the integration suite on Redis 7.0
+#                             (Debian's redis-server), the Rust client's too
+#   test-redis8, test-valkey  the integration suite on Redis 8.2, Valkey 9.1
+#   test-redis-suite          Redis 7.0.15's own tests with the module
+#   test-prometheus           the metrics through the exporter, the alerts
+#   test-clients              each library on every server and edition
+#   test-brokers              every broker adapter against its real broker
+#   test-crash                primaries SIGKILLed under durable claims
+# The suites that take longest start first.
+TEST_JOBS ?= 6
+TEST_SUITES := test-clients test-brokers test-rust test-redis8 test-valkey \
+	test-redis-suite test-crash test-prometheus
+test: test-prepare
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-suites
+
+# Every installation first, one at a time (apt-get and pip must not run
+# side by side), so that the suites' own prerequisites find them done.
+test-prepare: deps build lint lint-client-rust fuzz-smoke pyenv clients redis8 valkey \
+	redis-suite-tools prometheus-tools client-tools brokers brokers-venv $(BROKERS_CONSUMER_TARGETS)
+	$(CARGO) build --profile test-release --workspace --tests --examples
+
+test-suites: $(addprefix timed-,$(TEST_SUITES))
+timed-%:
+	@start=$$(date +%s); \
+	if $(MAKE) --no-print-directory $*; then \
+		echo "== $*: passed in $$(( $$(date +%s) - start )) s"; \
+	else echo "== $*: FAILED after $$(( $$(date +%s) - start )) s"; exit 1; fi
+
+# cargo test does not build the cdylib the integration tests load: build
+# first. --workspace: idem-core's unit tests and the Rust client's too.
 # tests/example_consumer.rs runs the example's fault-injection run: pyenv;
 # tests/client_examples.rs the client examples: clients.
-# The first run is on Debian's redis-server (7.0.15), then the integration
-# suite again on Redis 8 and on Valkey 9.
-# The client libraries' suites run side by side (each waits on its servers
-# far more than it computes), each one's output printed whole when it ends.
-test: deps build lint fuzz-smoke test-prometheus test-rust test-redis-suite
-	@$(MAKE) --no-print-directory test-redis8
-	@$(MAKE) --no-print-directory test-valkey
-	@$(MAKE) --no-print-directory -j4 --output-sync=target test-clients
-
 test-rust: deps build pyenv clients
 	$(CARGO) test --profile test-release --no-fail-fast --workspace
 
@@ -92,14 +116,19 @@ test-rust: deps build pyenv clients
 # Needs tclsh (Debian's tcl, installed with apt-get where missing). About
 # 3.5 minutes on 2 quiet cores (8 units at a time, ports 2000-6800).
 REDIS_SUITE ?= ../shared/redis-tests-7.0.15
-REDIS_SUITE_WORKERS ?= 8
-test-redis-suite: deps build
+REDIS_SUITE_WORKERS ?= 6
+redis-suite-tools:
 	@command -v tclsh >/dev/null 2>&1 || { \
 		echo "test-redis-suite: installing tcl"; \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends tcl; }
-	python3 tests/redis-suite/run.py --module $(MODULE) --suite $(REDIS_SUITE) \
-		--work target/redis-suite --workers $(REDIS_SUITE_WORKERS)
+# The suite is not part of this repository: a checkout without it beside
+# says so loudly and runs the rest.
+test-redis-suite: deps build redis-suite-tools
+	@if [ ! -d $(REDIS_SUITE)/tests ]; then \
+		echo "test-redis-suite: NOT RUN: $(REDIS_SUITE) (Redis 7.0.15's tests/) is missing; set REDIS_SUITE=<dir>"; \
+	else python3 tests/redis-suite/run.py --module $(MODULE) --suite $(REDIS_SUITE) \
+		--work target/redis-suite --workers $(REDIS_SUITE_WORKERS); fi
 
 # Every cargo command of `make test` selects the whole workspace, so that
 # cargo resolves the dependencies' features once and builds them once (a
@@ -119,6 +148,18 @@ test-clients: $(CLIENT_TESTS)
 -include $(wildcard clients/*/client.mk)
 include brokers/brokers.mk
 
+# What the libraries' suites install (toolchains, packages, their venv).
+client-tools: client-go-toolchain client-java-tools node-client-deps client-python-venv
+
+# What a primary's crash costs with durable claims (tests/crash/crash.py,
+# docs/cluster.md "Crashes"): 8 workers through Sentinel, the primary
+# SIGKILLed three times, then a partition; with durable on both replicas
+# nothing may run twice or be lost. (The run without durable, which loses
+# work, is `python tests/crash/crash.py` by hand.)
+CRASH_ARGS ?= --durable 2 --partition --assert-durable
+test-crash: build pyenv
+	$(PYTHON) tests/crash/crash.py $(CRASH_ARGS)
+
 # The real brokers the adapters' tests run (brokers/launch.py starts and
 # stops them): Debian's rabbitmq-server (apt-get where missing; never run as
 # the system service), Kafka's and RocketMQ's jars from Maven Central (class
@@ -136,11 +177,12 @@ brokers:
 # (tests/prometheus.rs), and the alert rules' unit tests with promtool (from
 # Debian's prometheus), both installed with apt-get where missing.
 PROMETHEUS_DEBS := prometheus-redis-exporter prometheus
-test-prometheus: deps build
+prometheus-tools:
 	@command -v promtool >/dev/null 2>&1 && test -x /usr/bin/prometheus-redis-exporter || { \
 		echo "test-prometheus: installing $(PROMETHEUS_DEBS)"; \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(PROMETHEUS_DEBS); }
+test-prometheus: deps build prometheus-tools
 	promtool check rules docs/prometheus/idem-alerts.yml
 	cd docs/prometheus && promtool test rules idem-alerts.test.yml
 	IDEM_REQUIRE_EXPORTER=1 $(CARGO) test --profile test-release --workspace --test prometheus
@@ -298,9 +340,13 @@ endef
 # The library is installed again from the checkout each time (a few
 # seconds, no dependencies), so a venv made before a change of
 # clients/python runs the examples with the library they are written for.
-pyenv:
+# (The stamp keeps suites run side by side from reinstalling it at once.)
+PY_LIBRARY_SOURCES := $(shell find clients/python/src clients/python/pyproject.toml -type f -not -name '*.pyc' 2>/dev/null)
+pyenv: $(PY_VENV)/.redis-idem-installed
+$(PY_VENV)/.redis-idem-installed: $(PY_LIBRARY_SOURCES)
 	$(call python-venv,$(PY_VENV),redis redis_idem,-r examples/consumer/requirements.txt,pyenv)
 	@$(PY_VENV)/bin/pip install -q --force-reinstall --no-deps ./clients/python
+	@touch $@
 
 # The Node.js client example's dependencies: ioredis from the npm registry,
 # and the redis-idem library from clients/node (linked; npm runs its

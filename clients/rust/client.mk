@@ -21,6 +21,6 @@ lint-client-rust:
 		$(CARGO) clippy -q -p redis-idem-client --lib --no-default-features --features "$$features" -- -D warnings || exit 1; \
 	done
 
-test-client-rust: build valkey lint-client-rust
+test-client-rust: build valkey
 	REDIS_SERVER="$(REDIS7_SERVER)" REDIS_IDEM_EDITION=functions $(WORKSPACE_TESTS) $(RUST_CLIENT_TEST_FILES) $(ON_ONE_SERVER_ONLY)
 	REDIS_SERVER="$(VALKEY_SERVER)" REDIS_IDEM_EDITION=functions $(WORKSPACE_TESTS) $(RUST_CLIENT_TEST_FILES) $(ON_ONE_SERVER_ONLY)
