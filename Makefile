@@ -341,7 +341,7 @@ endef
 # seconds, no dependencies), so a venv made before a change of
 # clients/python runs the examples with the library they are written for.
 # (The stamp keeps suites run side by side from reinstalling it at once.)
-PY_LIBRARY_SOURCES := $(shell find clients/python/src clients/python/pyproject.toml -type f -not -name '*.pyc' 2>/dev/null)
+PY_LIBRARY_SOURCES := $(shell find clients/python/src -name '*.py' -o -name py.typed) clients/python/pyproject.toml
 pyenv: $(PY_VENV)/.redis-idem-installed
 $(PY_VENV)/.redis-idem-installed: $(PY_LIBRARY_SOURCES)
 	$(call python-venv,$(PY_VENV),redis redis_idem,-r examples/consumer/requirements.txt,pyenv)
