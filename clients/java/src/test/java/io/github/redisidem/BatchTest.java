@@ -67,8 +67,10 @@ class BatchTest {
     /** 10,000 keys of one tag: one MCLAIM and one MDONE, each key its own item. */
     @Test
     void tenThousandKeysInOneBatch() throws Exception {
-        Servers.Server server = Servers.forLibraryTests(Edition.MODULE);
-        try (Transport transport = Clients.transport(server, CaseRunner.Client.JEDIS, server.port());
+        // A server of its own: the server's command counts are asserted.
+        Servers.Server server = Servers.ownTopology("REDIS7_SERVER", Edition.MODULE, Servers.Topology.STANDALONE);
+        try (AutoCloseable stop = server::stop;
+             Transport transport = Clients.transport(server, CaseRunner.Client.JEDIS, server.port());
              Idem idem = new Idem(transport, IdemOptions.builder().prefix("many" + System.nanoTime() + ":").build())) {
             List<String> keys = new ArrayList<>();
             for (int i = 0; i < 10_000; i++) keys.add("{m}" + i);
@@ -94,7 +96,17 @@ class BatchTest {
     @ParameterizedTest
     @EnumSource(CaseRunner.Client.class)
     void concurrentCallsShareBatches(CaseRunner.Client client) throws Exception {
-        Servers.Server server = Servers.forLibraryTests(Edition.MODULE);
+        // A server of its own: the counts below are the server's, and other
+        // classes' tests on the shared one send MCLAIM too.
+        Servers.Server server = Servers.ownTopology("REDIS7_SERVER", Edition.MODULE, Servers.Topology.STANDALONE);
+        try {
+            runConcurrentCalls(server, client);
+        } finally {
+            server.stop();
+        }
+    }
+
+    private void runConcurrentCalls(Servers.Server server, CaseRunner.Client client) throws Exception {
         for (boolean batch : new boolean[] {true, false}) {
             try (Transport transport = Clients.transport(server, client, server.port());
                  Idem idem = new Idem(transport, IdemOptions.builder().prefix("lane" + client + batch + System.nanoTime() + ":").batch(batch).build())) {
