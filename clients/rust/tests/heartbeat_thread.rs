@@ -25,7 +25,8 @@ fn one_heartbeat_thread_per_instance_whatever_the_jobs() {
     for n in 0..100 {
         idem.process(&format!("short:{n}"), |_: &Job| Ok::<_, String>(n)).unwrap();
     }
-    assert_eq!(heartbeat_threads(), 1, "one for 100 jobs");
+    // A new thread names itself once it runs: a moment after spawn returns.
+    eventually(Duration::from_secs(5), "one for 100 jobs", || heartbeat_threads() == 1);
     // It extends a job that outlives `heartbeat`.
     idem.process("long", |_: &Job| {
         std::thread::sleep(Duration::from_millis(700));
@@ -42,7 +43,9 @@ fn one_heartbeat_thread_per_instance_whatever_the_jobs() {
     });
     let other = Idem::with_options(server.client(), options).unwrap();
     other.process("other", |_: &Job| Ok::<_, String>(0)).unwrap();
-    assert_eq!(heartbeat_threads(), 2, "one per instance");
+    eventually(Duration::from_secs(5), "one per instance", || heartbeat_threads() == 2);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(heartbeat_threads(), 2, "one per instance, and no more");
     drop((idem, other));
     eventually(Duration::from_secs(5), "the threads end with their instances", || heartbeat_threads() == 0);
 }
