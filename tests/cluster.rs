@@ -417,7 +417,9 @@ fn resharding_under_load_keeps_records_and_grants_each_claim_once() {
 
     let errors_before = error_stats(&cluster);
     let t = Instant::now();
-    let out = reshard(src.port, &src.id, &dst.id, n_move, Duration::from_secs(60));
+    // A guard against a hang, not a speed check: 500 slots moved under
+    // load took past 60 s on a loaded 2-core machine.
+    let out = reshard(src.port, &src.id, &dst.id, n_move, Duration::from_secs(300));
     eprintln!("reshard of {n_move} slots in {:?} ({} output lines)", t.elapsed(), out.lines().count());
     cluster.wait_stable("after the reshard");
     // Enough claims after it that the hot slot's share (one key in 10) is

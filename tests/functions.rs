@@ -397,7 +397,7 @@ fn resharding_under_load_moves_records_and_grants_each_claim_once() {
         wait_until(what, Duration::from_secs(60), || answered.load(Ordering::Relaxed) >= target);
     };
     progress(500, "claims before the reshard");
-    reshard(src.port, &src.id, &dst.id, n_move, Duration::from_secs(120));
+    reshard(src.port, &src.id, &dst.id, n_move, Duration::from_secs(300));
     cluster.wait_stable("after the reshard");
     progress(500, "claims after the reshard");
     stop.store(true, Ordering::SeqCst);
