@@ -43,6 +43,7 @@ func ProcessMany[T any](ctx context.Context, i *Idem, keys []string, work Work[T
 		job, status, err := i.core.verdict(keys[j], a.reply, a.ack)
 		switch {
 		case job != nil:
+			job.beat = c.beat
 			jobs, at = append(jobs, job), append(at, j)
 		case status == BatchBusy:
 			it.Status, it.Err = BatchBusy, i.core.busy(keys[j], a.reply)

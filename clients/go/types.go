@@ -172,6 +172,8 @@ type Outcome[T any] struct {
 	// Attempt is the fencing number the work was given (a replay: the
 	// record's).
 	Attempt int64
+	// Acked: WithAck's command ran (never on a replay).
+	Acked bool
 }
 
 // BatchStatus is what became of one key of ProcessMany.
@@ -210,7 +212,9 @@ type Job struct {
 	status  Status
 	lost    atomic.Bool
 	cancel  context.CancelCauseFunc
-	due     time.Time // the next heartbeat, under the heartbeat's lock
+	due     time.Time  // the next heartbeat, under the heartbeat's lock
+	ack     *AckCmd    // WithAck
+	beat    func(*Job) // WithBeat
 }
 
 // Key is the key as the caller gave it (without the prefix).
