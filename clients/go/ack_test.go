@@ -194,3 +194,28 @@ func TestWithBeatFollowsTheHeartbeat(t *testing.T) {
 		}
 	})
 }
+
+// Check: nil while the lease is known held; once past the lease with no
+// EXTEND (a paused process, a late heartbeat), an error before any
+// heartbeat found the lease lost, so that an effect is not written late.
+func TestCheckPastTheDeadline(t *testing.T) {
+	forEachEdition(t, func(t *testing.T, addr string) {
+		i := newIdem(t, addr, idem.Options{Prefix: fresh("check"), Lease: time.Second, Heartbeat: idem.Off})
+		beating := newIdem(t, addr, idem.Options{Prefix: fresh("check"), Lease: time.Second, Heartbeat: 200 * time.Millisecond})
+		var before, after, extended error
+		idem.Process(context.Background(), i, "order", func(ctx context.Context, job *idem.Job) (int, error) {
+			before = job.Check()
+			time.Sleep(1100 * time.Millisecond)
+			after = job.Check()
+			return 1, nil
+		})
+		idem.Process(context.Background(), beating, "order", func(ctx context.Context, job *idem.Job) (int, error) {
+			time.Sleep(1500 * time.Millisecond)
+			extended = job.Check()
+			return 1, nil
+		})
+		if before != nil || !errors.Is(after, idem.ErrLeaseLost) || extended != nil {
+			t.Errorf("Check: at the start %v, past the lease %v (want ErrLeaseLost), with heartbeats %v", before, after, extended)
+		}
+	})
+}

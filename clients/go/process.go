@@ -49,10 +49,12 @@ func Process[T any](ctx context.Context, i *Idem, key string, work Work[T], opts
 	a := i.core.startAcquire(ctx, key)
 	var step claimStep
 	var r claimAnswer
+	var sent time.Time
 	for {
 		if err := ctx.Err(); err != nil {
 			return out, err
 		}
+		sent = time.Now()
 		r = i.claimOnce(ctx, ed, key, c.payload, step.wait)
 		if step = i.core.onClaim(&a, r.reply, r.err, r.ack); !step.again {
 			break
@@ -86,6 +88,7 @@ func Process[T any](ctx context.Context, i *Idem, key string, work Work[T], opts
 	}
 	job := step.job
 	job.ack, job.beat = c.ack, c.beat
+	job.heldFrom(sent, i.core.lease)
 	out.Status, out.Attempt = job.status, job.attempt
 	if out.Value, err = runOne(ctx, i, ed, job, work); err != nil {
 		return out, err
