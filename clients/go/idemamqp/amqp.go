@@ -35,13 +35,15 @@ type Options struct {
 	// again with another payload is dead-lettered (idem.ErrMismatch).
 	Payload func(d *amqp.Delivery) []byte
 	// RetryDelay is how long a delivery whose work failed (or whose DONE
-	// was not confirmed) waits before it comes again: default 1 s. A Busy
-	// one waits for its holder's lease left.
+	// was not confirmed) first waits before it comes again: default
+	// 100 ms, doubling each time the message came back from a retry queue
+	// (its x-death counts), at most 30 s. A Busy one waits for its
+	// holder's lease left.
 	RetryDelay time.Duration
 	// RetryQueues are the delays of the retry queues (<queue>.retry.<ms>,
 	// declared on first use, each with that TTL, dead-lettering back to
 	// the queue): a delay takes the shortest one at least as long, the
-	// longest at most. Default 250 ms doubling to 128 s.
+	// longest at most. Default 100 ms doubling to 51.2 s.
 	RetryQueues []time.Duration
 	// Concurrency is how many deliveries Run handles at once: default 1
 	// (set the channel's Qos prefetch to at least as many).
@@ -80,7 +82,7 @@ func New[T any](i *idem.Idem, ch *amqp.Channel, queue string, handle Handler[T],
 		opts.RetryDelay = broker.DefaultRetryDelay
 	}
 	if len(opts.RetryQueues) == 0 {
-		for d := 250 * time.Millisecond; d <= 128*time.Second; d *= 2 {
+		for d := 100 * time.Millisecond; d <= broker.MaxRetryDelay*2; d *= 2 {
 			opts.RetryQueues = append(opts.RetryQueues, d)
 		}
 	}
@@ -158,7 +160,8 @@ func (c *Consumer[T]) Handle(ctx context.Context, d amqp.Delivery) {
 			return c.handle(ctx, job, &d)
 		}, opts...)
 	}
-	decision := broker.Decide(err, c.opts.RetryDelay, ctx.Err() != nil)
+	retry := broker.Backoff(c.opts.RetryDelay, c.heldBefore(&d))
+	decision := broker.Decide(err, retry, ctx.Err() != nil)
 	switch decision.Verdict {
 	case broker.Ack:
 		err = d.Ack(false)

@@ -3,6 +3,7 @@ package idemamqp
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -26,6 +27,22 @@ func (c *Consumer[T]) giveBack(ctx context.Context, d *amqp.Delivery, delay time
 	case <-ctx.Done():
 	}
 	return d.Nack(false, true)
+}
+
+// heldBefore is how often the message came back from a retry queue of
+// this consumer's queue (x-death's counts).
+func (c *Consumer[T]) heldBefore(d *amqp.Delivery) int {
+	deaths, _ := d.Headers["x-death"].([]any)
+	n := 0
+	for _, death := range deaths {
+		t, _ := death.(amqp.Table)
+		queue, _ := t["queue"].(string)
+		count, _ := t["count"].(int64)
+		if strings.HasPrefix(queue, c.queue+".retry.") {
+			n += int(count)
+		}
+	}
+	return n
 }
 
 // retryQueue is the retry queue for delay: the shortest one at least as

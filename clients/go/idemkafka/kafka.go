@@ -35,8 +35,9 @@ type Options struct {
 	// Payload, when set, claims with it (idem.WithPayload): a key seen
 	// again with another payload is dead-lettered (idem.ErrMismatch).
 	Payload func(r *kgo.Record) []byte
-	// RetryDelay is how long a partition waits before a record whose work
-	// failed (or whose DONE was not confirmed) comes again: default 1 s.
+	// RetryDelay is how long a partition first waits before a record whose
+	// work failed (or whose DONE was not confirmed) comes again: default
+	// 100 ms, doubling at each failure of the same record, at most 30 s.
 	// A Busy record waits for its holder's lease left.
 	RetryDelay time.Duration
 	// CommitInterval between commits of what is done: default 1 s.
@@ -116,10 +117,13 @@ func recordKey(r *kgo.Record) (string, error) {
 // ClientOpts are the client options the consumer needs: manual commits
 // (its own, per partition, of what is done), rebalances held while a poll
 // is dispatched, its callbacks for assigned, revoked and lost partitions,
-// and the manual partitioner for the dead letters (a client that also
-// produces sets Record.Partition itself).
+// the manual partitioner for the dead letters (a client that also
+// produces sets Record.Partition itself), and fetches that wait 100 ms at
+// most for new records (a partition resumed after a hold is fetched only
+// once the fetch in flight returns; a later kgo.FetchMaxWait overrides).
 func (c *Consumer[T]) ClientOpts() []kgo.Opt {
 	return []kgo.Opt{
+		kgo.FetchMaxWait(100 * time.Millisecond),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsAssigned(c.assigned),

@@ -22,8 +22,10 @@ type partition struct {
 	paused    bool             // paused by the poll loop
 	done      *kgo.EpochOffset // the offset to commit: every record before it is done
 	committed kgo.EpochOffset
-	stopping  bool // finish the record in hand, then end
-	working   bool // the record in hand's work runs
+	stopping  bool  // finish the record in hand, then end
+	working   bool  // the record in hand's work runs
+	heldAt    int64 // the offset held back last, and how often in a row
+	holds     int
 
 	wakeup chan struct{}
 	ctx    context.Context
@@ -51,7 +53,7 @@ func (c *Consumer[T]) assigned(_ context.Context, cl *kgo.Client, assigned map[s
 			if c.parts[tp] != nil {
 				continue
 			}
-			p := &partition{tp: tp, wakeup: make(chan struct{}, 1), ended: make(chan struct{})}
+			p := &partition{tp: tp, wakeup: make(chan struct{}, 1), ended: make(chan struct{}), heldAt: -1}
 			p.ctx, p.cancel = context.WithCancel(context.Background())
 			c.parts[tp] = p
 			go c.work(p)
@@ -216,7 +218,11 @@ func (c *Consumer[T]) one(p *partition, r *kgo.Record) broker.Decision {
 			return c.handle(ctx, job, r)
 		}, opts...)
 	}
-	return broker.Decide(err, c.opts.RetryDelay, p.ctx.Err() != nil)
+	retry := c.opts.RetryDelay
+	if r.Offset == p.heldAt {
+		retry = broker.Backoff(retry, p.holds)
+	}
+	return broker.Decide(err, retry, p.ctx.Err() != nil)
 }
 
 // settle does what the decision says: the record done (its offset
@@ -237,7 +243,12 @@ func (c *Consumer[T]) settle(p *partition, r *kgo.Record, d broker.Decision) {
 	switch d.Verdict {
 	case broker.Ack, broker.DeadLetter:
 		p.done = &kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset + 1}
+		p.heldAt, p.holds = -1, 0
 	case broker.HoldBack:
+		if r.Offset != p.heldAt {
+			p.heldAt, p.holds = r.Offset, 0
+		}
+		p.holds++
 		// Back to this record, after the delay; the records after it
 		// are fetched again then.
 		p.seek = &kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset}

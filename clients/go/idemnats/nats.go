@@ -51,8 +51,9 @@ type Options struct {
 	// again with another payload is dead-lettered (idem.ErrMismatch).
 	Payload func(msg jetstream.Msg) []byte
 	// RetryDelay is the Nak delay of a message whose work failed (or whose
-	// DONE was not confirmed): default 1 s. A Busy one's is its holder's
-	// lease left.
+	// DONE was not confirmed) at its first delivery: default 100 ms,
+	// doubling with each delivery, at most 30 s. A Busy one's is its
+	// holder's lease left.
 	RetryDelay time.Duration
 	// DeadLetterSubject is where a message's dead letter goes: default
 	// "<stream>.dlq", which the stream's subjects must take in (and the
@@ -128,7 +129,11 @@ func (c *Consumer[T]) Handle(ctx context.Context, msg jetstream.Msg) {
 			return c.handle(ctx, job, msg)
 		}, opts...)
 	}
-	decision := broker.Decide(err, c.opts.RetryDelay, ctx.Err() != nil)
+	retry := c.opts.RetryDelay
+	if meta, err := msg.Metadata(); err == nil && meta.NumDelivered > 1 {
+		retry = broker.Backoff(retry, int(meta.NumDelivered-1))
+	}
+	decision := broker.Decide(err, retry, ctx.Err() != nil)
 	settle, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
 	defer cancel()
 	switch decision.Verdict {

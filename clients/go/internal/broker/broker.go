@@ -42,12 +42,26 @@ type Decision struct {
 // end is not spun on.
 const MinDelay = 100 * time.Millisecond
 
-// DefaultRetryDelay is how long a failed message is held back by default.
-const DefaultRetryDelay = time.Second
+// DefaultRetryDelay is how long a failed message is first held back by
+// default.
+const DefaultRetryDelay = 100 * time.Millisecond
 
-// Decide reads Process's error. retry is the delay of a failure; stopping
-// says the consumer's own context ended (a cancelled claim is then left
-// to the broker).
+// MaxRetryDelay is the longest a failed message is held back.
+const MaxRetryDelay = 30 * time.Second
+
+// Backoff is the delay of a failed message held back n times before: base,
+// doubling each time, at most MaxRetryDelay.
+func Backoff(base time.Duration, n int) time.Duration {
+	d := base
+	for ; n > 0 && d < MaxRetryDelay; n-- {
+		d *= 2
+	}
+	return min(d, MaxRetryDelay)
+}
+
+// Decide reads Process's error. retry is the delay of a failure (Backoff);
+// stopping says the consumer's own context ended (a cancelled claim is
+// then left to the broker).
 func Decide(err error, retry time.Duration, stopping bool) Decision {
 	var busy *idem.BusyError
 	var hook *idem.HookError

@@ -44,3 +44,15 @@ func TestDecide(t *testing.T) {
 		}
 	}
 }
+
+func TestBackoff(t *testing.T) {
+	got := []time.Duration{Backoff(100*time.Millisecond, 0), Backoff(100*time.Millisecond, 1),
+		Backoff(100*time.Millisecond, 4), Backoff(100*time.Millisecond, 40), Backoff(time.Minute, 0)}
+	want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 1600 * time.Millisecond, MaxRetryDelay, MaxRetryDelay}
+	for n := range got {
+		if got[n] != want[n] {
+			t.Errorf("Backoff: %v, want %v", got, want)
+			break
+		}
+	}
+}

@@ -23,9 +23,8 @@ func main() {
 	c := idemkafka.New(env.Idem(), work, idemkafka.Options{MaxInFlight: 1, OnError: func(err error) { log.Print(err) }})
 	cl, err := kgo.NewClient(append(c.ClientOpts(),
 		kgo.SeedBrokers(env.BrokerString("bootstrap")), kgo.ConsumerGroup(env.Group), kgo.ConsumeTopics(env.Source),
-		// A dead member is seen in seconds; a resumed partition is
-		// fetched again within half a second.
-		kgo.SessionTimeout(6*time.Second), kgo.HeartbeatInterval(time.Second), kgo.FetchMaxWait(500*time.Millisecond),
+		// A dead member is seen in seconds.
+		kgo.SessionTimeout(6*time.Second), kgo.HeartbeatInterval(time.Second),
 	)...)
 	if err != nil {
 		log.Fatal(err)
