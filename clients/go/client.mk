@@ -60,3 +60,12 @@ brokers-consumers-go: client-go-toolchain
 		if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
 	for m in $(GO_ADAPTERS) tests/brokers; do GOTOOLCHAIN=auto $(GO_CLIENT_GO) -C clients/go/$$m vet ./... || exit 1; done
 	GOTOOLCHAIN=auto $(GO_CLIENT_GO) -C clients/go/tests/brokers build -o $(abspath target/brokers/go)/ ./...
+
+# The adapters' own tests: against the real brokers (brokers/launch.py,
+# started once per adapter's test binary) and Redis with the module and the
+# Functions edition, what the scenario cannot tell apart.
+test-client-go-adapters: $(if $(REDIS_IDEM_MODULE),,build) brokers brokers-consumers-go
+	@echo "== clients/go adapters: Kafka, RabbitMQ, NATS JetStream, Redis Streams"
+	for m in $(GO_ADAPTERS); do \
+		GOTOOLCHAIN=auto REDIS_IDEM_MODULE="$(GO_CLIENT_MODULE)" REDIS_SERVER="$(or $(REDIS_SERVER),$(REDIS7_SERVER))" \
+			$(GO_CLIENT_GO) -C clients/go/$$m test -race -count=1 ./... || exit 1; done

@@ -142,8 +142,7 @@ func (c *Consumer[T]) Stats() Stats { return c.counters.Stats(c.idem) }
 // (closed, or a fatal fetch error).
 func (c *Consumer[T]) Run(ctx context.Context, cl *kgo.Client) error {
 	c.mu.Lock()
-	c.cl = cl
-	c.group, _ = cl.GroupMetadata()
+	c.use(cl)
 	c.mu.Unlock()
 	defer c.stopAll()
 	lastCommit := time.Now()
@@ -179,6 +178,13 @@ func (c *Consumer[T]) Run(ctx context.Context, cl *kgo.Client) error {
 		}
 		c.dispatch(fetches)
 	}
+}
+
+// use is the client the consumer polls, under mu (Run and the first
+// callback, whichever comes first).
+func (c *Consumer[T]) use(cl *kgo.Client) {
+	c.cl = cl
+	c.group, _ = cl.OptValue(kgo.ConsumerGroup).(string)
 }
 
 // dispatch queues each partition's records for its goroutine; records of

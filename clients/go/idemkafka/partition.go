@@ -46,7 +46,7 @@ var errStopping = errors.New("idemkafka: the partition is stopping")
 func (c *Consumer[T]) assigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.cl = cl
+	c.use(cl)
 	for topic, parts := range assigned {
 		for _, n := range parts {
 			tp := topicPartition{topic, n}
