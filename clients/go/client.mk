@@ -51,14 +51,16 @@ test-client-go: $(if $(REDIS_IDEM_MODULE),,build) redis8 valkey client-go-toolch
 # (brokers/brokers.mk); the adapters' own tests against the real brokers
 # run in test-client-go-adapters.
 GO_ADAPTERS := idemkafka idemamqp idemnats idemstreams
+# The adapters' examples, vetted with them (each its own module).
+GO_ADAPTER_EXAMPLES := examples/kafka/go examples/rabbitmq/go examples/nats/go examples/streams/go
 
 .PHONY: brokers-consumers-go test-client-go-adapters
 BROKERS_CONSUMER_TARGETS += brokers-consumers-go
 
 brokers-consumers-go: client-go-toolchain
-	@out="$$($$(GOTOOLCHAIN=auto $(GO_CLIENT_GO) env GOROOT)/bin/gofmt -l $(addprefix clients/go/,$(GO_ADAPTERS)) clients/go/tests/brokers)" && \
+	@out="$$($$(GOTOOLCHAIN=auto $(GO_CLIENT_GO) env GOROOT)/bin/gofmt -l $(addprefix clients/go/,$(GO_ADAPTERS)) clients/go/tests/brokers $(GO_ADAPTER_EXAMPLES))" && \
 		if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
-	for m in $(GO_ADAPTERS) tests/brokers; do GOTOOLCHAIN=auto $(GO_CLIENT_GO) -C clients/go/$$m vet ./... || exit 1; done
+	for m in $(addprefix clients/go/,$(GO_ADAPTERS) tests/brokers) $(GO_ADAPTER_EXAMPLES); do GOTOOLCHAIN=auto $(GO_CLIENT_GO) -C $$m vet ./... || exit 1; done
 	GOTOOLCHAIN=auto $(GO_CLIENT_GO) -C clients/go/tests/brokers build -o $(abspath target/brokers/go)/ ./...
 
 # The adapters' own tests: against the real brokers (brokers/launch.py,
