@@ -3,11 +3,15 @@
 #   make deps   install missing system packages (Debian/Ubuntu, apt-get)
 #   make build  cargo build --release -> target/release/libredis_idem.so
 #   make test   lints, a short fuzzing run, unit tests + the integration suite on
-#               Redis 7.0 (Debian's redis-server), Redis 8.2 (test-redis8) and
-#               Valkey 9.1 (test-valkey), then the client libraries (test-clients)
+#               Redis 7.0 (Debian's redis-server), Redis's own test suite with
+#               the module (test-redis-suite), the integration suite on Redis 8.2
+#               (test-redis8) and Valkey 9.1 (test-valkey), then the client
+#               libraries (test-clients)
 #   make test-rust   the Rust tests alone: unit tests + the integration suite on
 #               Redis 7.0 (no lints, no fuzzing, no other server)
 #   make test-redis8 / make test-valkey   the integration suite on one of them
+#   make test-redis-suite   Redis 7.0.15's own tests without the module, with it
+#               loaded and with it armed: none may fail only with the module
 #   make test-clients   each client library's tests (clients/<language>/client.mk)
 #   make lint   cargo fmt --check and cargo clippy -D warnings alone
 #   make fuzz-smoke   10 s of each fuzz target (cargo-fuzz, installed if missing)
@@ -22,6 +26,8 @@
 #   make bench-sweep  the Bloom filters at every volume alone -> bench/results/sweep.md
 #   make bench-clients   each client library's loop against the hand-made
 #               SET NX pair with the same client -> bench/results/clients.md
+#   make bench-wait-hooks   what Redis 7.0's wake-up hooks cost other writes
+#               after the first WAIT (docs/operations.md, Waiters)
 #   make bench-instructions [BASELINE=old.so]  instructions per command under
 #               callgrind; with BASELINE, every IDEM command old vs new
 #   make demo   the example consumer (examples/consumer/) under injected faults
@@ -40,7 +46,7 @@ RUNDIR := tmp
 # sudo only when not root and sudo exists.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
-.PHONY: deps build brokers lint test test-prometheus test-rust test-clients test-redis8 test-valkey run load-functions bench bench-batch bench-clients bench-wait bench-sweep bench-instructions fuzz-smoke fuzz clean
+.PHONY: deps build brokers lint test test-prometheus test-rust test-redis-suite test-clients test-redis8 test-valkey run load-functions bench bench-batch bench-clients bench-wait bench-wait-hooks bench-sweep bench-instructions fuzz-smoke fuzz clean
 
 deps:
 	@missing=""; \
@@ -70,13 +76,30 @@ build: deps
 # suite again on Redis 8 and on Valkey 9.
 # The client libraries' suites run side by side (each waits on its servers
 # far more than it computes), each one's output printed whole when it ends.
-test: deps build lint fuzz-smoke test-prometheus test-rust
+test: deps build lint fuzz-smoke test-prometheus test-rust test-redis-suite
 	@$(MAKE) --no-print-directory test-redis8
 	@$(MAKE) --no-print-directory test-valkey
 	@$(MAKE) --no-print-directory -j4 --output-sync=target test-clients
 
 test-rust: deps build pyenv clients
 	$(CARGO) test --profile test-release --no-fail-fast --workspace
+
+# Redis's own test suite (tests/redis-suite/run.py): Redis 7.0.15's
+# unmodified tests/ from ../shared/redis-tests-7.0.15 (beside the checkout),
+# copied under target/ at run time, run against Debian's redis-server
+# without the module, with it loaded, and with it armed (wait-hooks-at-load
+# yes); a test that fails only with the module fails the target, listed.
+# Needs tclsh (Debian's tcl, installed with apt-get where missing). About
+# 3.5 minutes on 2 quiet cores (8 units at a time, ports 2000-6800).
+REDIS_SUITE ?= ../shared/redis-tests-7.0.15
+REDIS_SUITE_WORKERS ?= 8
+test-redis-suite: deps build
+	@command -v tclsh >/dev/null 2>&1 || { \
+		echo "test-redis-suite: installing tcl"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends tcl; }
+	python3 tests/redis-suite/run.py --module $(MODULE) --suite $(REDIS_SUITE) \
+		--work target/redis-suite --workers $(REDIS_SUITE_WORKERS)
 
 # Every cargo command of `make test` selects the whole workspace, so that
 # cargo resolves the dependencies' features once and builds them once (a
@@ -212,6 +235,12 @@ bench-batch: deps build
 bench-wait: deps build
 	$(call bench-venv,redis)
 	cd bench && ../$(BENCH_VENV)/bin/python wait.py
+
+# Server time per call of SET, LPUSH, HSET, INCR on Redis 7.0 with the module,
+# before and after the first WAIT (armed: wait-hooks-at-load yes), side by
+# side (about a minute; Debian's redis-server and redis-benchmark).
+bench-wait-hooks: deps build
+	python3 bench/wait_hooks.py --module $(MODULE) --rounds 9
 
 # The filters' volume sweep alone (issue 13), into bench/results/sweep.md.
 bench-sweep: deps build

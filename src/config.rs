@@ -4,7 +4,7 @@
 //! table: a new config is one more row) and Redis then enforces;
 //! `loadmodule` arguments are checked against the same table.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 use idem_core::Millis;
 use idem_core::bloom::{self, Params};
@@ -72,6 +72,19 @@ static BF_MAX_BYTES: AtomicI64 = AtomicI64::new(0);
 /// Most clients waiting in `IDEM.CLAIM ... WAIT` at once: each costs the
 /// server two clients of its own (docs/operations.md).
 static MAX_WAITERS: AtomicI64 = AtomicI64::new(0);
+
+/// `wait-hooks-at-load`: where the server does not wake the clients blocked
+/// on a deleted key (Redis 7.0), hear every data type's writes from the
+/// load on, rather than from the first `IDEM.CLAIM ... WAIT` (see
+/// `host::owed::hear_changes`): the cost per write that a wait brings is
+/// paid from the start, and measured from the start (benchmarks, Redis's
+/// own test suite). Only at load: it cannot be changed while running.
+pub const WAIT_HOOKS_AT_LOAD_NAME: &str = "wait-hooks-at-load";
+pub static WAIT_HOOKS_AT_LOAD: AtomicBool = AtomicBool::new(false);
+
+pub fn wait_hooks_at_load() -> bool {
+    WAIT_HOOKS_AT_LOAD.load(Ordering::Relaxed)
+}
 
 /// Default `bf-error-rate`, as registered.
 pub const DEFAULT_BF_ERROR_RATE: &str = "0.01";
@@ -156,6 +169,12 @@ pub fn check_module_args(args: &[RedisString]) -> Result<(), String> {
     for pair in args.chunks(2) {
         let name = pair[0].to_string_lossy();
         let value = pair[1].to_string_lossy();
+        if name == WAIT_HOOKS_AT_LOAD_NAME {
+            match value.as_str() {
+                "yes" | "no" => continue,
+                _ => return Err(format!("{name} must be yes or no, not '{value}'")),
+            }
+        }
         if name == "bf-error-rate" {
             match value.trim().parse::<f64>() {
                 Ok(rate) if valid_error_rate(rate) => continue,

@@ -26,8 +26,8 @@ pub mod metrics;
 pub mod record;
 
 use redis_module::configuration::{
-    ConfigurationFlags, get_i64_default_config_value, get_string_default_config_value, register_i64_configuration,
-    register_string_configuration,
+    ConfigurationFlags, get_bool_default_config_value, get_i64_default_config_value, get_string_default_config_value,
+    register_bool_configuration, register_i64_configuration, register_string_configuration,
 };
 use redis_module::{Context, RedisString, Status, redis_module};
 
@@ -58,9 +58,9 @@ fn init(context: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&format!("redis-idem: {message}"));
         return Status::Err;
     }
-    // Without it a crafted RESTORE payload can crash the server; with it a
-    // failed read makes the load fail with an error.
-    context.set_module_options(redis_module::ModuleOptions::HANDLE_IO_ERRORS);
+    // IO errors (a crafted RESTORE payload), async loading of a full sync,
+    // and on Valkey atomic slot migration: see host::options.
+    let atomic_slot_migration = host::options::declare(ctx);
     // Absolute expiry arrived in 7.0.5; older servers cannot keep records
     // exact across replicas, so refuse to load rather than drift. The gate
     // is the API function, not a version number.
@@ -82,14 +82,14 @@ fn init(context: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&message);
         return Status::Err;
     }
-    if let Err(message) = host::owed::start(ctx) {
+    if let Err(message) = host::owed::start(ctx, config::wait_hooks_at_load()) {
         ctx.log_warning(&message);
         return Status::Err;
     }
     warn_if_records_can_be_evicted(ctx);
     bloom::sweeper::start(ctx);
     host::info::register(ctx, metrics::fields);
-    log_loaded(context);
+    log_loaded(context, atomic_slot_migration);
     Status::Ok
 }
 
@@ -106,6 +106,17 @@ fn register_configs(context: &Context, args: &[RedisString]) -> Result<(), Strin
         .map_err(|e| e.to_string())?;
     let flags = ConfigurationFlags::DEFAULT;
     register_string_configuration(context, "bf-error-rate", &config::BF_ERROR_RATE, error_rate, flags, None);
+    let hooks =
+        get_bool_default_config_value(args, config::WAIT_HOOKS_AT_LOAD_NAME, false).map_err(|e| e.to_string())?;
+    let immutable = ConfigurationFlags::IMMUTABLE;
+    register_bool_configuration(
+        context,
+        config::WAIT_HOOKS_AT_LOAD_NAME,
+        &config::WAIT_HOOKS_AT_LOAD,
+        hooks,
+        immutable,
+        None,
+    );
     Ctx::of(context).load_configs()
 }
 
@@ -115,17 +126,20 @@ const SUPPORTED: &str = "redis-idem supports Redis 7.0.5+ and Valkey 8+ \
 
 /// Says, once at load, which optional API features this server has: what
 /// differs between servers is read from there, not from a version.
-fn log_loaded(context: &Context) {
+fn log_loaded(context: &Context, atomic_slot_migration: bool) {
     let features = host::api_features();
     let has = |present: bool| if present { "yes" } else { "no" };
     context.log_notice(&format!(
         "redis-idem {} loaded. {SUPPORTED} This server: ACL categories on commands \
          (SetCommandACLCategories): {}; the @idem category (AddACLCategory): {}; \
-         blocking on keys with flags (BlockClientOnKeysWithFlags): {}.",
+         blocking on keys with flags (BlockClientOnKeysWithFlags): {}; reading keys \
+         without effects (OPEN_KEY_NOEFFECTS): {}; Valkey's atomic slot migration declared: {}.",
         env!("CARGO_PKG_VERSION"),
         has(features.command_acl_categories),
         has(features.module_acl_category),
         has(features.block_on_keys_with_flags),
+        has(host::access::has_no_effects_mode()),
+        has(atomic_slot_migration),
     ));
 }
 

@@ -14,17 +14,20 @@
 //! - `GET`'s `fingerprint` is compared by shape: the library stores SHA-1
 //!   where the module stores xxh3 (docs/functions.md). MISMATCH replies show
 //!   that equal payloads match and different ones do not on both.
+//! - `OWNER` is sent with a claim 40% of the time (plain, binary, 64
+//!   bytes, and the refused empty and 65-byte ones): GET's `owner` must be
+//!   the same bytes on both, or nil on both.
 //! - Where the editions differ by design (WAIT > 0, BLOOM with a filter
 //!   key, times past 2^53 ms) the generator sends nothing; tests/functions.rs
 //!   checks those answers.
 //!
-//! `IDEM_DIFF_SEEDS=n` runs n seeds (default 12), `IDEM_DIFF_SEED=s` one.
+//! `IDEM_DIFF_SEEDS=n` runs n seeds (default 48), `IDEM_DIFF_SEED=s` one.
 
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
 use common::functions::{get_fields_any_order, library_server};
-use common::reply::{as_bytes, as_int, as_str, as_token, err_text, parse_claim};
+use common::reply::{Fields, as_bytes, as_int, as_str, as_token, err_text, fields_from_reply, parse_claim};
 use common::rng::Rng;
 use common::server::Server;
 use redis::{RedisResult, Value};
@@ -174,6 +177,13 @@ fn generate(rng: &mut Rng, issued: usize, latest: &HashMap<String, usize>) -> St
             if rng.chance(4) {
                 pairs.push(("WAIT", text(rng.pick(&["0", "-1", "3600001", "zz"]))));
             }
+            if rng.chance(40) {
+                // Owners of every kind, the two refused ones included.
+                let long = "o".repeat(64);
+                let too_long = "o".repeat(65);
+                let owner = rng.pick(&["worker-a:1", "worker-b:2", "w", "\u{0}bin\r\n\u{7f}", &long, "", &too_long]);
+                pairs.push(("OWNER", text(owner)));
+            }
             if rng.chance(2) {
                 // The filter named as the record itself is refused by both.
                 pairs.push(("BLOOM", Arg::Text(key.as_bytes().to_vec())));
@@ -278,8 +288,17 @@ fn plain(v: &Value) -> Shape {
     }
 }
 
+/// GET's fields: the module's as IDEM.GET gives them (in its RESP2
+/// order), the library's in any order.
+fn get_fields(v: &Value, module: bool) -> Option<Fields> {
+    match module {
+        true => fields_from_reply(v.clone()),
+        false => get_fields_any_order(v.clone()),
+    }
+}
+
 /// Numbers the tokens a CLAIM reply issues (appending them to `tokens`).
-fn shape(step: &Step, reply: &RedisResult<Value>, tokens: &mut Vec<String>) -> Shape {
+fn shape(step: &Step, module: bool, reply: &RedisResult<Value>, tokens: &mut Vec<String>) -> Shape {
     let v = match reply {
         Err(e) => return Shape::Error(err_text(e)),
         Ok(v) => v,
@@ -303,7 +322,7 @@ fn shape(step: &Step, reply: &RedisResult<Value>, tokens: &mut Vec<String>) -> S
             };
             Shape::Array(vec![Shape::Status(status), value, Shape::Int(attempt)])
         }
-        "get" => match get_fields_any_order(v.clone()) {
+        "get" => match get_fields(v, module) {
             None => Shape::Nil,
             Some(fields) => Shape::Fields(
                 fields
@@ -390,7 +409,7 @@ fn run_seed(seed: u64, resp3: bool, module: &Server, library: &Server) {
         for (i, side) in sides.iter_mut().enumerate() {
             let argv = step.argv(i == 0, &side.tokens);
             let reply = run(&mut side.con, &argv);
-            shapes.push(shape(&step, &reply, &mut side.tokens));
+            shapes.push(shape(&step, i == 0, &reply, &mut side.tokens));
             argvs.push((argv, reply));
         }
         log.push(format!("{n}: {} -> {:?}", show(&argvs[0].0), argvs[0].1));
@@ -418,7 +437,7 @@ fn run_seed(seed: u64, resp3: bool, module: &Server, library: &Server) {
             .enumerate()
             .map(|(i, side)| {
                 let reply = run(&mut side.con, &step.argv(i == 0, &side.tokens));
-                shape(&step, &reply, &mut side.tokens)
+                shape(&step, i == 0, &reply, &mut side.tokens)
             })
             .collect();
         assert!(agrees(&shapes[0], &shapes[1]), "seed {seed}: {key} ends as {:?} and {:?}", shapes[0], shapes[1]);
@@ -438,7 +457,7 @@ fn seeds() -> Vec<u64> {
     if let Ok(seed) = std::env::var("IDEM_DIFF_SEED") {
         return vec![seed.parse().expect("IDEM_DIFF_SEED")];
     }
-    let count: u64 = std::env::var("IDEM_DIFF_SEEDS").ok().and_then(|n| n.parse().ok()).unwrap_or(12);
+    let count: u64 = std::env::var("IDEM_DIFF_SEEDS").ok().and_then(|n| n.parse().ok()).unwrap_or(48);
     (1..=count).map(|n| n * 7919).collect()
 }
 
@@ -471,6 +490,11 @@ fn every_argument_error_reads_the_same() {
         ("claim", &["10", "WAIT", "3600001"]),
         ("claim", &["10", "BLOOM", "k"]),
         ("claim", &["10", "Other", "1"]),
+        ("claim", &["10", "OWNER"]),
+        ("claim", &["10", "OWNER", ""]),
+        ("claim", &["10", "OWNER", "ooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooo"]),
+        ("claim", &["10", "owner", "a", "OWNER", "b"]),
+        ("claim", &["10", "OWNER", "a", "WAIT", "-1"]),
         ("done", &[]),
         ("done", &["0123456789abcdef0123456789abcdef0"]),
         ("done", &["t", "RESULT"]),

@@ -4,7 +4,8 @@
 //! record (`WRONGTYPE`), `DEL` then a new hash (`NEW`, the waiter claims
 //! first and the `HSET` is refused). Redis 7.2+ and Valkey serve these
 //! themselves; Redis 7.0 serves no waiter on them, and the module hears of
-//! them (keyspace events of every class, the `SWAPDB` event).
+//! them (keyspace events of every class, the `SWAPDB` event), also when
+//! armed at load (`wait-hooks-at-load yes`).
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
@@ -24,7 +25,13 @@ const WELL_BEFORE: Duration = Duration::from_secs(5);
 /// A server with a record `k` claimed for 30 s, its waiter, and the
 /// moment `change` was sent.
 fn changed_under_a_waiter(change: impl FnOnce(&mut redis::Connection)) -> (Server, JoinHandle<Waited>, Instant) {
-    let s = Server::start();
+    changed_under_a_waiter_of(Server::start(), change)
+}
+
+fn changed_under_a_waiter_of(
+    s: Server,
+    change: impl FnOnce(&mut redis::Connection),
+) -> (Server, JoinHandle<Waited>, Instant) {
     let mut con = s.conn();
     claim_new(&mut con, "k", 30);
     let w = waiter(&s, "k", 30, WAIT_MS, &[]);
@@ -89,4 +96,30 @@ fn a_hash_made_where_a_record_was_deleted_comes_after_the_waiters_claim() {
     assert!(get_opt(&mut con, "k").is_some());
     assert_eq!(done(&mut con, "k", &as_token(&value), NONE), Ok(1));
     assert_eq!(blocked_clients(&mut con), 0);
+}
+
+/// `wait-hooks-at-load yes` (docs/operations.md): the module hears every
+/// data type's writes from the load on, as after a first wait; the
+/// answers are the same. Only at load, `yes` or `no`.
+#[test]
+fn a_server_armed_at_load_answers_its_waiters_the_same() {
+    let s = Server::with_args(&["wait-hooks-at-load", "yes"], &[]);
+    let mut con = s.conn();
+    let armed: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("idem.wait-hooks-at-load").query(&mut con).unwrap();
+    assert_eq!(armed, ["idem.wait-hooks-at-load", "yes"]);
+    let refused = redis::cmd("CONFIG").arg("SET").arg("idem.wait-hooks-at-load").arg("no").query::<()>(&mut con);
+    assert!(refused.is_err(), "wait-hooks-at-load changed at runtime");
+    let (s, w, started) = changed_under_a_waiter_of(s, |con| {
+        let _: () = redis::cmd("SET").arg("k").arg("x").query(con).unwrap();
+    });
+    let (error, _) = error_reply(w);
+    answered_at_once(started, "SET over the record");
+    assert!(error.starts_with("WRONGTYPE"), "{error}");
+    drop(s);
+    for value in ["maybe", "1", ""] {
+        match Server::try_with_args(&["wait-hooks-at-load", value], &[]) {
+            Ok(_) => panic!("the module loaded with wait-hooks-at-load {value:?}"),
+            Err(msg) => assert!(msg.contains("must be yes or no"), "{value:?}: {msg}"),
+        }
+    }
 }

@@ -60,7 +60,8 @@ impl<'call> Ctx<'call> {
     /// own initiative (the sweeper).
     pub fn is_writable_primary(self) -> bool {
         let flags = self.flags();
-        flags & raw::REDISMODULE_CTX_FLAGS_MASTER != 0 && flags & raw::REDISMODULE_CTX_FLAGS_LOADING == 0
+        let loading = raw::REDISMODULE_CTX_FLAGS_LOADING | raw::REDISMODULE_CTX_FLAGS_ASYNC_LOADING;
+        flags & raw::REDISMODULE_CTX_FLAGS_MASTER != 0 && flags & loading == 0
     }
 
     /// Writes may not happen now: clients are paused for writes (`CLIENT
@@ -94,7 +95,9 @@ impl<'call> Ctx<'call> {
     /// Refuses the internal commands to clients: they store records and
     /// filters exactly as sent, so only the primary's replication link and
     /// AOF loading (which replay what this module itself propagated) may
-    /// run them.
+    /// run them. Valkey runs the link of an atomic slot migration
+    /// (`CLUSTER MIGRATESLOTS`) as a primary's, so the keys it carries are
+    /// accepted (tests/cluster_migrateslots.rs).
     pub fn require_primary_or_aof(self) -> CmdResult {
         if self.flags() & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0 {
             return Ok(());
@@ -167,7 +170,7 @@ impl<'call> Ctx<'call> {
     }
 
     /// Runs `use_name` on a Redis string holding `name`, freed after.
-    pub(super) fn with_key_name<R>(self, name: &[u8], use_name: impl FnOnce(Arg<'_>) -> R) -> R {
+    pub fn with_key_name<R>(self, name: &[u8], use_name: impl FnOnce(Arg<'_>) -> R) -> R {
         let (ptr, len) = c_bytes(name);
         // SAFETY: a live context and a buffer of `len` bytes, which Redis
         // copies.
@@ -289,6 +292,13 @@ impl<'call> Ctx<'call> {
             RedisValue::StringBuffer(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
             _ => None,
         }
+    }
+
+    /// The server says it is Valkey (`INFO server`'s `server_name`, which
+    /// Redis does not have): for what only Valkey defines.
+    pub fn is_valkey(self) -> bool {
+        let info = Context::new(self.as_ptr()).server_info("server");
+        info.field("server_name").is_some_and(|name| name.to_string_lossy() == "valkey")
     }
 
     /// Numeric fields of an `INFO` section, in the order asked.

@@ -53,7 +53,8 @@ impl<'a> Rdb<'a> {
     }
 
     /// Whether the server is loading its own data (RDB, AOF, a primary's
-    /// full sync), rather than running a client's `RESTORE`.
+    /// full sync, also into a temporary database with `repl-diskless-load
+    /// swapdb`), rather than running a client's `RESTORE`.
     pub fn server_is_loading(&self) -> bool {
         // SAFETY: the callback's live handle; the context it gives lives
         // as long as the handle.
@@ -63,7 +64,7 @@ impl<'a> Rdb<'a> {
         }
         // SAFETY: a live context, as above.
         let flags = unsafe { api!(RedisModule_GetContextFlags)(ctx) } as u32;
-        flags & raw::REDISMODULE_CTX_FLAGS_LOADING != 0
+        flags & (raw::REDISMODULE_CTX_FLAGS_LOADING | raw::REDISMODULE_CTX_FLAGS_ASYNC_LOADING) != 0
     }
 }
 

@@ -105,9 +105,14 @@ pub struct Key<'a> {
 
 impl<'a> Key<'a> {
     pub(super) fn open(ctx: Ctx<'a>, name: Arg<'a>, mode: KeyMode) -> Key<'a> {
+        Key::open_with(ctx, name, mode as c_int)
+    }
+
+    /// Opens a key with `RedisModule_OpenKey`'s own mode bits.
+    pub(super) fn open_with(ctx: Ctx<'a>, name: Arg<'a>, mode: c_int) -> Key<'a> {
         // SAFETY: a live context and key name; the key is closed on drop,
         // within the call.
-        let raw = unsafe { api!(RedisModule_OpenKey)(ctx.as_ptr(), name.as_ptr(), mode as c_int) };
+        let raw = unsafe { api!(RedisModule_OpenKey)(ctx.as_ptr(), name.as_ptr(), mode) };
         Key { raw: raw.cast(), name }
     }
 

@@ -20,11 +20,16 @@
 //!   the timers and signals that wake them; [`owed`]: the wake-ups given
 //!   later (after a write pause; on Redis 7.0, deletions).
 //! - [`info`]: the `INFO idem` section.
+//! - [`access`]: the caller's ACL key permissions, and reading a key
+//!   without a trace (`IDEM.SCAN`).
+//! - [`options`]: what the module declares it handles (async loading of
+//!   a full sync, Valkey's atomic slot migration).
 //!
 //! The crate's convenience layer (`decode_args`, `RedisValue` replies, a
 //! `String` per replicated argument) costs 0.3-0.4 us per command on a
 //! 1.9 us budget, so the hot path talks to the raw API through these.
 
+pub mod access;
 pub mod background;
 pub mod blocking;
 pub mod command;
@@ -33,6 +38,7 @@ pub mod data_type;
 pub mod info;
 pub mod io;
 pub mod key;
+pub mod options;
 pub mod owed;
 
 use std::ffi::c_char;

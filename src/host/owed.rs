@@ -6,10 +6,12 @@
 //! - where the server does not wake the clients blocked on a deleted key
 //!   (Redis 7.0), keys changed under their waiters without a wake-up from
 //!   the server: deleted, expired, evicted, renamed, moved, flushed,
-//!   swapped away (`SWAPDB`), or overwritten by a value of another type
-//!   (`SET` over a record, a new hash after a `DEL`). The module hears of
-//!   them through keyspace events (every data type's class once a client
-//!   has waited) and the `FLUSHDB` and `SWAPDB` server events. A keyspace
+//!   swapped away (`SWAPDB`, a replica's swap of a full sync loaded with
+//!   `repl-diskless-load swapdb`), or overwritten by a value of another
+//!   type (`SET` over a record, a new hash after a `DEL`). The module hears
+//!   of them through keyspace events (every data type's class once a
+//!   client has waited) and the `FLUSHDB`, `SWAPDB` and async-load server
+//!   events. A keyspace
 //!   event's handler must not write, and waking a waiter writes (its
 //!   claim), so the wake-up waits for the timer too: one due at once, which
 //!   runs before the server reads its next command from the network.
@@ -116,8 +118,9 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
 }
 
 /// Where the server does not wake the clients blocked on a deleted key:
-/// listens for deletions, at load time.
-pub fn start(ctx: Ctx<'_>) -> Result<(), String> {
+/// listens for deletions, at load time; with `hear_writes_now`, for every
+/// data type's writes too (see [`hear_changes`]).
+pub fn start(ctx: Ctx<'_>, hear_writes_now: bool) -> Result<(), String> {
     if blocking::deletion_wakes() {
         return Ok(());
     }
@@ -135,9 +138,16 @@ pub fn start(ctx: Ctx<'_>) -> Result<(), String> {
     let swap_db = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_SWAPDB, dataver: 1 };
     // SAFETY: as above.
     let swaps = unsafe { api!(RedisModule_SubscribeToServerEvent)(ctx.as_ptr(), swap_db, Some(on_swap)) };
+    // `RedisModuleEvent_ReplAsyncLoad`, as above.
+    let async_load = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_REPL_ASYNC_LOAD, dataver: 1 };
+    // SAFETY: as above.
+    let loads = unsafe { api!(RedisModule_SubscribeToServerEvent)(ctx.as_ptr(), async_load, Some(on_async_load)) };
     let ok = raw::REDISMODULE_OK as c_int;
-    if subscribed != ok || flushes != ok || swaps != ok {
+    if subscribed != ok || flushes != ok || swaps != ok || loads != ok {
         return Err("redis-idem: could not subscribe to deletions, which wake IDEM.CLAIM ... WAIT".into());
+    }
+    if hear_writes_now {
+        hear_changes(ctx);
     }
     Ok(())
 }
@@ -214,6 +224,31 @@ unsafe extern "C" fn on_flush(
     // -1: every database (FLUSHALL).
     let db = (info.dbnum >= 0).then_some(info.dbnum);
     changed(ctx, blocking::watched_keys(db));
+}
+
+/// A replica with `repl-diskless-load swapdb` loaded a full sync into a
+/// temporary database while the old one served, and swapped them: every
+/// watched key of every database may have vanished or changed. Redis 7.0
+/// signals the keys that exist after the swap to their waiters itself, but
+/// not the ones that vanished; nor does the swap fire the `SWAPDB` event.
+/// While the temporary database loads, nothing of the module reaches it
+/// (waiters, wake-ups and the sweeper work on the databases clients see),
+/// and a load that is aborted changes nothing.
+///
+/// # Safety
+/// Called by Redis on the main thread with a live context.
+unsafe extern "C" fn on_async_load(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    sub: u64,
+    _data: *mut c_void,
+) {
+    if sub != raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_COMPLETED {
+        return;
+    }
+    // SAFETY: as the caller promises.
+    let Some(ctx) = (unsafe { Ctx::from_raw(ctx) }) else { return };
+    changed(ctx, blocking::watched_keys(None));
 }
 
 /// # Safety

@@ -9,6 +9,7 @@ use idem_core::record::{self, RequeueReply};
 use super::commands::store_write;
 use super::data_type::OpenRecord;
 use crate::config;
+use crate::host::access::{self, Caller};
 use crate::host::blocking;
 use crate::host::command::{CommandSpec, RW, UPDATE, arg, command_entry, key};
 use crate::host::{Args, Ctx, KeyMode};
@@ -17,19 +18,25 @@ use crate::metrics::{Metric, count};
 /// IDEM.SCAN cursor [MATCH pattern] [COUNT count] [STATE state] [MINTRIES n] [IDLE seconds]
 ///
 /// One step of the keyspace's own `SCAN` (so its cursor and guarantees are
-/// exactly `SCAN`'s), then each name it returned is opened and kept if it
-/// holds a record the filter selects. Nothing is written.
+/// exactly `SCAN`'s; the parser bounds `MATCH` as the fixed servers bound
+/// their matcher), then each name it returned that the caller may read by
+/// its ACL key patterns is opened without a trace (as `SCAN` leaves keys)
+/// and kept if it holds a record the filter selects. Nothing is written.
 pub fn scan(ctx: Ctx, args: &Args) -> CmdResult {
     let now = ctx.now();
     let scan = parse_scan(args)?;
+    let caller = Caller::of(ctx)?;
     let pattern = scan.pattern.map(|index| args.bytes(index));
     let (cursor, names) = ctx.scan_keys(args.bytes(scan.cursor), pattern, scan.count)?;
     let selected: Vec<&Vec<u8>> = names
         .iter()
         .filter(|name| {
-            ctx.with_key_named(name, KeyMode::Read, |key| match OpenRecord::open(key) {
-                Ok(mut slot) => slot.record().is_some_and(|record| scan.filter.selects(record, now)),
-                Err(_) => false, // another type
+            ctx.with_key_name(name, |name| {
+                caller.may_read(name)
+                    && access::read_quietly(ctx, name, |key| match OpenRecord::open(key) {
+                        Ok(mut slot) => slot.record().is_some_and(|record| scan.filter.selects(record, now)),
+                        Err(_) => false, // another type
+                    })
             })
         })
         .collect();

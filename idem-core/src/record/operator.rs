@@ -14,6 +14,12 @@ pub const MAX_SCAN_COUNT: i64 = 1000;
 pub const MAX_IDLE_SECONDS: i64 = (1 << 53) / 1000;
 /// `SCAN`'s own default.
 pub const DEFAULT_SCAN_COUNT: i64 = 10;
+/// The deepest a `MATCH` pattern may make the server's glob matcher
+/// recurse: each run of `*` is one level. The servers fixed for
+/// CVE-2024-31228 stop at this depth (and match nothing deeper); a server
+/// without the fix recurses until its stack overflows. A pattern that goes
+/// deeper is refused, so that no server can be crashed through IDEM.SCAN.
+pub const MAX_MATCH_NESTING: usize = 1000;
 
 /// `IDEM.SCAN`'s options, in the order [`parse_scan`] takes them.
 pub const SCAN_OPTIONS: &[&str] = &["MATCH", "COUNT", "STATE", "MINTRIES", "IDLE"];
@@ -48,6 +54,39 @@ pub struct ScanArgs {
 }
 
 const INVALID_CURSOR: CmdError = CmdError::Static(c"ERR invalid cursor");
+const MATCH_TOO_DEEP: CmdError =
+    CmdError::Static(c"ERR MATCH pattern has more than 1000 runs of '*', deeper than the server's matcher may go");
+
+/// How deep the server's glob matcher (`stringmatchlen`) recurses on
+/// `pattern`: its runs of `*`, outside `[...]` and not escaped by `\`,
+/// read as the matcher reads them.
+pub fn match_nesting(pattern: &[u8]) -> usize {
+    let mut depth = 0;
+    let mut at = 0;
+    while at < pattern.len() {
+        match pattern[at] {
+            b'*' => {
+                depth += 1;
+                while pattern.get(at + 1) == Some(&b'*') {
+                    at += 1;
+                }
+            }
+            b'\\' => at += 1,
+            b'[' => {
+                at += 1;
+                while at < pattern.len() && pattern[at] != b']' {
+                    if pattern[at] == b'\\' {
+                        at += 1;
+                    }
+                    at += 1;
+                }
+            }
+            _ => {}
+        }
+        at += 1;
+    }
+    depth
+}
 
 /// A state's name as `IDEM.GET` shows it, any case.
 fn state_named(name: &[u8]) -> Option<State> {
@@ -76,7 +115,12 @@ pub fn parse_scan<A: ArgList + ?Sized>(args: &A) -> Result<ScanArgs, CmdError> {
     let mut scan = ScanArgs { cursor: 1, pattern: None, count: DEFAULT_SCAN_COUNT, filter: ScanFilter::default() };
     parse_options(args, 2, SCAN_OPTIONS, |option, value| {
         match option {
-            0 => scan.pattern = Some(value),
+            0 => {
+                if match_nesting(args.bytes(value)) > MAX_MATCH_NESTING {
+                    return Err(MATCH_TOO_DEEP);
+                }
+                scan.pattern = Some(value)
+            }
             1 => {
                 let count = positive(args, value, c"ERR COUNT must be a positive integer")?;
                 scan.count = count.min(MAX_SCAN_COUNT);
@@ -138,6 +182,21 @@ mod tests {
     }
 
     #[test]
+    fn a_match_pattern_deeper_than_the_servers_matcher_goes_is_refused() {
+        assert_eq!(match_nesting(b"orders:*"), 1);
+        assert_eq!(match_nesting(b"a***b*"), 2, "a run of stars is one level");
+        assert_eq!(match_nesting(b"\\*a[*]b[\\]*]"), 0, "escaped and bracketed stars are literals");
+        assert_eq!(match_nesting("*?".repeat(1000).as_bytes()), 1000);
+        let deepest = "*?".repeat(MAX_MATCH_NESTING);
+        assert_eq!(parse(&["IDEM.SCAN", "0", "MATCH", &deepest]).map(|s| s.pattern), Ok(Some(3)));
+        let too_deep = "*?".repeat(MAX_MATCH_NESTING + 1);
+        assert_eq!(
+            parse(&["IDEM.SCAN", "0", "MATCH", &too_deep]).unwrap_err(),
+            "ERR MATCH pattern has more than 1000 runs of '*', deeper than the server's matcher may go"
+        );
+    }
+
+    #[test]
     fn the_filter_reads_state_tries_and_the_latest_change() {
         let now = 1_000_000;
         let mut record = Record {
@@ -151,6 +210,7 @@ mod tests {
             result: None,
             tries_base: 2,
             extended_at: now - 40_000,
+            owner: None,
         };
         let selects = |record: &Record, state: Option<State>, min_tries: Option<u64>, idle: Option<i64>| {
             ScanFilter { state, min_tries, idle: idle.map(|s| s * 1000) }.selects(record, now)
@@ -169,7 +229,8 @@ mod tests {
     const LIFETIMES: crate::record::Lifetimes = crate::record::Lifetimes { history: 3_600_000 };
 
     fn claim_args(max_tries: Option<u64>) -> crate::record::ClaimArgs {
-        crate::record::ClaimArgs { lease: 10_000, max_tries, ..Default::default() }
+        let owner = crate::record::Owner::new(b"worker-1");
+        crate::record::ClaimArgs { lease: 10_000, max_tries, owner, ..Default::default() }
     }
 
     #[test]
@@ -182,7 +243,7 @@ mod tests {
             Token([next; 16])
         };
         assert_eq!(requeue(None, NOW, LIFETIMES), (RequeueReply::Absent, Write::None));
-        let (_, Write::Create { mut record, .. }) = claim(None, &claim_args(Some(2)), NOW, LIFETIMES, &mut token)
+        let Ok((_, Write::Create { mut record, .. })) = claim(None, &claim_args(Some(2)), NOW, LIFETIMES, &mut token)
         else {
             panic!()
         };
@@ -190,22 +251,24 @@ mod tests {
         assert_eq!(record.phase, Phase::Processing);
         let later = NOW + 20_000;
         assert!(matches!(
-            claim(Some(&mut record), &claim_args(Some(2)), later, LIFETIMES, &mut token).0,
+            claim(Some(&mut record), &claim_args(Some(2)), later, LIFETIMES, &mut token).unwrap().0,
             ClaimReply::Retry { attempt: 2, .. }
         ));
         let dead = later + 20_000;
         assert_eq!(
-            claim(Some(&mut record), &claim_args(Some(2)), dead, LIFETIMES, &mut token).0,
+            claim(Some(&mut record), &claim_args(Some(2)), dead, LIFETIMES, &mut token).unwrap().0,
             ClaimReply::Exhausted { attempt: 2 }
         );
+        assert_eq!(record.owner.as_deref(), Some(&b"worker-1"[..]), "a dead letter shows who had it last");
         let held = record.token;
         assert_eq!(
             requeue(Some(&mut record), dead, LIFETIMES),
             (RequeueReply::Requeued, Write::Update { expire_at: dead + 3_600_000 })
         );
         assert_eq!(
-            (record.state_at(dead), record.attempt, record.tries(), record.changed_at()),
-            (State::Released, 2, 0, dead)
+            (record.state_at(dead), record.attempt, record.tries(), record.changed_at(), record.owner.as_deref()),
+            (State::Released, 2, 0, dead, None),
+            "given back: the latest holder's owner dropped with its token"
         );
         // The latest holder's token no longer works.
         assert_eq!(done(Some(&mut record.clone()), Some(held), None, 1000, dead).0, DoneReply::Stale);
@@ -213,12 +276,12 @@ mod tests {
         assert!(!release(Some(&mut record.clone()), Some(held), dead, LIFETIMES).0);
         assert_eq!(done(Some(&mut record.clone()), Some(Token::default()), None, 1000, dead).0, DoneReply::Stale);
         // Two more tries, with attempts above any before.
-        let reply = claim(Some(&mut record), &claim_args(Some(2)), dead, LIFETIMES, &mut token).0;
+        let reply = claim(Some(&mut record), &claim_args(Some(2)), dead, LIFETIMES, &mut token).unwrap().0;
         assert!(matches!(reply, ClaimReply::Retry { attempt: 3, .. }), "{reply:?}");
         assert_eq!(record.tries(), 1);
-        let reply = claim(Some(&mut record), &claim_args(Some(2)), dead + 20_000, LIFETIMES, &mut token).0;
+        let reply = claim(Some(&mut record), &claim_args(Some(2)), dead + 20_000, LIFETIMES, &mut token).unwrap().0;
         assert!(matches!(reply, ClaimReply::Retry { attempt: 4, .. }), "{reply:?}");
-        let reply = claim(Some(&mut record), &claim_args(Some(2)), dead + 40_000, LIFETIMES, &mut token).0;
+        let reply = claim(Some(&mut record), &claim_args(Some(2)), dead + 40_000, LIFETIMES, &mut token).unwrap().0;
         assert_eq!(reply, ClaimReply::Exhausted { attempt: 4 });
         // A done record gives its work back too, its result dropped.
         let mut completed = Record::done_without_claim(NOW, Some(b"result"));
@@ -228,7 +291,7 @@ mod tests {
             (Phase::Released, 0, 0, None)
         );
         assert!(matches!(
-            claim(Some(&mut completed), &claim_args(None), NOW + 6, LIFETIMES, &mut token).0,
+            claim(Some(&mut completed), &claim_args(None), NOW + 6, LIFETIMES, &mut token).unwrap().0,
             ClaimReply::Retry { attempt: 1, .. }
         ));
     }
@@ -247,6 +310,7 @@ mod tests {
             result: None,
             tries_base: 5,
             extended_at: NOW + 10,
+            owner: Some(Box::from(&b"worker-7"[..])),
         };
         let mut bytes = Vec::new();
         codec::encode(&record, &mut bytes);
@@ -254,6 +318,7 @@ mod tests {
         assert_eq!(codec::pack(&record), None, "rare records stay boxed");
         record.tries_base = 0;
         record.extended_at = 0;
+        record.owner = None;
         assert!(codec::pack(&record).is_some(), "the common record packs as before");
         // A released record as 0.1 (format 2) wrote it: attempt 2, claimed
         // and released at known times, with its token.
