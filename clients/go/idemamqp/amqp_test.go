@@ -9,7 +9,6 @@ import (
 	"errors"
 	"os"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -55,25 +54,18 @@ func newFixture(t *testing.T, opts idem.Options) *fixture {
 		t.Fatal(err)
 	}
 	q := brokertest.Unique(t.Name())
-	must(t, ch.ExchangeDeclare(q+".dlx", "fanout", true, false, false, false, nil))
+	brokertest.Must(t, ch.ExchangeDeclare(q+".dlx", "fanout", true, false, false, false, nil))
 	_, err = ch.QueueDeclare(q+".dlq", true, false, false, false, nil)
-	must(t, err)
-	must(t, ch.QueueBind(q+".dlq", "", q+".dlx", false, nil))
+	brokertest.Must(t, err)
+	brokertest.Must(t, ch.QueueBind(q+".dlq", "", q+".dlx", false, nil))
 	_, err = ch.QueueDeclare(q, true, false, false, false, idemamqp.QueueArguments(i, q+".dlx"))
-	must(t, err)
+	brokertest.Must(t, err)
 	return &fixture{t: t, conn: conn, ch: ch, queue: q, idem: i}
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 func (f *fixture) publish(ids ...string) {
 	for _, id := range ids {
-		must(f.t, f.ch.PublishWithContext(context.Background(), "", f.queue, false, false,
+		brokertest.Must(f.t, f.ch.PublishWithContext(context.Background(), "", f.queue, false, false,
 			amqp.Publishing{MessageId: id, Body: []byte(id), DeliveryMode: amqp.Persistent}))
 	}
 }
@@ -81,12 +73,12 @@ func (f *fixture) publish(ids ...string) {
 // consume runs a consumer on a channel of its own until the test ends.
 func (f *fixture) consume(opts idemamqp.Options, work idemamqp.Handler[string]) *idemamqp.Consumer[string] {
 	ch, err := f.conn.Channel()
-	must(f.t, err)
-	must(f.t, ch.Qos(4, 0, false))
+	brokertest.Must(f.t, err)
+	brokertest.Must(f.t, ch.Qos(4, 0, false))
 	c, err := idemamqp.New(f.idem, ch, f.queue, work, opts)
-	must(f.t, err)
+	brokertest.Must(f.t, err)
 	deliveries, err := ch.Consume(f.queue, "", false, false, false, false, nil)
-	must(f.t, err)
+	brokertest.Must(f.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { c.Run(ctx, deliveries); close(done) }()
@@ -100,36 +92,10 @@ func (f *fixture) counts(names ...string) []int {
 	out := make([]int, len(names))
 	for n, name := range names {
 		q, err := f.ch.QueueDeclarePassive(name, true, false, false, false, nil)
-		must(f.t, err)
+		brokertest.Must(f.t, err)
 		out[n] = q.Messages
 	}
 	return out
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
-type log struct {
-	mu   sync.Mutex
-	what []string
-}
-
-func (l *log) add(s string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.what = append(l.what, s)
-}
-
-func (l *log) snapshot() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.what)
 }
 
 // A message whose key another worker holds goes through the retry queue
@@ -142,22 +108,22 @@ func TestBusyGoesThroughARetryQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.publish("held", "free")
-	var did log
+	var did brokertest.Log
 	c := f.consume(idemamqp.Options{}, func(ctx context.Context, job *idem.Job, d *amqp.Delivery) (string, error) {
 		deaths, _ := d.Headers["x-death"].([]any)
-		did.add(d.MessageId + map[bool]string{true: "+x-death", false: ""}[len(deaths) > 0])
+		did.Add(d.MessageId + map[bool]string{true: "+x-death", false: ""}[len(deaths) > 0])
 		return "", nil
 	})
 	// A work's delivery is acknowledged (and counted) after the work returns.
-	waitFor(t, "both acknowledged", func() bool { return c.Stats().Acknowledged >= 2 })
-	if got := did.snapshot(); !slices.Equal(got, []string{"free", "held+x-death"}) {
+	brokertest.WaitFor(t, "both acknowledged", func() bool { return c.Stats().Acknowledged >= 2 })
+	if got := did.Snapshot(); !slices.Equal(got, []string{"free", "held+x-death"}) {
 		t.Errorf("works %v, want free, then held back from a retry queue", got)
 	}
 	if s := c.Stats(); s.HeldBack == 0 || s.HeldBack > 3 || s.Acknowledged != 2 {
 		t.Errorf("stats %+v: want the held message given back once or twice (its lease left, no spin)", s)
 	}
 	// At most 3 s of lease left: the 3.2 s retry queue.
-	waitFor(t, "the queues empty", func() bool {
+	brokertest.WaitFor(t, "the queues empty", func() bool {
 		return slices.Equal(f.counts(f.queue, f.queue+".retry.3200"), []int{0, 0})
 	})
 }
@@ -168,19 +134,19 @@ func TestBusyGoesThroughARetryQueue(t *testing.T) {
 func TestDeadLettersToTheExchange(t *testing.T) {
 	f := newFixture(t, idem.Options{Lease: 2 * time.Second, MaxTries: 2})
 	f.publish("", "poison", "fine")
-	var did log
+	var did brokertest.Log
 	c := f.consume(idemamqp.Options{}, func(ctx context.Context, job *idem.Job, d *amqp.Delivery) (string, error) {
-		did.add(d.MessageId)
+		did.Add(d.MessageId)
 		if d.MessageId == "poison" {
 			return "", errors.New("cannot do it")
 		}
 		return "", nil
 	})
-	waitFor(t, "two dead letters", func() bool { return f.counts(f.queue + ".dlq")[0] == 2 })
+	brokertest.WaitFor(t, "two dead letters", func() bool { return f.counts(f.queue + ".dlq")[0] == 2 })
 	var letters []string
 	for range 2 {
 		d, ok, err := f.ch.Get(f.queue+".dlq", true)
-		must(t, err)
+		brokertest.Must(t, err)
 		if !ok {
 			t.Fatal("a dead letter went missing")
 		}
@@ -192,8 +158,8 @@ func TestDeadLettersToTheExchange(t *testing.T) {
 		letters = append(letters, d.MessageId)
 	}
 	slices.Sort(letters)
-	if !slices.Equal(letters, []string{"", "poison"}) || !slices.Contains(did.snapshot(), "fine") {
-		t.Errorf("dead letters %q, works %v", letters, did.snapshot())
+	if !slices.Equal(letters, []string{"", "poison"}) || !slices.Contains(did.Snapshot(), "fine") {
+		t.Errorf("dead letters %q, works %v", letters, did.Snapshot())
 	}
 	if s := c.Stats(); s.DeadLettered != 2 || s.Exhausted != 1 || s.Acknowledged != 1 {
 		t.Errorf("stats %+v", s)

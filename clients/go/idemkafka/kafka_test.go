@@ -81,24 +81,6 @@ func (f *fixture) produce(partition int32, keys ...string) {
 	}
 }
 
-// log is what the works did, in order.
-type log struct {
-	mu   sync.Mutex
-	keys []string
-}
-
-func (l *log) add(k string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.keys = append(l.keys, k)
-}
-
-func (l *log) snapshot() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.keys)
-}
-
 // consume runs a consumer of the fixture's group until stop is called.
 func (f *fixture) consume(opts idemkafka.Options, work idemkafka.Handler[string]) (*idemkafka.Consumer[string], func()) {
 	c := idemkafka.New(f.idem, work, opts)
@@ -122,15 +104,6 @@ func (f *fixture) consume(opts idemkafka.Options, work idemkafka.Handler[string]
 	}
 	f.t.Cleanup(stop)
 	return c, stop
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
 }
 
 // committed is the group's committed offset of each partition (-1: none).
@@ -173,21 +146,21 @@ func TestBusyHoldsItsPartitionOnly(t *testing.T) {
 	}
 	f.produce(0, "held", "after-held")
 	f.produce(1, "free-1", "free-2")
-	var did log
+	var did brokertest.Log
 	c, _ := f.consume(idemkafka.Options{}, func(ctx context.Context, job *idem.Job, r *kgo.Record) (string, error) {
-		did.add(string(r.Key))
+		did.Add(string(r.Key))
 		return "", nil
 	})
 	// A work's record is acknowledged (and counted) after the work returns.
-	waitFor(t, "every record acknowledged", func() bool { return c.Stats().Acknowledged >= 4 })
-	got := did.snapshot()
+	brokertest.WaitFor(t, "every record acknowledged", func() bool { return c.Stats().Acknowledged >= 4 })
+	got := did.Snapshot()
 	if slices.Index(got, "free-2") > slices.Index(got, "held") || slices.Index(got, "held") > slices.Index(got, "after-held") {
 		t.Errorf("works ran in the order %v: want partition 1 before the held key, and partition 0 in order", got)
 	}
 	if s := c.Stats(); s.HeldBack == 0 || s.HeldBack > 3 || s.Busy != s.HeldBack || s.Acknowledged != 4 {
 		t.Errorf("stats %+v: want the held record given back once or twice (its lease left, no spin), 4 acknowledged", s)
 	}
-	waitFor(t, "the commits", func() bool { return slices.Equal(f.committed(0, 1), []int64{2, 2}) })
+	brokertest.WaitFor(t, "the commits", func() bool { return slices.Equal(f.committed(0, 1), []int64{2, 2}) })
 }
 
 // A record without a key and one that fails every try: both dead-lettered
@@ -196,16 +169,16 @@ func TestBusyHoldsItsPartitionOnly(t *testing.T) {
 func TestDeadLetters(t *testing.T) {
 	f := newFixture(t, idem.Options{Lease: 2 * time.Second, MaxTries: 2})
 	f.produce(3, "", "poison", "fine")
-	var did log
+	var did brokertest.Log
 	c, _ := f.consume(idemkafka.Options{}, func(ctx context.Context, job *idem.Job, r *kgo.Record) (string, error) {
-		did.add(string(r.Key))
+		did.Add(string(r.Key))
 		if string(r.Key) == "poison" {
 			return "", errors.New("cannot do it")
 		}
 		return "ok", nil
 	})
-	waitFor(t, "the partition past the dead letters", func() bool { return slices.Contains(did.snapshot(), "fine") })
-	waitFor(t, "the commit", func() bool { return f.committed(3)[0] == 3 })
+	brokertest.WaitFor(t, "the partition past the dead letters", func() bool { return slices.Contains(did.Snapshot(), "fine") })
+	brokertest.WaitFor(t, "the commit", func() bool { return f.committed(3)[0] == 3 })
 	letters := f.read(f.topic + "-dlt")
 	if len(letters) != 2 {
 		t.Fatalf("%d dead letters, want 2", len(letters))
@@ -269,13 +242,13 @@ func TestRevokeCommitsWhatIsDone(t *testing.T) {
 	for p := range int32(6) {
 		f.produce(p, keys(string(rune('0'+p)))...)
 	}
-	var did log
+	var did brokertest.Log
 	work := func(ctx context.Context, job *idem.Job, r *kgo.Record) (string, error) {
-		did.add(string(r.Key))
+		did.Add(string(r.Key))
 		return "", nil
 	}
 	first, _ := f.consume(idemkafka.Options{CommitInterval: time.Hour}, work)
-	waitFor(t, "the first member's works", func() bool { return len(did.snapshot()) == 120 })
+	brokertest.WaitFor(t, "the first member's works", func() bool { return len(did.Snapshot()) == 120 })
 	if got := f.committed(0, 1, 2, 3, 4, 5); !slices.Equal(got, []int64{-1, -1, -1, -1, -1, -1}) {
 		t.Fatalf("committed %v before any revoke, want nothing (the periodic commit is off)", got)
 	}
@@ -284,7 +257,7 @@ func TestRevokeCommitsWhatIsDone(t *testing.T) {
 	// The cooperative rebalance revokes some partitions of the first
 	// member: each is committed at 20 before it goes, so the second one
 	// replays nothing.
-	waitFor(t, "a revoke's commits", func() bool {
+	brokertest.WaitFor(t, "a revoke's commits", func() bool {
 		n := 0
 		for _, o := range f.committed(0, 1, 2, 3, 4, 5) {
 			if o == 20 {
@@ -297,7 +270,7 @@ func TestRevokeCommitsWhatIsDone(t *testing.T) {
 	if s := second.Stats(); s.Replays != 0 || s.FirstRuns != 0 {
 		t.Errorf("the second member ran or replayed records: %+v", s)
 	}
-	if s := first.Stats(); s.FirstRuns != 120 || s.Acknowledged != 120 || len(did.snapshot()) != 120 {
+	if s := first.Stats(); s.FirstRuns != 120 || s.Acknowledged != 120 || len(did.Snapshot()) != 120 {
 		t.Errorf("the first member: %+v", s)
 	}
 }

@@ -42,27 +42,20 @@ func newFixture(t *testing.T, opts idem.Options, ackWait time.Duration) *fixture
 	rdb := redis.NewClient(&redis.Options{Addr: brokertest.Redis(t, "module")})
 	t.Cleanup(func() { rdb.Close() })
 	i, err := idem.New(rdb, opts)
-	must(t, err)
+	brokertest.Must(t, err)
 	nc, err := nats.Connect(brokertest.Field(info, "url"))
-	must(t, err)
+	brokertest.Must(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
-	must(t, err)
+	brokertest.Must(t, err)
 	name := strings.NewReplacer("/", "_", ".", "_").Replace(brokertest.Unique(t.Name()))
 	ctx := context.Background()
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}})
-	must(t, err)
+	brokertest.Must(t, err)
 	cons, err := js.CreateOrUpdateConsumer(ctx, name, jetstream.ConsumerConfig{Durable: "g",
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, FilterSubject: name + ".in"})
-	must(t, err)
+	brokertest.Must(t, err)
 	return &fixture{t: t, js: js, stream: name, cons: cons, idem: i}
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 func (f *fixture) publish(key string) {
@@ -71,22 +64,13 @@ func (f *fixture) publish(key string) {
 		msg.Header.Set(idemnats.KeyHeader, key)
 	}
 	_, err := f.js.PublishMsg(context.Background(), msg)
-	must(f.t, err)
+	brokertest.Must(f.t, err)
 }
 
 func (f *fixture) info() *jetstream.ConsumerInfo {
 	info, err := f.cons.Info(context.Background())
-	must(f.t, err)
+	brokertest.Must(f.t, err)
 	return info
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
 }
 
 // A work three times as long as the consumer's AckWait: each heartbeat
@@ -102,11 +86,11 @@ func TestInProgressFollowsTheLease(t *testing.T) {
 	}, idemnats.Options{})
 	for range 2 {
 		cc, err := f.cons.Consume(c.MessageHandler(context.Background()))
-		must(t, err)
+		brokertest.Must(t, err)
 		t.Cleanup(func() { cc.Stop(); <-cc.Closed() })
 	}
 	f.publish("long")
-	waitFor(t, "the ack", func() bool { return c.Stats().Acknowledged == 1 })
+	brokertest.WaitFor(t, "the ack", func() bool { return c.Stats().Acknowledged == 1 })
 	if info, s := f.info(), c.Stats(); info.NumRedelivered != 0 || works.Load() != 1 || s.Busy != 0 || s.Extends < 4 {
 		t.Errorf("redelivered %d, works %d, stats %+v: want one delivery kept in progress by the heartbeat",
 			info.NumRedelivered, works.Load(), s)
@@ -131,7 +115,7 @@ func TestDeadLettersOnce(t *testing.T) {
 	}, idemnats.Options{})
 	handle := func(n int, lose bool) {
 		batch, err := f.cons.Fetch(n, jetstream.FetchMaxWait(5*time.Second))
-		must(t, err)
+		brokertest.Must(t, err)
 		for msg := range batch.Messages() {
 			if lose {
 				c.Handle(context.Background(), dropTerm{msg})
@@ -143,12 +127,12 @@ func TestDeadLettersOnce(t *testing.T) {
 	handle(2, false) // the keyless one dead-lettered; poison fails its one try
 	handle(1, true)  // poison exhausted; its Term lost
 	handle(1, false) // poison again after AckWait: its dead letter a duplicate
-	waitFor(t, "nothing pending", func() bool { info := f.info(); return info.NumPending+uint64(info.NumAckPending) == 0 })
+	brokertest.WaitFor(t, "nothing pending", func() bool { info := f.info(); return info.NumPending+uint64(info.NumAckPending) == 0 })
 	sub, err := f.js.OrderedConsumer(context.Background(), f.stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{f.stream + ".dlq"}})
-	must(t, err)
+	brokertest.Must(t, err)
 	batch, err := sub.Fetch(10, jetstream.FetchMaxWait(time.Second))
-	must(t, err)
+	brokertest.Must(t, err)
 	var letters []jetstream.Msg
 	for msg := range batch.Messages() {
 		letters = append(letters, msg)

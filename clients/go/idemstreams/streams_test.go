@@ -80,15 +80,6 @@ func settled(t *testing.T, rdb *redis.Client) func() bool {
 	}
 }
 
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 // A work three times as long as ClaimIdle: each heartbeat resets its
 // entry's idle time, so the other consumer never takes it over.
 func TestHeartbeatKeepsTheEntry(t *testing.T) {
@@ -104,9 +95,9 @@ func TestHeartbeatKeepsTheEntry(t *testing.T) {
 		// too): only its heartbeat keeps the entry.
 		a := run(t, newIdem(t, rdb, opts), "a", idemstreams.Options{ClaimIdle: time.Hour, Block: 500 * time.Millisecond}, work)
 		add(t, rdb, "long")
-		waitFor(t, "a to start", func() bool { return works.Load() == 1 })
+		brokertest.WaitFor(t, "a to start", func() bool { return works.Load() == 1 })
 		b := run(t, newIdem(t, rdb, opts), "b", idemstreams.Options{}, work)
-		waitFor(t, "the entry acknowledged", settled(t, rdb))
+		brokertest.WaitFor(t, "the entry acknowledged", settled(t, rdb))
 		if sa, sb := a.Stats(), b.Stats(); works.Load() != 1 || sa.Acknowledged != 1 || sb.Waits+sb.Replays+sb.Busy != 0 {
 			t.Errorf("works %d, a %+v, b %+v: want b never to take the entry over", works.Load(), sa, sb)
 		}
@@ -128,7 +119,7 @@ func TestBusyLeftPending(t *testing.T) {
 			works.Add(1)
 			return "", nil
 		})
-		waitFor(t, "the entry acknowledged", settled(t, rdb))
+		brokertest.WaitFor(t, "the entry acknowledged", settled(t, rdb))
 		if s := c.Stats(); works.Load() != 1 || s.HeldBack == 0 || s.HeldBack > 3 || s.Acknowledged != 1 {
 			t.Errorf("works %d, stats %+v: want it held back once or twice (ClaimIdle apart), then done", works.Load(), s)
 		}
@@ -145,7 +136,7 @@ func TestDeadLetters(t *testing.T) {
 		c := run(t, i, "a", idemstreams.Options{}, func(ctx context.Context, job *idem.Job, e redis.XMessage) (string, error) {
 			return "", errors.New("cannot do it")
 		})
-		waitFor(t, "both entries acknowledged", settled(t, rdb))
+		brokertest.WaitFor(t, "both entries acknowledged", settled(t, rdb))
 		letters, err := rdb.XRange(context.Background(), "s:dlq", "-", "+").Result()
 		if err != nil || len(letters) != 2 {
 			t.Fatalf("dead letters %v, %v", letters, err)

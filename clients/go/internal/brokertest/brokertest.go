@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -153,3 +154,41 @@ func Unique(what string) string {
 }
 
 var counter int
+
+// Must ends the test on an error.
+func Must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// WaitFor polls ok until it holds, or ends the test after a minute.
+func WaitFor(t testing.TB, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// Log is what the works saw, in order, from any goroutine.
+type Log struct {
+	mu   sync.Mutex
+	what []string
+}
+
+// Add appends one.
+func (l *Log) Add(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.what = append(l.what, s)
+}
+
+// Snapshot is a copy of what was added so far.
+func (l *Log) Snapshot() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.what)
+}
