@@ -163,6 +163,20 @@ func TestBusyHoldsItsPartitionOnly(t *testing.T) {
 	brokertest.WaitFor(t, "the commits", func() bool { return slices.Equal(f.committed(0, 1), []int64{2, 2}) })
 }
 
+// A dead-lettered record's offset is committed at once, not at the next
+// CommitInterval: a member that died before then would have the
+// partition's next owner dead-letter it again (the scenario saw a poison
+// key twice in the dead-letter topic after its SIGKILL).
+func TestDeadLetterCommittedAtOnce(t *testing.T) {
+	f := newFixture(t, idem.Options{Lease: 2 * time.Second, MaxTries: 2})
+	f.produce(2, "poison")
+	c, _ := f.consume(idemkafka.Options{CommitInterval: time.Hour}, func(ctx context.Context, job *idem.Job, r *kgo.Record) (string, error) {
+		return "", errors.New("cannot do it")
+	})
+	brokertest.WaitFor(t, "the dead letter", func() bool { return c.Stats().DeadLettered == 1 })
+	brokertest.WaitFor(t, "its commit, with no periodic one", func() bool { return f.committed(2)[0] == 1 })
+}
+
 // A record without a key and one that fails every try: both dead-lettered
 // to <topic>-dlt, same partition, with Spring Kafka's headers; the
 // partition goes on past them.

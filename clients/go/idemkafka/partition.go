@@ -235,7 +235,20 @@ func (c *Consumer[T]) settle(p *partition, r *kgo.Record, d broker.Decision) {
 		}
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.mark(p, r, d)
+	cl := c.cl
+	c.mu.Unlock()
+	if d.Verdict == broker.DeadLetter && cl != nil {
+		// Committed at once, as Spring's commitRecovered does: a member
+		// that dies before its next commit would have the partition's
+		// next owner dead-letter the record a second time (a replay
+		// answers any other record).
+		c.commit(cl, map[topicPartition]*partition{p.tp: p})
+	}
+}
+
+// mark records the decision in the partition's state (under mu).
+func (c *Consumer[T]) mark(p *partition, r *kgo.Record, d broker.Decision) {
 	if d.Verdict == broker.HoldBack && p.stopping {
 		return // the partition goes: its next owner takes the record
 	}
