@@ -40,7 +40,8 @@ type Options struct {
 	// 100 ms, doubling at each failure of the same record, at most 30 s.
 	// A Busy record waits for its holder's lease left.
 	RetryDelay time.Duration
-	// CommitInterval between commits of what is done: default 1 s.
+	// CommitInterval between commits of what is done: default 1 s (a
+	// dead letter's partition is committed at once).
 	CommitInterval time.Duration
 	// DeadLetterTopic names a topic's dead-letter topic: default
 	// topic + "-dlt" (Spring Kafka's). The dead letter goes to the
