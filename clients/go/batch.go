@@ -146,9 +146,10 @@ func (i *Idem) claimBatch(ctx context.Context, ed Edition, keys []string, leaseS
 
 // doneAnswer is one key's DONE in a batch.
 type doneAnswer struct {
-	code DoneCode
-	err  error
-	ack  acked
+	code  DoneCode
+	err   error
+	ack   acked
+	acked bool // WithAck's script ran the ack
 }
 
 // doneBatch completes items (retain 0: the server's idem.retain); once:

@@ -43,3 +43,31 @@ test-client-go: $(if $(REDIS_IDEM_MODULE),,build) redis8 valkey client-go-toolch
 		REDIS_SERVER="$(or $(REDIS_SERVER),$(REDIS7_SERVER))" \
 		REDIS8_SERVER="$(REDIS8_SERVER)" VALKEY_SERVER="$(VALKEY_SERVER)" \
 		$(GO_CLIENT_GO) -C clients/go test -race -count=1 ./...
+
+# The broker adapters (idemkafka, idemamqp, idemnats, idemstreams: a module
+# each, under clients/go) and the consumer programs brokers/scenario.py runs
+# for them (clients/go/tests/brokers, one per adapter), built into
+# target/brokers/go/. `make test-brokers` runs the scenario
+# (brokers/brokers.mk); the adapters' own tests against the real brokers
+# run in test-client-go-adapters.
+GO_ADAPTERS := idemkafka idemamqp idemnats idemstreams
+# The adapters' examples, vetted with them (each its own module).
+GO_ADAPTER_EXAMPLES := examples/kafka/go examples/rabbitmq/go examples/nats/go examples/streams/go
+
+.PHONY: brokers-consumers-go test-client-go-adapters
+BROKERS_CONSUMER_TARGETS += brokers-consumers-go
+
+brokers-consumers-go: client-go-toolchain
+	@out="$$($$(GOTOOLCHAIN=auto $(GO_CLIENT_GO) env GOROOT)/bin/gofmt -l $(addprefix clients/go/,$(GO_ADAPTERS)) clients/go/tests/brokers $(GO_ADAPTER_EXAMPLES))" && \
+		if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
+	for m in $(addprefix clients/go/,$(GO_ADAPTERS) tests/brokers) $(GO_ADAPTER_EXAMPLES); do GOTOOLCHAIN=auto $(GO_CLIENT_GO) -C $$m vet ./... || exit 1; done
+	GOTOOLCHAIN=auto $(GO_CLIENT_GO) -C clients/go/tests/brokers build -o $(abspath target/brokers/go)/ ./...
+
+# The adapters' own tests: against the real brokers (brokers/launch.py,
+# started once per adapter's test binary) and Redis with the module and the
+# Functions edition, what the scenario cannot tell apart.
+test-client-go-adapters: $(if $(REDIS_IDEM_MODULE),,build) brokers brokers-consumers-go
+	@echo "== clients/go adapters: Kafka, RabbitMQ, NATS JetStream, Redis Streams"
+	for m in $(GO_ADAPTERS); do \
+		GOTOOLCHAIN=auto REDIS_IDEM_MODULE="$(GO_CLIENT_MODULE)" REDIS_SERVER="$(or $(REDIS_SERVER),$(REDIS7_SERVER))" \
+			$(GO_CLIENT_GO) -C clients/go/$$m test -race -count=1 ./... || exit 1; done

@@ -192,6 +192,9 @@ func (c *core) onExtend(job *Job, err error, atWork bool) {
 	switch {
 	case err == nil:
 		c.stats.extends.Add(1)
+		if job.beat != nil && atWork {
+			quietly(func() { job.beat(job) })
+		}
 	case errors.Is(err, ErrStale) && atWork:
 		c.loseLease(job)
 	}
@@ -221,6 +224,7 @@ type next struct {
 	finished bool
 	stored   bool
 	err      error
+	acked    bool // WithAck: the DONE's script ran the ack (the driver's to set)
 }
 
 // startSettle encodes the value: from here on the record is completed,

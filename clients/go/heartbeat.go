@@ -112,7 +112,11 @@ func (i *Idem) beat(due []*Job) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), i.core.lease)
 	defer cancel()
+	sent := time.Now()
 	for n, r := range i.roundTrip(ctx, cmds, keys, false, false) {
+		if r.err == nil {
+			due[n].heldFrom(sent, i.core.lease)
+		}
 		i.core.onExtend(due[n], r.err, i.beats.has(due[n]))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -60,6 +61,15 @@ func (i *Idem) Prefix() string { return i.core.prefix }
 
 // Owner is the OWNER this instance's claims carry.
 func (i *Idem) Owner() string { return i.core.owner }
+
+// Client is the go-redis client the instance sends its commands on.
+func (i *Idem) Client() redis.UniversalClient { return i.client }
+
+// Lease is the lease of the instance's claims.
+func (i *Idem) Lease() time.Duration { return i.core.lease }
+
+// MaxTries is the instance's MaxTries (0: no limit).
+func (i *Idem) MaxTries() int { return i.core.maxTries }
 
 // Edition is the edition the server has, asked once (COMMAND INFO
 // IDEM.CLAIM, then FCALL_RO idem_edition 0) and kept: the module when it

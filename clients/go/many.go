@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // ProcessMany is Process for a batch, with every promise of the single
@@ -26,6 +27,7 @@ func ProcessMany[T any](ctx context.Context, i *Idem, keys []string, work Work[T
 	if err != nil {
 		return nil, err
 	}
+	sent := time.Now()
 	claims := i.claimBatch(ctx, ed, keys, i.core.leaseSecs, c.payloads, false)
 	if failedWhole(claims) {
 		return nil, claims[0].err
@@ -43,6 +45,8 @@ func ProcessMany[T any](ctx context.Context, i *Idem, keys []string, work Work[T
 		job, status, err := i.core.verdict(keys[j], a.reply, a.ack)
 		switch {
 		case job != nil:
+			job.beat = c.beat
+			job.heldFrom(sent, i.core.lease)
 			jobs, at = append(jobs, job), append(at, j)
 		case status == BatchBusy:
 			it.Status, it.Err = BatchBusy, i.core.busy(keys[j], a.reply)

@@ -16,6 +16,8 @@ type CallOption func(*call)
 type call struct {
 	payload  []byte
 	payloads [][]byte
+	ack      *AckCmd
+	beat     func(*Job)
 }
 
 // WithPayload claims with a payload (the message's content, as bytes): a
@@ -47,10 +49,12 @@ func Process[T any](ctx context.Context, i *Idem, key string, work Work[T], opts
 	a := i.core.startAcquire(ctx, key)
 	var step claimStep
 	var r claimAnswer
+	var sent time.Time
 	for {
 		if err := ctx.Err(); err != nil {
 			return out, err
 		}
+		sent = time.Now()
 		r = i.claimOnce(ctx, ed, key, c.payload, step.wait)
 		if step = i.core.onClaim(&a, r.reply, r.err, r.ack); !step.again {
 			break
@@ -83,12 +87,17 @@ func Process[T any](ctx context.Context, i *Idem, key string, work Work[T], opts
 		return out, err
 	}
 	job := step.job
+	job.ack, job.beat = c.ack, c.beat
+	job.heldFrom(sent, i.core.lease)
 	out.Status, out.Attempt = job.status, job.attempt
 	if out.Value, err = runOne(ctx, i, ed, job, work); err != nil {
 		return out, err
 	}
 	settled := i.settle(ctx, ed, []*Job{job}, []any{out.Value}, false)[0]
 	out.ResultStored = settled.stored
+	if job.ack != nil {
+		out.Acked = i.ackAfter(ctx, job.ack, settled)
+	}
 	return out, settled.err
 }
 
@@ -226,6 +235,7 @@ func (i *Idem) settle(ctx context.Context, ed Edition, jobs []*Job, values []any
 	// Each send is under settling's context: the caller's cancellation
 	// does not reach it.
 	settles, nexts := make([]*settle, len(jobs)), make([]next, len(jobs))
+	acked := make([]bool, len(jobs)) // WithAck: its script ran the ack
 	for k, job := range jobs {
 		settles[k], nexts[k] = i.core.startSettle(job, values[k])
 	}
@@ -244,6 +254,9 @@ func (i *Idem) settle(ctx context.Context, ed Edition, jobs []*Job, values []any
 			pause = max(pause, n.pause)
 		}
 		if sends == nil && gets == nil {
+			for k := range nexts {
+				nexts[k].acked = acked[k]
+			}
 			return nexts
 		}
 		time.Sleep(pause)
@@ -252,8 +265,10 @@ func (i *Idem) settle(ctx context.Context, ed Edition, jobs []*Job, values []any
 			for m, k := range sends {
 				items[m] = settles[k].doneItem()
 			}
-			for m, a := range i.sendDones(ctx, ed, items, batch) {
-				nexts[sends[m]] = i.core.onDone(settles[sends[m]], a.code, a.err, a.ack)
+			for m, a := range i.sendDones(ctx, ed, items, jobs[sends[0]].ack, batch) {
+				k := sends[m]
+				nexts[k] = i.core.onDone(settles[k], a.code, a.err, a.ack)
+				acked[k] = acked[k] || a.acked
 			}
 		}
 		if len(gets) > 0 {
@@ -270,8 +285,13 @@ func (i *Idem) settle(ctx context.Context, ed Edition, jobs []*Job, values []any
 }
 
 // sendDones sends one round of a settle's DONEs, each once within
-// DoneTimeout.
-func (i *Idem) sendDones(ctx context.Context, ed Edition, items []DoneItem, batch bool) []doneAnswer {
+// DoneTimeout (Process's with its ack, if it has one).
+func (i *Idem) sendDones(ctx context.Context, ed Edition, items []DoneItem, ack *AckCmd, batch bool) []doneAnswer {
+	if !batch && ack != nil {
+		ctx, cancel := i.settling(ctx)
+		defer cancel()
+		return []doneAnswer{i.doneAcking(ctx, ed, items[0], ack)}
+	}
 	if !batch && i.dones != nil {
 		return []doneAnswer{i.dones.do(ctx, items[0])}
 	}

@@ -172,6 +172,8 @@ type Outcome[T any] struct {
 	// Attempt is the fencing number the work was given (a replay: the
 	// record's).
 	Attempt int64
+	// Acked: WithAck's command ran (never on a replay).
+	Acked bool
 }
 
 // BatchStatus is what became of one key of ProcessMany.
@@ -209,8 +211,11 @@ type Job struct {
 	attempt int64
 	status  Status
 	lost    atomic.Bool
+	held    atomic.Int64 // the lease is known held until then (unix ns)
 	cancel  context.CancelCauseFunc
-	due     time.Time // the next heartbeat, under the heartbeat's lock
+	due     time.Time  // the next heartbeat, under the heartbeat's lock
+	ack     *AckCmd    // WithAck
+	beat    func(*Job) // WithBeat
 }
 
 // Key is the key as the caller gave it (without the prefix).
@@ -227,3 +232,29 @@ func (j *Job) Status() Status { return j.status }
 // Lost reports that the lease was found lost while the work ran (the
 // work's context is then cancelled with ErrLeaseLost as its cause).
 func (j *Job) Lost() bool { return j.lost.Load() }
+
+// Check is nil while the lease is known to be held: not found lost, and
+// not past its deadline (when the claim, or the latest EXTEND that
+// succeeded, was sent, plus the lease). Past the deadline another worker
+// may hold the key already, though no heartbeat told yet (this process
+// was paused, a heartbeat is late): call Check right before an effect
+// that the store it goes to cannot fence with Attempt. Its error is a
+// *LeaseLostError.
+func (j *Job) Check() error {
+	if j.lost.Load() || time.Now().UnixNano() > j.held.Load() {
+		return &LeaseLostError{Key: j.key, Attempt: j.attempt}
+	}
+	return nil
+}
+
+// heldFrom: a claim or EXTEND sent at sent (and granted) holds the lease
+// for lease from then on.
+func (j *Job) heldFrom(sent time.Time, lease time.Duration) {
+	until := sent.Add(lease).UnixNano()
+	for {
+		old := j.held.Load()
+		if until <= old || j.held.CompareAndSwap(old, until) {
+			return
+		}
+	}
+}

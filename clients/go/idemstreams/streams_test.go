@@ -1,0 +1,156 @@
+package idemstreams_test
+
+// Against Redis with the module and with the Functions edition: what
+// brokers/scenario.py cannot tell apart. The scenario itself runs the
+// consumer program of clients/go/tests/brokers.
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	idem "github.com/redis-idem/redis-idem/clients/go"
+	"github.com/redis-idem/redis-idem/clients/go/idemstreams"
+	"github.com/redis-idem/redis-idem/clients/go/internal/brokertest"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	brokertest.Stop()
+	os.Exit(code)
+}
+
+// forEachEdition runs test on a fresh Redis of each edition, with a stream
+// "s" and its group "g".
+func forEachEdition(t *testing.T, test func(t *testing.T, rdb *redis.Client)) {
+	for _, edition := range brokertest.Editions {
+		t.Run(edition, func(t *testing.T) {
+			t.Parallel()
+			rdb := redis.NewClient(&redis.Options{Addr: brokertest.Redis(t, edition)})
+			t.Cleanup(func() { rdb.Close() })
+			if err := rdb.XGroupCreateMkStream(context.Background(), "s", "g", "0").Err(); err != nil {
+				t.Fatal(err)
+			}
+			test(t, rdb)
+		})
+	}
+}
+
+func newIdem(t *testing.T, rdb *redis.Client, opts idem.Options) *idem.Idem {
+	i, err := idem.New(rdb, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return i
+}
+
+func add(t *testing.T, rdb *redis.Client, key string) {
+	values := map[string]any{"body": key}
+	if key != "" {
+		values[idemstreams.KeyField] = key
+	}
+	if err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: "s", Values: values}).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// run runs a consumer until the test ends.
+func run(t *testing.T, i *idem.Idem, name string, opts idemstreams.Options, work idemstreams.Handler[string]) *idemstreams.Consumer[string] {
+	c := idemstreams.New(i, "s", "g", name, work, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return c
+}
+
+func settled(t *testing.T, rdb *redis.Client) func() bool {
+	return func() bool {
+		p, err := rdb.XPending(context.Background(), "s", "g").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		groups, _ := rdb.XInfoGroups(context.Background(), "s").Result()
+		return p.Count == 0 && len(groups) == 1 && groups[0].Lag == 0
+	}
+}
+
+// A work three times as long as ClaimIdle: each heartbeat resets its
+// entry's idle time, so the other consumer never takes it over.
+func TestHeartbeatKeepsTheEntry(t *testing.T) {
+	forEachEdition(t, func(t *testing.T, rdb *redis.Client) {
+		var works atomic.Int64
+		work := func(ctx context.Context, job *idem.Job, e redis.XMessage) (string, error) {
+			works.Add(1)
+			time.Sleep(3 * time.Second)
+			return "", nil
+		}
+		opts := idem.Options{Lease: time.Second}
+		// a takes nothing over itself (which would reset the idle time
+		// too): only its heartbeat keeps the entry.
+		a := run(t, newIdem(t, rdb, opts), "a", idemstreams.Options{ClaimIdle: time.Hour, Block: 500 * time.Millisecond}, work)
+		add(t, rdb, "long")
+		brokertest.WaitFor(t, "a to start", func() bool { return works.Load() == 1 })
+		b := run(t, newIdem(t, rdb, opts), "b", idemstreams.Options{}, work)
+		brokertest.WaitFor(t, "the entry acknowledged", settled(t, rdb))
+		if sa, sb := a.Stats(), b.Stats(); works.Load() != 1 || sa.Acknowledged != 1 || sb.Waits+sb.Replays+sb.Busy != 0 {
+			t.Errorf("works %d, a %+v, b %+v: want b never to take the entry over", works.Load(), sa, sb)
+		}
+	})
+}
+
+// An entry whose key another worker holds is left pending (not
+// acknowledged, not spun on) and taken over with XAUTOCLAIM once idle for
+// ClaimIdle; it runs once the holder's lease lapsed.
+func TestBusyLeftPending(t *testing.T) {
+	forEachEdition(t, func(t *testing.T, rdb *redis.Client) {
+		i := newIdem(t, rdb, idem.Options{Lease: time.Second, Wait: idem.Off})
+		if _, err := i.Claim(context.Background(), "held", 2*time.Second, idem.ClaimArgs{}); err != nil {
+			t.Fatal(err)
+		}
+		add(t, rdb, "held")
+		var works atomic.Int64
+		c := run(t, i, "a", idemstreams.Options{}, func(ctx context.Context, job *idem.Job, e redis.XMessage) (string, error) {
+			works.Add(1)
+			return "", nil
+		})
+		brokertest.WaitFor(t, "the entry acknowledged", settled(t, rdb))
+		if s := c.Stats(); works.Load() != 1 || s.HeldBack == 0 || s.HeldBack > 3 || s.Acknowledged != 1 {
+			t.Errorf("works %d, stats %+v: want it held back once or twice (ClaimIdle apart), then done", works.Load(), s)
+		}
+	})
+}
+
+// An entry without a key and one that fails every try: added to s:dlq
+// with where they came from and the error, and acknowledged.
+func TestDeadLetters(t *testing.T) {
+	forEachEdition(t, func(t *testing.T, rdb *redis.Client) {
+		i := newIdem(t, rdb, idem.Options{Lease: time.Second, MaxTries: 1})
+		add(t, rdb, "")
+		add(t, rdb, "poison")
+		c := run(t, i, "a", idemstreams.Options{}, func(ctx context.Context, job *idem.Job, e redis.XMessage) (string, error) {
+			return "", errors.New("cannot do it")
+		})
+		brokertest.WaitFor(t, "both entries acknowledged", settled(t, rdb))
+		letters, err := rdb.XRange(context.Background(), "s:dlq", "-", "+").Result()
+		if err != nil || len(letters) != 2 {
+			t.Fatalf("dead letters %v, %v", letters, err)
+		}
+		for n, want := range []struct{ key, err string }{{"", "no key"}, {"poison", "tries"}} {
+			v := letters[n].Values
+			key, _ := v[idemstreams.KeyField].(string)
+			errText, _ := v[idemstreams.ErrorField].(string)
+			if key != want.key || v[idemstreams.OriginalIDField] == nil || !strings.Contains(errText, want.err) {
+				t.Errorf("dead letter %d: %v", n, v)
+			}
+		}
+		if s := c.Stats(); s.DeadLettered != 2 || s.Exhausted != 1 {
+			t.Errorf("stats %+v", s)
+		}
+	})
+}
