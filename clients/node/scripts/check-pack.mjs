@@ -34,6 +34,9 @@ try {
     run('node', ['-e', "const { StreamConsumer, KEY_FIELD } = require('redis-idem/streams'); console.log(typeof StreamConsumer, KEY_FIELD)"]),
   ];
   if (streams.some((out) => out.trim() !== 'function idem-key')) throw new Error(`redis-idem/streams gave: ${streams.join(' / ')}`);
+  // redis-idem/amqp loads without amqplib (it only types the channel it is given)
+  const amqp = run('node', ['--input-type=module', '-e', "import { AmqpConsumer, RETRIES_HEADER } from 'redis-idem/amqp'; console.log(typeof AmqpConsumer, RETRIES_HEADER)"]);
+  if (amqp.trim() !== 'function x-idem-retries') throw new Error(`redis-idem/amqp gave: ${amqp}`);
   // The declarations, both ways (node16 resolution picks the exports map's types per condition).
   const use = "const idem = new Idem({} as never, { prefix: 't:' });\nconst p: Promise<Outcome<number>> = idem.process('k', (ctx) => ctx.attempt);\nvoid p;\n";
   writeFileSync(join(scratch, 'check.mts'), `import { Idem, type Outcome } from 'redis-idem';\n${use}`);
