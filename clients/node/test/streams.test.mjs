@@ -11,13 +11,10 @@ import { after, before, describe, test } from 'node:test';
 import { LeaseLostError } from '../dist/esm/index.js';
 import { StreamConsumer } from '../dist/esm/streams.js';
 import { connect, sleep, startServer } from './helpers.mjs';
+import { until } from './topology.mjs';
 
 const configs = (process.env.IDEM_CONFIGS || 'module,functions').split(',').filter((c) => c === 'module' || c === 'functions');
 
-/** Waits until `check()` is true, polling every 20 ms, or throws after `ms`. */
-async function until(what, check, ms = 15000) {
-  for (const deadline = Date.now() + ms; !(await check()); await sleep(20)) if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
-}
 
 for (const config of configs) {
   const kind = config === 'module' ? 'ioredis' : 'node-redis';

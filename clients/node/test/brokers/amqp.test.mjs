@@ -13,7 +13,8 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { connect as amqpConnect } from 'amqplib';
 import { AmqpConsumer } from '../../dist/esm/amqp.js';
-import { connect, repo, sleep, startServer } from '../helpers.mjs';
+import { connect, repo, startServer } from '../helpers.mjs';
+import { until } from '../topology.mjs';
 
 const launch = (...args) => execFileSync('python3', [join(repo, 'brokers/launch.py'), ...args], { encoding: 'utf8' });
 let dir;
@@ -39,9 +40,6 @@ after(async () => {
   }
 });
 
-async function until(what, check, ms = 15000) {
-  for (const deadline = Date.now() + ms; !(await check()); await sleep(20)) if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
-}
 
 /** A quorum queue with its dead-letter exchange and queue (as the scenario's), the messages in it, an Idem and a consumer on it. */
 async function consume(messages, handler, idemOptions = {}) {
