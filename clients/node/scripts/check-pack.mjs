@@ -11,7 +11,9 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const scratch = mkdtempSync(join(tmpdir(), 'redis-idem-pack-'));
 const run = (cmd, args, cwd = scratch) => execFileSync(cmd, args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
 try {
-  const packed = JSON.parse(run('npm', ['pack', '--json', '--pack-destination', scratch], root));
+  // --ignore-scripts: dist/ as built already (make test-client-node builds it first); a
+  // second build in `prepare` took half this check's time.
+  const packed = JSON.parse(run('npm', ['pack', '--json', '--ignore-scripts', '--pack-destination', scratch], root));
   const tarball = join(scratch, packed[0].filename);
   const files = packed[0].files.map((f) => f.path);
   for (const needed of ['dist/esm/index.js', 'dist/esm/index.d.ts', 'dist/cjs/index.js', 'dist/cjs/index.d.ts', 'dist/cjs/package.json', 'README.md', 'CHANGELOG.md']) {
@@ -27,6 +29,14 @@ try {
   for (const [how, out] of [['ESM', esm], ['CJS', cjs]]) {
     if (out.trim() !== 'function function object true NEW') throw new Error(`${how} import gave: ${out}`);
   }
+  const streams = [
+    run('node', ['--input-type=module', '-e', "import { StreamConsumer, KEY_FIELD } from 'redis-idem/streams'; console.log(typeof StreamConsumer, KEY_FIELD)"]),
+    run('node', ['-e', "const { StreamConsumer, KEY_FIELD } = require('redis-idem/streams'); console.log(typeof StreamConsumer, KEY_FIELD)"]),
+  ];
+  if (streams.some((out) => out.trim() !== 'function idem-key')) throw new Error(`redis-idem/streams gave: ${streams.join(' / ')}`);
+  // redis-idem/amqp loads without amqplib (it only types the channel it is given)
+  const amqp = run('node', ['--input-type=module', '-e', "import { AmqpConsumer, RETRIES_HEADER } from 'redis-idem/amqp'; console.log(typeof AmqpConsumer, RETRIES_HEADER)"]);
+  if (amqp.trim() !== 'function x-idem-retries') throw new Error(`redis-idem/amqp gave: ${amqp}`);
   // The declarations, both ways (node16 resolution picks the exports map's types per condition).
   const use = "const idem = new Idem({} as never, { prefix: 't:' });\nconst p: Promise<Outcome<number>> = idem.process('k', (ctx) => ctx.attempt);\nvoid p;\n";
   writeFileSync(join(scratch, 'check.mts'), `import { Idem, type Outcome } from 'redis-idem';\n${use}`);

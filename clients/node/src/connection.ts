@@ -23,6 +23,24 @@ export interface Ack {
   count: number;
 }
 
+/**
+ * Commands written right after the loop's DONE on its connection, before
+ * the WAIT of `durable` (a broker's acknowledgement that lives on the same
+ * server: Streams' XACK); `replied` gets their replies (an error reply as
+ * its Error) for every DONE sent whose replies came, even one answered
+ * with an error.
+ */
+export interface Ride {
+  commands: Arg[][];
+  replied(replies: unknown[]): void;
+}
+
+/** A DONE's answer, and WAIT's with `durable`. */
+export interface Done {
+  reply: DoneReply;
+  ack?: Ack;
+}
+
 /** A claim's answer, and WAIT's with `durable`. */
 export interface Claimed {
   reply: ClaimReply;
@@ -153,16 +171,21 @@ export class Connection {
     });
   }
 
-  /** The loop's DONE: sent once, within `doneTimeout`, WAIT after it with `durable`. */
-  doneFor(key: string, token: string, o: DoneOptions, s: Settings): Promise<{ reply: DoneReply; ack?: Ack }> {
+  /** The loop's DONE: sent once, within `doneTimeout`, `ride`'s commands and WAIT (with `durable`) after it on its connection. */
+  doneFor(key: string, token: string, o: DoneOptions, s: Settings, ride?: Ride): Promise<Done> {
     const edition = this.known;
-    if (edition === undefined) return this.edition().then(() => this.doneFor(key, token, o, s));
+    if (edition === undefined) return this.edition().then(() => this.doneFor(key, token, o, s, ride));
     const args = c.doneArgs(edition, key, token, o);
     const durable = s.durable;
-    if (durable === undefined) return this.clock.deadline(this.#sendArgs(key, args, done, 'once'), s.doneTimeout, 'DONE');
-    const sent = this.pipeline(key, [args, waitArgs(durable)], 'once').then(([reply, ack]) => {
+    if (durable === undefined && ride === undefined) return this.clock.deadline(this.#sendArgs(key, args, done, 'once'), s.doneTimeout, 'DONE');
+    const riders = ride?.commands ?? [];
+    const commands = durable === undefined ? [args, ...riders] : [args, ...riders, waitArgs(durable)];
+    const sent = this.pipeline(key, commands, 'once').then((replies) => {
+      if (ride) ride.replied(replies.slice(1, 1 + riders.length));
+      const reply = replies[0];
       if (reply instanceof Error) throw reply;
-      return { reply: c.parseDone(reply), ack: acknowledged(durable, ack) };
+      const parsed = c.parseDone(reply);
+      return durable === undefined ? { reply: parsed } : { reply: parsed, ack: acknowledged(durable, replies[1 + riders.length]) };
     });
     return this.clock.deadline(sent, s.doneTimeout, 'DONE');
   }

@@ -98,6 +98,8 @@ export function notify<K extends Exclude<keyof Hooks, 'onRun' | 'onDone'>>(hooks
 
 const lostReasons = new WeakMap<Job, Error>();
 const controllers = new WeakMap<Job, AbortController>();
+/** performance.now() until which the job's lease is known held: the claim's (or latest EXTEND's) send time plus the lease. */
+const heldUntil = new WeakMap<Job, number>();
 
 /** One claimed key, given to the work. */
 export class Job {
@@ -127,6 +129,26 @@ export class Job {
     }
     return controller.signal;
   }
+
+  /**
+   * Throws LeaseLostError unless the lease is known held: not found lost,
+   * and not past the time the claim (or the latest EXTEND that succeeded)
+   * was sent plus the lease. Call it right before an effect that the store
+   * it goes to cannot fence with `attempt`: a process paused (a stop, a
+   * long GC) past its lease learns it here, before the heartbeat's next
+   * EXTEND or DONE would tell it.
+   */
+  check(): void {
+    const lost = lostReasons.get(this);
+    if (lost) throw lost;
+    const until = heldUntil.get(this);
+    if (until !== undefined && performance.now() > until) throw new LeaseLostError(this.key, this.attempt);
+  }
+}
+
+/** The job's lease is held until `until` (performance.now()): a claim or EXTEND sent then plus the lease; never moved back. */
+export function holdLease(job: Job, until: number): void {
+  if (!(until <= (heldUntil.get(job) ?? -Infinity))) heldUntil.set(job, until);
 }
 
 /** Marks the job's lease lost; true the first time (count it then). */

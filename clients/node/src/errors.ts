@@ -68,6 +68,9 @@ export class NotDurableError extends IdemError {
   }
 }
 
+/** A broker's message without the key the adapter's key function looks for: dead-lettered, never passed through unclaimed. */
+export class MissingKeyError extends IdemError {}
+
 /** The key was claimed with another payload. */
 export class MismatchError extends IdemError {
   constructor(

@@ -6,7 +6,7 @@
 // a work that blocks the loop longer than the lease starves it.
 import type { Clock, Timed } from './clock.js';
 import type { Connection } from './connection.js';
-import { type Hooks, type Job, type Stats, leaseLost } from './core.js';
+import { type Hooks, type Job, type Stats, holdLease, leaseLost } from './core.js';
 import { StaleError } from './errors.js';
 
 /** One job's beats. */
@@ -53,7 +53,9 @@ export class Heartbeat {
 
   async extend(beat: Beat): Promise<void> {
     try {
+      const sent = performance.now();
       await this.conn.extend(beat.key, beat.job.token, beat.lease);
+      holdLease(beat.job, sent + beat.lease);
       this.stats.extends++;
     } catch (err) {
       if (err instanceof StaleError && beat.held) leaseLost(beat.job, err, this.stats, this.hooks);

@@ -19,9 +19,17 @@ import type { Transport } from './transport.js';
 import type { BatchReply, Bytes, ClaimOptions, ClaimReply, DoneOptions, DoneReply, Edition, FilterInfo, RecordInfo, ReserveOptions, ScanOptions } from './types.js';
 
 const settingsOf = new WeakMap<Idem, Settings>();
+const runtimeOf = new WeakMap<Idem, Runtime>();
 
 /** The instance's resolved settings (the middleware takes its defaults from them). */
 export const idemSettings = (idem: Idem): Settings => settingsOf.get(idem)!;
+
+/** The instance's loop parts (the broker adapters run the loop with them). */
+export function idemRuntime(idem: unknown): Runtime {
+  const rt = runtimeOf.get(idem as Idem);
+  if (rt === undefined) throw new TypeError('redis-idem: the adapter takes an Idem instance (new Idem(client, options))');
+  return rt;
+}
 
 /** A prefix as a SCAN glob that matches it literally. */
 const literalGlob = (prefix: string) => prefix.replace(/[*?[\]\\]/g, '\\$&');
@@ -72,6 +80,7 @@ export class Idem {
       stats: this.stats,
       hooks: this.hooks,
     };
+    runtimeOf.set(this, this.#runtime);
   }
 
   /** Which edition the server runs: 'module' or 'functions' (asked once). */

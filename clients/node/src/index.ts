@@ -26,6 +26,7 @@ export {
   LiveLeaseError,
   NotInstalledError,
   NotDurableError,
+  MissingKeyError,
   replyError,
 } from './errors.js';
 export { ClaimStatus } from './types.js';

@@ -1,6 +1,6 @@
 // process(key, work): claim, run with a heartbeat, complete or give back,
 // replay. Every decision is core.ts's; this file sends what it decides.
-import type { Ack, Connection } from './connection.js';
+import type { Ack, Connection, Done, Ride } from './connection.js';
 import {
   type ClaimStep,
   ClaimLoop,
@@ -17,6 +17,7 @@ import {
   countRun,
   doneBackoff,
   encodeResult,
+  holdLease,
   judgeDone,
   leaseLost,
   notify,
@@ -26,7 +27,7 @@ import { DoneUnconfirmedError, HookError, LeaseLostError, NotDurableError, isRep
 import type { Heartbeat } from './heartbeat.js';
 import { type ProcessOptions, type Settings, callSettings } from './settings.js';
 import type { Coalescer } from './tick.js';
-import type { DoneReply, GrantedStatus, RecordInfo } from './types.js';
+import type { DoneOptions, DoneReply, GrantedStatus, RecordInfo } from './types.js';
 
 /** What the loop works with: the Idem instance's parts. */
 export interface Runtime {
@@ -71,13 +72,21 @@ async function holder(rt: Runtime, stored: string): Promise<RecordInfo | null> {
   }
 }
 
-export async function process<T>(rt: Runtime, key: string, work: Work<T>, options?: ProcessOptions<T>): Promise<Outcome<T>> {
+/**
+ * `ride` (the broker adapters'): commands written after each DONE on its
+ * connection (connection.ts's Ride); such a DONE goes alone, never in a
+ * shared IDEM.MDONE.
+ */
+export async function process<T>(rt: Runtime, key: string, work: Work<T>, options?: ProcessOptions<T>, ride?: Ride): Promise<Outcome<T>> {
   const s = callSettings(rt.settings, options, rt.prefix);
   const stored = rt.prefix + key;
   const payload = options?.payload;
   let step: ClaimStep;
   let loop: ClaimLoop | undefined;
   let ack: Ack | undefined;
+  // When the granting claim was sent (a lease starts no earlier on the server);
+  // a claim that waited (WAIT) was granted when its reply came.
+  let sent = performance.now();
   try {
     const first = await rt.coalescer.claim(stored, s, payload);
     ack = first.ack;
@@ -88,7 +97,10 @@ export async function process<T>(rt: Runtime, key: string, work: Work<T>, option
   while (step.next === 'claim') {
     if (step.pause) await sleep(step.pause);
     try {
-      const again = await rt.conn.claimFor(stored, s, payload, loop!.wait());
+      const wait = loop!.wait();
+      sent = performance.now();
+      const again = await rt.conn.claimFor(stored, s, payload, wait);
+      if (wait) sent = performance.now();
       ack = again.ack;
       step = loop!.onReply(again.reply, key);
     } catch (err) {
@@ -113,6 +125,7 @@ export async function process<T>(rt: Runtime, key: string, work: Work<T>, option
     }
   }
   const job = step.job;
+  holdLease(job, sent + s.lease);
   if (s.durable !== undefined && !ack?.durable) {
     // Not acknowledged: given back before any work ran; the redelivery retries.
     await rt.conn.releaseFor(stored, job.token, s).catch(() => false);
@@ -147,7 +160,7 @@ export async function process<T>(rt: Runtime, key: string, work: Work<T>, option
   let first: Done | undefined;
   let failure: unknown;
   try {
-    first = await rt.coalescer.done(stored, job.token, { result: encoded.result, retain: s.retain, bloom: s.bloom }, s);
+    first = await sendDone(rt, s, stored, job, { result: encoded.result, retain: s.retain, bloom: s.bloom }, ride);
   } catch (err) {
     failure = err;
   }
@@ -156,13 +169,14 @@ export async function process<T>(rt: Runtime, key: string, work: Work<T>, option
     rt.stats.completed++;
     return { value, replayed: false, attempt: job.attempt, status: job.status, resultStored: true, waited };
   }
-  const { resultStored, error } = await complete(rt, s, job, stored, value, encoded, first, failure);
+  const { resultStored, error } = await complete(rt, s, job, stored, value, encoded, first, failure, ride);
   if (error) throw error;
   return { value, replayed: false, attempt: job.attempt, status: job.status, resultStored, waited };
 }
 
-/** A DONE's answer, and WAIT's with `durable`. */
-type Done = { reply: DoneReply; ack?: Ack };
+/** The loop's DONE: shared with concurrent calls (batch), or alone with `ride`'s commands after it. */
+const sendDone = (rt: Runtime, s: Settings, stored: string, job: Job, o: DoneOptions, ride: Ride | undefined): Promise<Done> =>
+  ride ? rt.conn.doneFor(stored, job.token, o, s, ride) : rt.coalescer.done(stored, job.token, o, s);
 
 /**
  * RELEASE after a failed work or hook (a waiting duplicate takes over at
@@ -217,6 +231,7 @@ async function complete(
   encoded: ReturnType<typeof encodeResult>,
   first: Done | undefined,
   firstFailure: unknown,
+  ride: Ride | undefined,
 ): Promise<{ resultStored: boolean; error?: Error }> {
   let { result, dropped, cause } = encoded;
   let resends = 0;
@@ -229,7 +244,7 @@ async function complete(
       sent = firstFailure;
     } else {
       try {
-        ({ reply, ack } = await rt.coalescer.done(stored, job.token, { result, retain: s.retain, bloom: s.bloom }, s));
+        ({ reply, ack } = await sendDone(rt, s, stored, job, { result, retain: s.retain, bloom: s.bloom }, ride));
       } catch (err) {
         sent = err;
       }

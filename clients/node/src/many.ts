@@ -17,6 +17,7 @@ import {
   countRun,
   doneBackoff,
   encodeResult,
+  holdLease,
   leaseLost,
   notify,
 } from './core.js';
@@ -69,6 +70,7 @@ interface Granted {
 export async function processMany<T>(rt: Runtime, keys: string[], work: Work<T>, o: ProcessManyOptions<T> = {}): Promise<BatchItem<T>[]> {
   const s = callSettings(rt.settings, o, rt.prefix);
   const stored = keys.map((key) => rt.prefix + key);
+  const sent = performance.now();
   const { replies, acks } = await claimMany(rt.conn, stored, s.lease, { payloads: o.payloads, maxTries: s.maxTries, bloom: s.bloom, owner: s.owner }, undefined, {
     durable: s.durable,
   });
@@ -90,7 +92,10 @@ export async function processMany<T>(rt: Runtime, keys: string[], work: Work<T>,
       );
     } else {
       const step = claimed(reply, key, rt.stats, rt.hooks);
-      if (step.next === 'run') (acks && !acks[i]!.durable ? unacked : granted).push({ i, job: step.job });
+      if (step.next === 'run') {
+        holdLease(step.job, sent + s.lease);
+        (acks && !acks[i]!.durable ? unacked : granted).push({ i, job: step.job });
+      }
       else if (step.next === 'replay') {
         try {
           const value = step.result === null ? undefined : (s.codec.decode(step.result) as T);
