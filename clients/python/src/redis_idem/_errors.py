@@ -15,6 +15,19 @@ KeyT = Union[str, bytes]
 class IdemError(redis.ResponseError):
     """Base of every error of this library."""
 
+    def __reduce__(self) -> Any:
+        # Pickled with its attributes, not by calling __init__ with `args`
+        # (the subclasses take other arguments): a Celery prefork child or a
+        # multiprocessing worker hands it to its parent.
+        return _rebuild, (type(self), self.args, self.__dict__)
+
+
+def _rebuild(kind: Any, args: tuple, state: dict) -> "IdemError":
+    error = kind.__new__(kind, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 # Server answers, as the typed commands raise them (and batch replies hold them).
 
