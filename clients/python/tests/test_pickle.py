@@ -32,6 +32,7 @@ def test_an_error_of_the_loop_comes_back_from_a_process_pool(server, r, ns):  # 
     ri.BusyError("k", 1.5, 3, "host:1"),
     ri.ExhaustedError("k", "3 tries used", 3),
     ri.LeaseLostError("k", "lost", 2),
+    ri.MissingKeyError({"body": 1}, ValueError("no id")),
     ri.ResultNotStoredError("k", {"n": 1}, ValueError("too big"), 1),
     ri.HookError("k", "on_done", RuntimeError("hook"), {"n": 1}, 1),
     ri.DoneUnconfirmedError("k", {"n": 1}, ConnectionError("gone"), 1),
