@@ -154,10 +154,13 @@ class RabbitMQ(Launched):
             method, props, payload = ch.basic_get(f"{env['IDEM_SOURCE']}.dlq", auto_ack=False)
             if method is None:
                 break
-            key = props.message_id or json.loads(payload).get("key")
+            key = props.message_id or self.body_key(payload)
             out.append({"key": key, "origin": bool((props.headers or {}).get("x-death"))})
         connection.close()  # unacknowledged: back in the queue
         return out
+
+    def body_key(self, payload):
+        return json.loads(payload).get("key")
 
     def unacked(self, adapter, env, idem):
         import launch
@@ -181,6 +184,10 @@ class Celery(RabbitMQ):
 
     def queue_arguments(self, q):
         return {"x-dead-letter-exchange": f"{q}.dlx"}
+
+    def body_key(self, payload):
+        # Celery's message protocol 2: the body is [args, kwargs, embed], the task's argument the JSON body.
+        return json.loads(json.loads(payload)[0][0]).get("key")
 
     def produce(self, adapter, env, messages, idem):
         from celery import Celery as App
