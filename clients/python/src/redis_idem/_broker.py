@@ -33,8 +33,8 @@ ADAPTER_COUNTERS = ("acknowledged", "held_back", "dead_lettered")
 class AdapterStats:
     """An adapter's counters on top of its Idem's: `acknowledged` (records
     done: first runs and replays), `held_back` (given back unacknowledged:
-    Busy, failures, DONE unconfirmed, a lost lease), `dead_lettered`.
-    `as_dict()` gives these and the Idem's."""
+    Busy, failures, DONE unconfirmed, a lost lease), `dead_lettered`; the
+    Idem's read through (`stats.replays`). `as_dict()` gives them all."""
 
     __slots__ = ADAPTER_COUNTERS + ("_lock", "_idem")
 
@@ -43,6 +43,11 @@ class AdapterStats:
         self._idem = idem_stats
         for name in ADAPTER_COUNTERS:
             setattr(self, name, 0)
+
+    def __getattr__(self, name: str) -> Any:  # the Idem's counters
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._idem, name)
 
     def add(self, name: str, n: int = 1) -> None:
         with self._lock:
