@@ -140,11 +140,17 @@ class RabbitMQ(Launched):
     def produce(self, adapter, env, messages, idem):
         import pika
         connection, ch = self.channel()
-        ch.confirm_delivery()
-        for m in messages:
+        # In transactions of 500: each commit answers once its messages are
+        # in the queue, as a confirm does for one (a confirm per message, on
+        # a blocking channel, cost 3.5 ms each: 26 s of a run's 70).
+        ch.tx_select()
+        for i, m in enumerate(messages, 1):
             ch.basic_publish("", env["IDEM_SOURCE"], body(m),
                              pika.BasicProperties(message_id=m["key"], delivery_mode=2,
                                                   content_type="application/json"))
+            if i % 500 == 0:
+                ch.tx_commit()
+        ch.tx_commit()
         connection.close()
 
     def dead_letters(self, adapter, env, idem):
