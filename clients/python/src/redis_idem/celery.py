@@ -36,6 +36,11 @@ clients.md, "Consumers of brokers"). `pip install redis-idem[celery]`.
   either (`acks_on_failure` off): the message is rejected to the dead
   letter.
 
+Counters: `stats_for(app)` (or `self.idem_stats` in a bound task) has this
+process's Idem counters and `acknowledged`, `held_back` (retries: Busy,
+failures, DONE unconfirmed, a lost lease), `dead_lettered`; a prefork
+pool's children count each their own.
+
 Configuration (app.conf): `redis_idem_url` (or `redis_idem_factory`, a
 function making the Idem, for a cluster or Sentinel) and
 `redis_idem_options` (the Idem's keywords: prefix, lease, wait, max_tries,
@@ -59,7 +64,7 @@ from typing import Any, Callable, Dict, Optional
 from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
 
-from ._broker import ACK, DEAD, Backoff, Verdict, judge, key_of
+from ._broker import ACK, DEAD, AdapterStats, Backoff, Verdict, judge, key_of
 from ._errors import MissingKeyError
 from ._job import Job
 
@@ -75,15 +80,26 @@ def default_key(task: Task, args: tuple, kwargs: dict) -> str:
 
 def idem_for(app: Any) -> Any:
     """This process's Idem for `app` (made on first use, again after a fork)."""
+    return _made(app)[1]
+
+
+def stats_for(app: Any) -> AdapterStats:
+    """This process's counters for `app`'s IdempotentTasks: the Idem's and
+    acknowledged, held_back, dead_lettered."""
+    return _made(app)[2]
+
+
+def _made(app: Any) -> "tuple[int, Any, AdapterStats]":
     made = getattr(app, "_redis_idem", None)
     if made is None or made[0] != os.getpid():
         with _lock:
             made = getattr(app, "_redis_idem", None)
             if made is None or made[0] != os.getpid():
-                made = (os.getpid(), _make_idem(app.conf))
+                idem = _make_idem(app.conf)
+                made = (os.getpid(), idem, AdapterStats(idem.stats))
                 app._redis_idem = made
                 _check_confirms(app.conf)
-    return made[1]
+    return made
 
 
 def _make_idem(conf: Any) -> Any:
@@ -149,6 +165,11 @@ class IdempotentTask(Task):
         return idem_for(self.app)
 
     @property
+    def idem_stats(self) -> AdapterStats:
+        """This process's counters (stats_for(app))."""
+        return stats_for(self.app)
+
+    @property
     def idem_job(self) -> Optional[Job]:
         """The running body's Job (`attempt`: the fencing number to pass to its writes)."""
         return getattr(self.request, "idem_job", None)
@@ -171,6 +192,7 @@ class IdempotentTask(Task):
             key = self._key(args, kwargs)
             payload = self._payload(args, kwargs)
             outcome = idem.process_outcome(key, work, payload=payload, **settings)
+            self.idem_stats.count(Verdict(ACK))
             return outcome.value
         except (Retry, Reject, Ignore):
             raise  # the body's own (its claim was released): Celery's to handle
@@ -178,6 +200,7 @@ class IdempotentTask(Task):
             verdict = Verdict(DEAD, error=e)
         except Exception as e:
             verdict = judge(e, job[0] if job else None, backoff)
+        self.idem_stats.count(verdict)
         if verdict.action == ACK:
             return verdict.value
         if verdict.action == DEAD:
@@ -202,4 +225,4 @@ class IdempotentTask(Task):
         return None if fn is None else fn(*args, **kwargs)
 
 
-__all__ = ["IdempotentTask", "default_key", "idem_for"]
+__all__ = ["IdempotentTask", "default_key", "idem_for", "stats_for"]

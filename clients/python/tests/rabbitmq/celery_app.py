@@ -11,7 +11,7 @@ import redis
 from celery import Celery
 from kombu import Exchange, Queue
 
-from redis_idem.celery import IdempotentTask
+from redis_idem.celery import IdempotentTask, stats_for
 
 REDIS, PREFIX, QUEUE = os.environ["CELERY_TEST_REDIS"], os.environ["CELERY_TEST_PREFIX"], os.environ["CELERY_TEST_QUEUE"]
 
@@ -64,3 +64,9 @@ async def arecord(self, order):
 @app.task(base=IdempotentTask, name="t.keyless", idem_key=lambda order: order.get("missing"))
 def keyless(order):
     side.rpush(f"{PREFIX}started:{order['id']}", os.getpid())
+
+
+@app.task(name="t.stats")
+def stats(_order=None):
+    """This worker process's counters (a plain task: not counted itself)."""
+    return stats_for(app).as_dict()

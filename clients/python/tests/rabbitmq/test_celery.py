@@ -144,3 +144,19 @@ def test_an_async_body_runs_to_its_end_once(threads):  # type: ignore[no-untyped
     results = [threads.send("t.arecord", {"id": "order-7"}) for _ in range(3)]
     assert [r.get(timeout=30) for r in results] == [{"id": "order-7", "async": True}] * 3
     assert threads.effects("order-7") == [1]
+
+
+def test_the_counters_count_each_outcome_once(threads, rabbitmq):  # type: ignore[no-untyped-def]
+    def counters() -> dict:
+        return threads.send("t.stats", {}).get(timeout=30)
+
+    before = counters()
+    assert [threads.send("t.record", {"id": "order-8"}).get(timeout=30) for _ in range(3)] == [
+        {"id": "order-8", "n": None}] * 3
+    threads.send("t.keyless", {"id": "order-9"})
+    eventually(lambda: rabbitmq.take(f"{threads.queue}.dlq"), what="the dead letter")
+    after = eventually(lambda: (c := counters())["dead_lettered"] > before["dead_lettered"] and c,
+                       what="the dead letter counted")
+    delta = {name: after[name] - before[name] for name in ("acknowledged", "held_back", "dead_lettered",
+                                                           "first_runs", "replays")}
+    assert delta == {"acknowledged": 3, "held_back": 0, "dead_lettered": 1, "first_runs": 1, "replays": 2}
