@@ -140,11 +140,17 @@ class RabbitMQ(Launched):
     def produce(self, adapter, env, messages, idem):
         import pika
         connection, ch = self.channel()
-        ch.confirm_delivery()
-        for m in messages:
+        # In transactions of 500: each commit answers once its messages are
+        # in the queue, as a confirm does for one (a confirm per message, on
+        # a blocking channel, cost 3.5 ms each: 26 s of a run's 70).
+        ch.tx_select()
+        for i, m in enumerate(messages, 1):
             ch.basic_publish("", env["IDEM_SOURCE"], body(m),
                              pika.BasicProperties(message_id=m["key"], delivery_mode=2,
                                                   content_type="application/json"))
+            if i % 500 == 0:
+                ch.tx_commit()
+        ch.tx_commit()
         connection.close()
 
     def dead_letters(self, adapter, env, idem):
@@ -154,10 +160,13 @@ class RabbitMQ(Launched):
             method, props, payload = ch.basic_get(f"{env['IDEM_SOURCE']}.dlq", auto_ack=False)
             if method is None:
                 break
-            key = props.message_id or json.loads(payload).get("key")
+            key = props.message_id or self.body_key(payload)
             out.append({"key": key, "origin": bool((props.headers or {}).get("x-death"))})
         connection.close()  # unacknowledged: back in the queue
         return out
+
+    def body_key(self, payload):
+        return json.loads(payload).get("key")
 
     def unacked(self, adapter, env, idem):
         import launch
@@ -181,6 +190,10 @@ class Celery(RabbitMQ):
 
     def queue_arguments(self, q):
         return {"x-dead-letter-exchange": f"{q}.dlx"}
+
+    def body_key(self, payload):
+        # Celery's message protocol 2: the body is [args, kwargs, embed], the task's argument the JSON body.
+        return json.loads(json.loads(payload)[0][0]).get("key")
 
     def produce(self, adapter, env, messages, idem):
         from celery import Celery as App

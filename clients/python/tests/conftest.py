@@ -20,12 +20,15 @@ def pytest_addoption(parser):  # type: ignore[no-untyped-def]
                      help="also run the 30-second heartbeat test")
     parser.addoption("--run-failover", action="store_true", default=os.environ.get("REDIS_IDEM_FAILOVER") == "1",
                      help="also run the planned failover test (a 6-node cluster)")
+    parser.addoption("--run-brokers", action="store_true", default=os.environ.get("REDIS_IDEM_BROKERS") == "1",
+                     help="also run the broker adapters' tests (tests/rabbitmq: a RabbitMQ node of their own)")
 
 
 def pytest_configure(config):  # type: ignore[no-untyped-def]
     config.addinivalue_line("markers", "long: takes 30 s; runs with --run-long")
     config.addinivalue_line("markers", "failover: a 6-node cluster failed over; runs with --run-failover")
     config.addinivalue_line("markers", "module_only: needs the module's WAIT, BLOOM, batch or filters")
+    config.addinivalue_line("markers", "brokers: starts a real broker; runs with --run-brokers")
 
 
 def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
@@ -38,6 +41,11 @@ def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def
         skip = pytest.mark.skip(reason="a 6-node cluster: run with --run-failover (client.mk runs it on one server)")
         for item in items:
             if "failover" in item.keywords:
+                item.add_marker(skip)
+    if not config.getoption("--run-brokers"):
+        skip = pytest.mark.skip(reason="a RabbitMQ node: run with --run-brokers (client.mk runs it on two servers)")
+        for item in items:
+            if "brokers" in item.keywords:
                 item.add_marker(skip)
 
 

@@ -15,6 +15,19 @@ KeyT = Union[str, bytes]
 class IdemError(redis.ResponseError):
     """Base of every error of this library."""
 
+    def __reduce__(self) -> Any:
+        # Pickled with its attributes, not by calling __init__ with `args`
+        # (the subclasses take other arguments): a Celery prefork child or a
+        # multiprocessing worker hands it to its parent.
+        return _rebuild, (type(self), self.args, self.__dict__)
+
+
+def _rebuild(kind: Any, args: tuple, state: dict) -> "IdemError":
+    error = kind.__new__(kind, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 # Server answers, as the typed commands raise them (and batch replies hold them).
 
@@ -81,6 +94,19 @@ class MismatchError(RecordError):
 
 class ExhaustedError(RecordError):
     """max_tries tries were used: dead-letter the message."""
+
+
+class MissingKeyError(IdemError):
+    """A broker adapter's key function found no key in the message (or
+    raised): the message is never processed unclaimed; it goes to the dead
+    letter, since no redelivery can give it a key. `message` is the
+    broker's message, `cause` what the key function raised (or None)."""
+
+    def __init__(self, message: Any, cause: Optional[BaseException] = None):
+        why = f": {cause!r}" if cause is not None else ""
+        super().__init__(f"the message has no idempotency key{why}")
+        self.message = message
+        self.cause = cause
 
 
 class LeaseLostError(RecordError):
