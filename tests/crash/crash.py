@@ -49,7 +49,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_ping(port, timeout=10):
+def wait_ping(port, timeout=60):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -175,7 +175,11 @@ def worker(number, sentinels, side_port, durable, work_ms):
     settings = {"lease": 5, "wait": 10}
     if durable:
         from redis_idem import Durable
-        settings["durable"] = Durable(replicas=durable, timeout=1.0)
+        # A DONE lost with its primary is resent to the next one only while
+        # its retries last: they must outlast a failover (about 2-4 s here,
+        # Sentinel's down-after 1 s), or the work is done again under the
+        # next attempt (docs/cluster.md, "Crashes").
+        settings.update(durable=Durable(replicas=durable, timeout=2.0), done_retries=12, done_timeout=20.0)
     idem = Idem(client, owner=f"worker-{number}", **settings)
 
     def work(job):
