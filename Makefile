@@ -37,6 +37,8 @@
 #   make clean
 
 SHELL := /bin/bash
+# The Python library's sources: its venvs' stamps (pyenv, brokers-venv) follow them.
+PY_LIBRARY_SOURCES := $(shell find clients/python/src -name '*.py' -o -name py.typed) clients/python/pyproject.toml
 .DEFAULT_GOAL := build
 
 CARGO  ?= cargo
@@ -341,7 +343,6 @@ endef
 # seconds, no dependencies), so a venv made before a change of
 # clients/python runs the examples with the library they are written for.
 # (The stamp keeps suites run side by side from reinstalling it at once.)
-PY_LIBRARY_SOURCES := $(shell find clients/python/src -name '*.py' -o -name py.typed) clients/python/pyproject.toml
 pyenv: $(PY_VENV)/.redis-idem-installed
 $(PY_VENV)/.redis-idem-installed: $(PY_LIBRARY_SOURCES)
 	$(call python-venv,$(PY_VENV),redis redis_idem,-r examples/consumer/requirements.txt,pyenv)

@@ -20,12 +20,18 @@ BROKER_NAMES   := kafka rocketmq rabbitmq celery nats streams
 
 .PHONY: brokers-venv test-brokers $(addprefix test-brokers-,$(BROKER_NAMES))
 
-brokers-venv:
+# (A stamp, as pyenv's: the library is installed again only when its
+# sources changed, so suites side by side never build it at once.)
+brokers-venv: $(BROKERS_VENV)/.redis-idem-installed
+$(BROKERS_VENV)/.redis-idem-installed: $(PY_LIBRARY_SOURCES)
 	$(call python-venv,$(BROKERS_VENV),redis confluent_kafka pika aio_pika nats celery,$(BROKERS_PY_DEPS),brokers)
 	@$(BROKERS_VENV)/bin/pip install -q --force-reinstall --no-deps ./clients/python
 	@$(BROKERS_VENV)/bin/pip install -q "./clients/python[$(BROKERS_PY_EXTRAS)]"
+	@touch $@
 
-test-brokers: $(addprefix test-brokers-,$(BROKER_NAMES))
+# The libraries' own adapter tests against the real brokers run here too:
+# a client.mk adds its target with `BROKERS_LIBRARY_TESTS += <target>`.
+test-brokers: $(addprefix test-brokers-,$(BROKER_NAMES)) $(BROKERS_LIBRARY_TESTS)
 
 # Every consumer program is built before any scenario starts a broker.
 BROKERS_PREREQS = build brokers brokers-venv $(BROKERS_CONSUMER_TARGETS)

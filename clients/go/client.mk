@@ -56,6 +56,7 @@ GO_ADAPTER_EXAMPLES := examples/kafka/go examples/rabbitmq/go examples/nats/go e
 
 .PHONY: brokers-consumers-go test-client-go-adapters
 BROKERS_CONSUMER_TARGETS += brokers-consumers-go
+BROKERS_LIBRARY_TESTS += test-client-go-adapters
 
 brokers-consumers-go: client-go-toolchain
 	@out="$$($$(GOTOOLCHAIN=auto $(GO_CLIENT_GO) env GOROOT)/bin/gofmt -l $(addprefix clients/go/,$(GO_ADAPTERS)) clients/go/tests/brokers $(GO_ADAPTER_EXAMPLES))" && \

@@ -53,6 +53,7 @@ test-client-node: $(if $(REDIS_IDEM_MODULE),,build) redis8 valkey node-client-de
 .PHONY: brokers-consumers-node test-client-node-brokers
 brokers-consumers-node: node-client-deps
 BROKERS_CONSUMER_TARGETS += brokers-consumers-node
+BROKERS_LIBRARY_TESTS += test-client-node-brokers
 
 test-client-node-brokers: $(if $(REDIS_IDEM_MODULE),,build) brokers node-client-deps
 	REDIS_SERVER="$(REDIS7_SERVER)" $(NODE_CLIENT_RUN) $(NODE_CLIENT_DIR)/test/brokers/*.test.mjs
