@@ -133,11 +133,12 @@ func isConnError(err error) bool {
 
 // wroteNothing: a claim answered so changed nothing and may be sent again
 // (to the new primary after a failover, which the client finds): a waiter
-// unblocked, a resharding, a demoted or loading primary, or a connection
+// unblocked, a resharding, a demoted or loading primary, a primary cut
+// from its replicas (NOREPLICAS), or a connection
 // lost (a claim that did run meets itself as BUSY and waits).
 func wroteNothing(err error) bool {
 	return redis.HasErrorPrefix(err, "UNBLOCKED") || redis.IsTryAgainError(err) || redis.IsReadOnlyError(err) ||
-		redis.IsMasterDownError(err) || redis.IsLoadingError(err) || isConnError(err)
+		redis.IsMasterDownError(err) || redis.IsLoadingError(err) || redis.HasErrorPrefix(err, "NOREPLICAS") || isConnError(err)
 }
 
 // BusyError is ErrBusy: the key's holder, still at work when the wait ended.

@@ -265,7 +265,7 @@ func (c *core) onDone(s *settle, code DoneCode, err error, ack acked) next {
 	case errors.Is(err, ErrResultTooLarge) && s.result != nil:
 		s.dropped, s.cause, s.result = "oversize", err, nil
 		return next{send: true}
-	case isConnError(err):
+	case wroteNothing(err): // a lost connection, or READONLY, NOREPLICAS, ...: not run
 		return c.again(s, err)
 	}
 	// Any other error (WRONGTYPE: the key was overwritten): the record was

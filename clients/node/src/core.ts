@@ -185,8 +185,8 @@ export type ClaimStep =
   | { next: 'throw'; error: Error };
 
 // Answers that wrote nothing and come from a failover, a resharding or a
-// restart: the claim is sent again (to the new primary, which the client finds).
-const RESEND = /^(TRYAGAIN|UNBLOCKED|READONLY|MASTERDOWN|LOADING|CLUSTERDOWN)\b/;
+// restart, or a primary cut from its replicas (NOREPLICAS): the claim is sent again (to the new primary, which the client finds).
+const RESEND = /^(TRYAGAIN|UNBLOCKED|READONLY|MASTERDOWN|LOADING|NOREPLICAS|CLUSTERDOWN)\b/;
 const CONNECTION = /connection|socket|closed|ECONN|EPIPE|ETIMEDOUT|EHOSTUNREACH|timed out|timeout|refresh slots|reconnect|Sentinel/i;
 
 /** A failure of the connection (not an answer of the server, nor a bug of the caller's). */

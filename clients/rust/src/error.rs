@@ -3,8 +3,9 @@
 //! own failure and, once the work has returned, its value.
 use std::time::Duration;
 
-/// Answers of a server that is not (or not yet) the primary.
-const FAILOVER: [&str; 3] = ["READONLY", "MASTERDOWN", "LOADING"];
+/// Answers of a server that is not (or not yet) the primary, or a primary
+/// cut from its replicas (`NOREPLICAS`, min-replicas-to-write): not run.
+const FAILOVER: [&str; 4] = ["READONLY", "MASTERDOWN", "LOADING", "NOREPLICAS"];
 
 /// A boxed error, as codecs return it.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

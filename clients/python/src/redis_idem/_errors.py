@@ -196,8 +196,9 @@ def translate(error: redis.ResponseError) -> redis.ResponseError:
 #: the record moving; UNBLOCKED: a waiter woken by a failover, a resharding
 #: or CLIENT UNBLOCK; READONLY: a demoted primary (Sentinel's client then
 #: finds the new one); MASTERDOWN, LOADING: a replica promoted or loading;
+#: NOREPLICAS: a primary cut from its replicas (min-replicas-to-write);
 #: MOVED, ASK, CLUSTERDOWN: a cluster node that no longer (or not yet) serves the slot.
-NOT_RUN = ("TRYAGAIN", "UNBLOCKED", "READONLY", "MASTERDOWN", "LOADING", "MOVED", "ASK", "CLUSTERDOWN")
+NOT_RUN = ("TRYAGAIN", "UNBLOCKED", "READONLY", "MASTERDOWN", "LOADING", "NOREPLICAS", "MOVED", "ASK", "CLUSTERDOWN")
 _NOT_RUN_TYPES = (redis.exceptions.TryAgainError, redis.exceptions.ReadOnlyError,
                   redis.exceptions.BusyLoadingError, redis.exceptions.MovedError,  # redis-py strips
                   redis.exceptions.AskError, redis.exceptions.ClusterDownError)  # the code from these

@@ -110,7 +110,7 @@ final class ProcessFlow<T> {
         if (!(e instanceof ServerException)) return false;
         String m = e.getMessage() == null ? "" : e.getMessage();
         return m.startsWith("TRYAGAIN") || m.startsWith("UNBLOCKED") || m.startsWith("READONLY") || m.startsWith("MASTERDOWN")
-                || m.startsWith("LOADING") || m.startsWith("MOVED") || m.startsWith("ASK") || m.startsWith("CLUSTERDOWN");
+                || m.startsWith("LOADING") || m.startsWith("NOREPLICAS") || m.startsWith("MOVED") || m.startsWith("ASK") || m.startsWith("CLUSTERDOWN");
     }
 
     private Step finish(BatchStatus status, Object v, Throwable error, long attempt, boolean stored) {
