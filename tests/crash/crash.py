@@ -44,9 +44,17 @@ NAME = "mymaster"
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range (32768 up): a port the
+    kernel handed out was, in time, taken by one of the proxies' outgoing
+    connections before the server it was for could bind it."""
+    while True:
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 def wait_ping(port, timeout=60):
@@ -219,7 +227,9 @@ def messages(n, duplicate_share, rng):
 
 
 def run(label, durable, args, partition=False):
-    dir = Path(tempfile.mkdtemp(prefix=f"idem-crash-{label}-"))
+    # No space or comma in the path: redis-server reparses its arguments as
+    # config lines, split at spaces.
+    dir = Path(tempfile.mkdtemp(prefix="idem-crash-" + "".join(c if c.isalnum() else "-" for c in label) + "-"))
     extra = ["--min-replicas-to-write", "1", "--min-replicas-max-lag", "2"] if partition else []
     topo = Topology(dir, args.delay, extra)
     side_port = free_port()
@@ -302,7 +312,7 @@ def main():
     parser.add_argument("--durable", default="none,1,2", help="variants: none, or a replica count")
     parser.add_argument("--partition", action="store_true", help="also the partition run")
     parser.add_argument("--assert-durable", action="store_true",
-                        help="fail unless the replicas=2 run (and the partition run) count 0, 0, 0")
+                        help="fail unless the replicas=2 run counts 0, 0, 0 (and the partition run 0 fences twice, 0 lost)")
     parser.add_argument("--messages", type=int, default=3000)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--work-ms", type=float, default=20)
@@ -312,7 +322,7 @@ def main():
     args = parser.parse_args()
     print(f"seed {args.seed}", flush=True)
     results = []
-    for variant in args.durable.split(","):
+    for variant in filter(None, args.durable.split(",")):
         durable = None if variant == "none" else int(variant)
         results.append(run(f"durable={variant}", durable, args))
         print(json.dumps(results[-1]), flush=True)
@@ -322,8 +332,14 @@ def main():
     failed = []
     if args.assert_durable:
         for r in results:
-            if r["label"] in ("durable=2", "partition, durable=1"):
-                bad = {k: r[k] for k in ("works_run_twice", "attempts_granted_twice", "records_lost") if r[k]}
+            # The partition outlasts a lease (6 s against 5): a DONE that
+            # cannot land before the lease lapses is done again under the next
+            # attempt, which a fenced store tells apart; what must never
+            # happen there is one attempt granted twice, or a record lost.
+            checked = {"durable=2": ("works_run_twice", "attempts_granted_twice", "records_lost"),
+                       "partition, durable=1": ("attempts_granted_twice", "records_lost")}.get(r["label"])
+            if checked:
+                bad = {k: r[k] for k in checked if r[k]}
                 if bad or r["acknowledged"] != r["messages"]:
                     failed.append(f"{r['label']}: {bad}, {r['acknowledged']} of {r['messages']} acknowledged")
     for f in failed:
