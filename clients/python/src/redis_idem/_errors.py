@@ -83,6 +83,19 @@ class ExhaustedError(RecordError):
     """max_tries tries were used: dead-letter the message."""
 
 
+class MissingKeyError(IdemError):
+    """A broker adapter's key function found no key in the message (or
+    raised): the message is never processed unclaimed; it goes to the dead
+    letter, since no redelivery can give it a key. `message` is the
+    broker's message, `cause` what the key function raised (or None)."""
+
+    def __init__(self, message: Any, cause: Optional[BaseException] = None):
+        why = f": {cause!r}" if cause is not None else ""
+        super().__init__(f"the message has no idempotency key{why}")
+        self.message = message
+        self.cause = cause
+
+
 class LeaseLostError(RecordError):
     """This worker's lease lapsed and another claimed the key: its result
     is not the one kept."""
