@@ -6,18 +6,24 @@
 # Each language that has adapters defines brokers-consumers-<language> in its
 # clients/<language>/client.mk (building its consumer programs); the
 # scenario's own Python (redis-py and the brokers' clients) lives in
-# target/brokers/venv. A client.mk adds its target with
+# target/brokers/venv, with the Python library installed from the checkout
+# each time (as client-python-venv does) with its adapters' extras. A client.mk adds its target with
 # `BROKERS_CONSUMER_TARGETS += brokers-consumers-<language>`.
 
 BROKERS_VENV   := target/brokers/venv
 BROKERS_PYTHON := $(BROKERS_VENV)/bin/python
 BROKERS_PY_DEPS := redis confluent-kafka pika aio-pika nats-py celery
+# The Python library's adapters the consumer programs import, with the
+# extras that bring their brokers' clients.
+BROKERS_PY_EXTRAS := kafka,nats,streams
 BROKER_NAMES   := kafka rocketmq rabbitmq celery nats streams
 
 .PHONY: brokers-venv test-brokers $(addprefix test-brokers-,$(BROKER_NAMES))
 
 brokers-venv:
 	$(call python-venv,$(BROKERS_VENV),redis confluent_kafka pika aio_pika nats celery,$(BROKERS_PY_DEPS),brokers)
+	@$(BROKERS_VENV)/bin/pip install -q --force-reinstall --no-deps ./clients/python
+	@$(BROKERS_VENV)/bin/pip install -q "./clients/python[$(BROKERS_PY_EXTRAS)]"
 
 test-brokers: $(addprefix test-brokers-,$(BROKER_NAMES))
 

@@ -60,3 +60,11 @@ test-client-python-redis7-functions: $(PY_CLIENT_PREREQS)
 test-client-python-valkey-functions: $(PY_CLIENT_PREREQS)
 	@echo "== clients/python: Valkey 9.1, Functions edition"
 	REDIS_SERVER="$(VALKEY_SERVER)" $(PY_CLIENT_PYTEST) --edition functions
+
+# The broker adapters' consumer program (clients/python/tests/brokers/consumer.py,
+# for brokers/scenario.py): nothing to build but the scenario's venv, which
+# installs the library from the checkout with its adapters' extras.
+.PHONY: brokers-consumers-python
+brokers-consumers-python: brokers-venv
+	$(BROKERS_PYTHON) -m py_compile clients/python/tests/brokers/consumer.py
+BROKERS_CONSUMER_TARGETS += brokers-consumers-python
