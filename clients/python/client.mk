@@ -16,6 +16,10 @@
 #       The 30-second heartbeat test and the planned failover test (a
 #       6-node cluster, every primary failed over in turn) run once, on
 #       Redis 7.0 with the module.
+#       The Kafka and NATS adapters' own tests (tests/brokers, against a real
+#       Kafka and nats-server from brokers/launch.py: `make brokers`; about
+#       90 s) run once too, on Redis 7.0 with the module; the Streams
+#       adapter's (tests/test_streams.py) on every config.
 #
 # REDIS_IDEM_MODULE=<path.so> tests that build of the module instead of
 # building target/release/libredis_idem.so first.
@@ -35,15 +39,15 @@ PY_CLIENT_CONFIGS := redis7-module redis8-module valkey-module redis7-functions 
 client-python-venv:
 	$(call python-venv,$(PY_CLIENT_VENV),pytest pytest_asyncio starlette uvicorn httpx,$(PY_CLIENT_DEPS),client-python)
 	$(PY_CLIENT_VENV)/bin/pip install -q --force-reinstall --no-deps ./clients/python
-	$(PY_CLIENT_VENV)/bin/pip install -q ./clients/python
+	$(PY_CLIENT_VENV)/bin/pip install -q "./clients/python[kafka,nats]"
 
 test-client-python: $(addprefix test-client-python-,$(PY_CLIENT_CONFIGS))
 
 PY_CLIENT_PREREQS = $(if $(REDIS_IDEM_MODULE),,build) redis8 valkey client-python-venv
 
-test-client-python-redis7-module: $(PY_CLIENT_PREREQS)
-	@echo "== clients/python: Redis 7.0, module (and the 30-second heartbeat and the failover tests)"
-	$(PY_CLIENT_PYTEST) --run-long --run-failover
+test-client-python-redis7-module: $(PY_CLIENT_PREREQS) brokers
+	@echo "== clients/python: Redis 7.0, module (and the 30-second heartbeat, the failover and the brokers' tests)"
+	$(PY_CLIENT_PYTEST) --run-long --run-failover --brokers
 
 test-client-python-redis8-module: $(PY_CLIENT_PREREQS)
 	@echo "== clients/python: Redis 8.2, module"

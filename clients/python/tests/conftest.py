@@ -20,6 +20,14 @@ def pytest_addoption(parser):  # type: ignore[no-untyped-def]
                      help="also run the 30-second heartbeat test")
     parser.addoption("--run-failover", action="store_true", default=os.environ.get("REDIS_IDEM_FAILOVER") == "1",
                      help="also run the planned failover test (a 6-node cluster)")
+    parser.addoption("--brokers", action="store_true", default=os.environ.get("REDIS_IDEM_BROKERS") == "1",
+                     help="also run tests/brokers: the Kafka and NATS adapters against real brokers "
+                          "(brokers/launch.py: `make brokers` first; the kafka and nats extras installed)")
+
+
+def pytest_ignore_collect(collection_path, config):  # type: ignore[no-untyped-def]
+    """tests/brokers needs real brokers and the adapters' extras: only with --brokers."""
+    return collection_path.name == "brokers" and not config.getoption("--brokers")
 
 
 def pytest_configure(config):  # type: ignore[no-untyped-def]

@@ -396,4 +396,4 @@ class KafkaConsumer:
             raise KafkaException(delivered[0] if delivered else KafkaError(KafkaError._MSG_TIMED_OUT))
 
 
-__all__ = ["KafkaConsumer", "dead_letter_topic"]
+__all__ = ["ACK", "DEAD", "HOLD", "KafkaConsumer", "Verdict", "dead_letter_topic"]

@@ -186,4 +186,4 @@ class JetStreamConsumer:
         return headers
 
 
-__all__ = ["JetStreamConsumer", "KEY_HEADER", "Verdict"]
+__all__ = ["ACK", "DEAD", "HOLD", "JetStreamConsumer", "KEY_HEADER", "Verdict"]

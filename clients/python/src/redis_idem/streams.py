@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 import redis
 from redis.crc import key_slot
 
-from ._adapters import ACK, DEAD, AdapterStats, Policy, Verdict, error_text, settle, settle_async
+from ._adapters import ACK, DEAD, HOLD, AdapterStats, Policy, Verdict, error_text, settle, settle_async
 from ._async import _drive as _drive_async
 from ._errors import KeyT
 from ._job import AfterDone, Flow, Job, Sleep
@@ -420,4 +420,4 @@ class AsyncStreamConsumer:
         return act
 
 
-__all__ = ["AsyncStreamConsumer", "StreamConsumer", "StreamEntry", "Verdict"]
+__all__ = ["ACK", "AsyncStreamConsumer", "DEAD", "HOLD", "StreamConsumer", "StreamEntry", "Verdict"]
