@@ -34,6 +34,10 @@ work once per key with an Idem (docs/clients.md, "Consumers of brokers").
   record is started before a synchronous commit confirms this member
   still owns its partitions: a member the group gave up on does not work
   ahead of the partitions' new owners.
+- Keep `session.timeout.ms` no longer than the lease (where the broker's
+  `group.min.session.timeout.ms` allows): a member that stops then loses
+  its partitions when it loses its leases, and their new owner is done
+  with a record before the stopped member can wake to write it late.
 """
 
 from __future__ import annotations

@@ -53,9 +53,12 @@ def kafka():
     from redis_idem.kafka import KafkaConsumer
 
     idem = redis_idem.Idem(redis.Redis.from_url(env["IDEM_REDIS_URL"]), lease=LEASE, max_tries=MAX_TRIES)
+    # The session no longer than the lease: a member that stops loses its
+    # partitions when it loses its leases, and their new owner is done with
+    # a record before the stopped one can wake to write it late.
     consumer = KafkaConsumer({"bootstrap.servers": BROKER["bootstrap"], "group.id": GROUP,
-                              "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
-                              "heartbeat.interval.ms": 1000}, idem, [SOURCE])
+                              "auto.offset.reset": "earliest", "session.timeout.ms": LEASE * 1000,
+                              "heartbeat.interval.ms": LEASE * 1000 // 4}, idem, [SOURCE])
     signal.signal(signal.SIGTERM, lambda *_: consumer.stop())
     consumer.run(lambda message, job: work(json.loads(message.value()), job))
 
