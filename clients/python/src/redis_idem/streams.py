@@ -24,7 +24,8 @@ entry's work once per key (docs/clients.md, "Consumers of brokers").
 - Exhausted (max_tries), Mismatch and MissingKey: XADD to the dead-letter
   stream (`<stream>:dlq`, the entry's fields plus `original-stream`,
   `original-id`, `error`) and XACK, in one MULTI.
-- Nothing here trims the stream: see the library's README, "Trimming".
+- Nothing here trims the stream (XTRIM ... MINID what every group has
+  acknowledged, as for any consumer group).
 """
 
 from __future__ import annotations
