@@ -6,13 +6,12 @@ broker's own verbs (docs/clients.md, "Consumers of brokers")."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 from ._errors import (BusyError, DoneUnconfirmedError, ExhaustedError, HookError, KeyT, LeaseLostError,
                       MismatchError, MissingKeyError, NotDurableError, ResultNotStoredError)
 from ._job import AfterDone, Job, Outcome
-from ._settings import quiet
+from ._settings import _Counters, quiet
 
 #: What to do with a message once its process() call ended.
 ACK = "ack"  #: its record is done (a first run or a replay): acknowledge it
@@ -30,28 +29,21 @@ class Verdict(NamedTuple):
 ADAPTER_COUNTERS = ("acknowledged", "held_back", "dead_lettered")
 
 
-class AdapterStats:
+class AdapterStats(_Counters):
     """An adapter's counters on top of its Idem's (`idem.stats`):
     `acknowledged` (records done, first runs and replays), `held_back`
     (given back unacknowledged: Busy, failures, DONE unconfirmed, lease
     lost), `dead_lettered`. `as_dict()` gives these and the Idem's."""
 
-    __slots__ = ADAPTER_COUNTERS + ("_lock", "_idem")
+    __slots__ = ADAPTER_COUNTERS + ("_idem",)
+    _names = ADAPTER_COUNTERS
 
     def __init__(self, idem_stats: Any):
-        self._lock = threading.Lock()
+        super().__init__()
         self._idem = idem_stats
-        for name in ADAPTER_COUNTERS:
-            setattr(self, name, 0)
-
-    def add(self, name: str, n: int = 1) -> None:
-        with self._lock:
-            setattr(self, name, getattr(self, name) + n)
 
     def as_dict(self) -> dict:
-        with self._lock:
-            mine = {name: getattr(self, name) for name in ADAPTER_COUNTERS}
-        return {**self._idem.as_dict(), **mine}
+        return {**self._idem.as_dict(), **self._own()}
 
     def __repr__(self) -> str:
         return f"AdapterStats({self.as_dict()})"

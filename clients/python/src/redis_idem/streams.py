@@ -253,7 +253,28 @@ def _ok(replies: Optional[List[Any]]) -> bool:
     return bool(replies) and not any(isinstance(r, BaseException) for r in replies)
 
 
-class StreamConsumer:
+class _Member:
+    """What StreamConsumer and AsyncStreamConsumer share around their core."""
+
+    _core: _Core
+
+    @property
+    def stats(self) -> AdapterStats:
+        """The adapter's counters and (`as_dict()`) the Idem's."""
+        return self._core.stats
+
+    @property
+    def consumer(self) -> str:
+        """This consumer's name in the group."""
+        return self._core.consumer
+
+    def stop(self) -> None:
+        """Stop taking entries: run() returns once those in hand are settled
+        (safe from a signal handler, or loop.add_signal_handler)."""
+        self._core.stopping = True
+
+
+class StreamConsumer(_Member):
     """A consumer of `group` on `stream` with an Idem (redis.Redis or
     RedisCluster: give the stream and the keys one hash tag for one round
     trip in a cluster).
@@ -282,20 +303,6 @@ class StreamConsumer:
         self.idem = idem
         self._core = _Core(idem, stream, group, consumer, key, payload, settings, on_settled, dead_letter,
                            claim_idle, block, create_group, retry_delay, max_retry_delay)
-
-    @property
-    def stats(self) -> AdapterStats:
-        """The adapter's counters and (`as_dict()`) the Idem's."""
-        return self._core.stats
-
-    @property
-    def consumer(self) -> str:
-        return self._core.consumer
-
-    def stop(self) -> None:
-        """Stop taking entries: run() returns once the one in hand is settled
-        (safe from a signal handler)."""
-        self._core.stopping = True
 
     def run(self, handler: Callable[[StreamEntry, Job], Any]) -> None:
         """Read and settle entries, one at a time, until stop()."""
@@ -342,7 +349,7 @@ class StreamConsumer:
         return act
 
 
-class AsyncStreamConsumer:
+class AsyncStreamConsumer(_Member):
     """StreamConsumer on an AsyncIdem: `await consumer.run(handler)` with
     `handler` async (a plain function will do), `concurrency` entries at
     work at once (1), each read only when a worker is free to start it."""
@@ -360,18 +367,6 @@ class AsyncStreamConsumer:
         self.concurrency = concurrency
         self._core = _Core(idem, stream, group, consumer, key, payload, settings, on_settled, dead_letter,
                            claim_idle, block, create_group, retry_delay, max_retry_delay)
-
-    @property
-    def stats(self) -> AdapterStats:
-        return self._core.stats
-
-    @property
-    def consumer(self) -> str:
-        return self._core.consumer
-
-    def stop(self) -> None:
-        """As StreamConsumer.stop (loop.add_signal_handler(SIGTERM, consumer.stop))."""
-        self._core.stopping = True
 
     async def run(self, handler: Callable[[StreamEntry, Job], Any]) -> None:
         from ._pump import pump
