@@ -6,15 +6,20 @@ record, the dead letter's MULTI), sync and asyncio."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 
 import pytest
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 import redis_idem as ri
 from redis_idem.streams import ACK, DEAD, HOLD, AsyncStreamConsumer, StreamConsumer, StreamEntry
+from servers import FUNCTIONS, Server
 
 
 class Recording(redis.Connection):
@@ -250,3 +255,59 @@ async def test_async_failure_and_dead_letter(server, stream):  # type: ignore[no
 def test_claim_idle_below_the_lease_is_refused(r, stream):  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match="claim_idle"):
         StreamConsumer(ri.Idem(r, lease=10), stream, "g", claim_idle=5)
+
+
+
+def _restart(server) -> None:  # type: ignore[no-untyped-def]
+    """The stopped server again, on its port."""
+    os.makedirs(server.dir, exist_ok=True)
+    assert server._start(), server.log()
+    if server.edition == "functions":
+        server.client().execute_command("FUNCTION", "LOAD", "REPLACE", FUNCTIONS.read_text())
+
+
+def test_run_waits_for_a_redis_that_is_down_when_it_starts(edition, stream):  # type: ignore[no-untyped-def]
+    own = Server(edition)
+    own.stop()
+    # redis-py's own retries off (they alone would outlast the second)
+    consumer = StreamConsumer(ri.Idem(own.client(retry=Retry(NoBackoff(), 0)), lease=2), stream, "g",
+                              consumer="c1")
+    worked = []
+    thread = threading.Thread(target=consumer.run, args=(lambda e, job: worked.append(e.id),), daemon=True)
+    thread.start()
+    try:
+        time.sleep(1)
+        assert thread.is_alive()  # not raised: waiting for the server
+        _restart(own)
+        own.client().xadd(stream, {"idem-key": f"{stream}:k"})
+        deadline = time.monotonic() + 10
+        while consumer.stats.acknowledged < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        consumer.stop()
+        thread.join(10)
+        own.stop()
+    assert not thread.is_alive() and len(worked) == 1 and consumer.stats.acknowledged == 1
+
+
+async def test_async_run_waits_for_a_redis_that_is_down_when_it_starts(edition, stream):  # type: ignore[no-untyped-def]
+    own = Server(edition)
+    own.stop()
+    ar = aioredis.Redis(host="127.0.0.1", port=own.port, retry=AsyncRetry(NoBackoff(), 0))
+    consumer = AsyncStreamConsumer(ri.AsyncIdem(ar, lease=2), stream, "g", consumer="c1")
+    worked = []
+    task = asyncio.ensure_future(consumer.run(lambda e, job: worked.append(e.id)))
+    try:
+        await asyncio.sleep(1)
+        assert not task.done()  # not raised: waiting for the server
+        _restart(own)
+        own.client().xadd(stream, {"idem-key": f"{stream}:k"})
+        deadline = time.monotonic() + 10
+        while consumer.stats.acknowledged < 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+    finally:
+        consumer.stop()
+        await asyncio.wait_for(task, 10)
+        await ar.aclose()
+        own.stop()
+    assert len(worked) == 1 and consumer.stats.acknowledged == 1

@@ -308,7 +308,8 @@ class StreamConsumer(_Member):
         """Read and settle entries, one at a time, until stop()."""
         core = self._core
         act = self._act(handler)
-        _drive(core.ensure_group(), act)
+        # The group is made on the first NOGROUP: a Redis that is down or
+        # loading when run() starts is waited for, as later on.
         while not core.stopping:
             try:
                 entries = _drive(core.fetch(1), act)
@@ -318,7 +319,12 @@ class StreamConsumer(_Member):
             except redis.ResponseError as e:
                 if not str(e).startswith("NOGROUP"):
                     raise
-                core.create_group and _drive(core.ensure_group(), act)
+                try:
+                    if core.create_group:
+                        _drive(core.ensure_group(), act)
+                        continue
+                except (redis.ConnectionError, redis.TimeoutError):
+                    pass
                 time.sleep(RECONNECT_PAUSE)
                 continue
             for entry in entries:
@@ -373,19 +379,23 @@ class AsyncStreamConsumer(_Member):
 
         core = self._core
         act = self._act(handler)
-        await _drive_async(core.ensure_group(), act)
 
         async def fetch(count: int) -> List[StreamEntry]:
+            # As StreamConsumer.run: the group made on the first NOGROUP.
             try:
                 return await _drive_async(core.fetch(count), act)
             except (redis.ConnectionError, redis.TimeoutError):
-                await asyncio.sleep(RECONNECT_PAUSE)
+                pass
             except redis.ResponseError as e:
                 if not str(e).startswith("NOGROUP"):
                     raise
-                if core.create_group:
-                    await _drive_async(core.ensure_group(), act)
-                await asyncio.sleep(RECONNECT_PAUSE)
+                try:
+                    if core.create_group:
+                        await _drive_async(core.ensure_group(), act)
+                        return []
+                except (redis.ConnectionError, redis.TimeoutError):
+                    pass
+            await asyncio.sleep(RECONNECT_PAUSE)
             return []
 
         async def handle(entry: StreamEntry) -> None:
