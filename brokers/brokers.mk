@@ -15,7 +15,7 @@ BROKERS_PYTHON := $(BROKERS_VENV)/bin/python
 BROKERS_PY_DEPS := redis confluent-kafka pika aio-pika nats-py celery
 # The Python library's adapters the consumer programs import, with the
 # extras that bring their brokers' clients.
-BROKERS_PY_EXTRAS := rabbitmq,aio-pika,celery
+BROKERS_PY_EXTRAS := rabbitmq,aio-pika,celery,kafka,nats,streams
 BROKER_NAMES   := kafka rocketmq rabbitmq celery nats streams
 
 .PHONY: brokers-venv test-brokers $(addprefix test-brokers-,$(BROKER_NAMES))

@@ -248,7 +248,7 @@ class Nats(Launched):
             while True:
                 try:
                     msgs = await sub.fetch(100, timeout=1)
-                except nats.errors.TimeoutError:
+                except (nats.errors.TimeoutError, asyncio.TimeoutError):  # nats-py 2.16 raises either
                     break
                 for m in msgs:
                     h = m.headers or {}

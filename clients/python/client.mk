@@ -18,6 +18,10 @@
 #       Redis 7.0 with the module; the RabbitMQ and Celery adapters' tests
 #       (tests/rabbitmq: a RabbitMQ node of their own, make brokers) on
 #       Redis 7.0 with each edition.
+#       The Kafka and NATS adapters' own tests (tests/brokers, against a real
+#       Kafka and nats-server from brokers/launch.py: `make brokers`; about
+#       90 s) run once too, on Redis 7.0 with the module; the Streams
+#       adapter's (tests/test_streams.py) on every config.
 #
 # REDIS_IDEM_MODULE=<path.so> tests that build of the module instead of
 # building target/release/libredis_idem.so first.
@@ -37,14 +41,14 @@ PY_CLIENT_CONFIGS := redis7-module redis8-module valkey-module redis7-functions 
 client-python-venv:
 	$(call python-venv,$(PY_CLIENT_VENV),pytest pytest_asyncio starlette uvicorn httpx,$(PY_CLIENT_DEPS),client-python)
 	$(PY_CLIENT_VENV)/bin/pip install -q --force-reinstall --no-deps ./clients/python
-	$(PY_CLIENT_VENV)/bin/pip install -q "./clients/python[rabbitmq,aio-pika,celery]"
+	$(PY_CLIENT_VENV)/bin/pip install -q "./clients/python[rabbitmq,aio-pika,celery,kafka,nats]"
 
 test-client-python: $(addprefix test-client-python-,$(PY_CLIENT_CONFIGS))
 
 PY_CLIENT_PREREQS = $(if $(REDIS_IDEM_MODULE),,build) redis8 valkey client-python-venv
 
 test-client-python-redis7-module: $(PY_CLIENT_PREREQS) brokers
-	@echo "== clients/python: Redis 7.0, module (and the 30-second heartbeat, the failover and the RabbitMQ / Celery tests)"
+	@echo "== clients/python: Redis 7.0, module (and the 30-second heartbeat, the failover and the brokers' tests: RabbitMQ, Celery, Kafka, NATS)"
 	$(PY_CLIENT_PYTEST) --run-long --run-failover --run-brokers
 
 test-client-python-redis8-module: $(PY_CLIENT_PREREQS)
@@ -63,10 +67,10 @@ test-client-python-valkey-functions: $(PY_CLIENT_PREREQS)
 	@echo "== clients/python: Valkey 9.1, Functions edition"
 	REDIS_SERVER="$(VALKEY_SERVER)" $(PY_CLIENT_PYTEST) --edition functions
 
-# The RabbitMQ and Celery adapters' consumer programs (clients/python/tests/brokers/,
+# The broker adapters' consumer programs (clients/python/tests/brokers/,
 # for brokers/scenario.py): nothing to build but the scenario's venv, which
 # installs the library from the checkout with its adapters' extras.
 .PHONY: brokers-consumers-python
 brokers-consumers-python: brokers-venv
-	$(BROKERS_PYTHON) -m py_compile clients/python/tests/brokers/rabbitmq_consumer.py clients/python/tests/brokers/celery_consumer.py
+	$(BROKERS_PYTHON) -m py_compile clients/python/tests/brokers/rabbitmq_consumer.py clients/python/tests/brokers/celery_consumer.py clients/python/tests/brokers/consumer.py
 BROKERS_CONSUMER_TARGETS += brokers-consumers-python

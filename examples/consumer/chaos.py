@@ -8,7 +8,8 @@ then checks that every payment took effect exactly once:
   faults injected (the plan is drawn from --seed)
     kill_before      a worker SIGKILLs itself after claiming, before the effect
     kill_after       ... after the DB commit, before IDEM.DONE
-    kill_after_done  ... after IDEM.DONE, before XACK
+    kill_after_done  ... right after IDEM.DONE, which carried its XACK in
+                     the same round trip: nothing comes back
     kill_mid_work    ... in the middle of long work, after its message was
                      redelivered to another worker and answered BUSY there
                      (that delivery must stay pending, not be acked)
@@ -76,7 +77,6 @@ SETTINGS = Settings(
     min_idle_ms=3500,  # XAUTOCLAIM after this: a dead worker's lease has lapsed by then
     maxtries=3,
     retain=5,  # s: short, so late duplicates meet an expired record (SEEN)
-    batch=1,
     block_ms=200,
 )
 PUBLISH_INTERVAL = 0.04  # s between payments
@@ -690,12 +690,14 @@ class Run:
         if pending or group["last-delivered-id"] != last:
             v(f"queue not drained: {pending} pending, last delivered {group['last-delivered-id']} of {last}")
         self.xlen = r.xlen(STREAM)
-        self.dead = [(f[b"id"].decode(), f[b"reason"].decode()) for _, f in r.xrange(DEAD)]
+        # The adapter's dead letters: the entry's fields, where it came
+        # from, and the error ("ExhaustedError: ...", "MismatchError: ...").
+        self.dead = [(f[b"id"].decode(), f[b"error"].decode()) for _, f in r.xrange(DEAD)]
         dead_ids = {b for b, _ in self.dead}
         for bid in poison:
-            if not any(b == bid and reason.startswith("EXHAUSTED") for b, reason in self.dead):
+            if not any(b == bid and reason.startswith("ExhaustedError") for b, reason in self.dead):
                 v(f"{bid}: poison message not dead-lettered as EXHAUSTED ({self.dead})")
-        if not any(b == mismatch and reason.startswith("MISMATCH") for b, reason in self.dead):
+        if not any(b == mismatch and reason.startswith("MismatchError") for b, reason in self.dead):
             v(f"{mismatch}: reused business id not dead-lettered as MISMATCH ({self.dead})")
         for bid in dead_ids - poison - {mismatch}:
             v(f"{bid}: dead-lettered, unexpectedly: {[d for d in self.dead if d[0] == bid]}")
@@ -746,6 +748,17 @@ class Run:
                 if not any(e["ev"] == "claim" and e["entry"] == entry and e["status"] == "BUSY" and e["t"] < f["t"]
                            for e in events):
                     v(f"{bid}: no redelivery of {entry} answered BUSY while the worker that was killed held it")
+        for bid, kind in faults.items():
+            if kind == "kill_after_done" and injected[bid]:
+                # XACK went with IDEM.DONE, in one round trip: the entry is
+                # settled, and no redelivery of it ever reaches a worker.
+                f = injected[bid][0]
+                entry = next(e["entry"] for e in events if e["ev"] == "start" and e["worker"] == f["worker"]
+                             and e["id"] == bid and e["attempt"] == f["attempt"])
+                again = [(e["worker"], e["status"]) for e in events
+                         if e["ev"] == "claim" and e.get("entry") == entry and e["t"] > f["t"]]
+                if again:
+                    v(f"{bid}: entry {entry} delivered again after its IDEM.DONE and XACK: {again}")
         for bid in plan["long_work"]:
             if not any(e["ev"] == "start" and e["id"] == bid for e in events):
                 v(f"{bid}: long work never started")
@@ -800,7 +813,7 @@ class Run:
         starts = getattr(self, "starts", {})
         n_starts = sum(len(s) for s in starts.values())
         found_in_db = kinds["found_in_db"]
-        dead = Counter(reason.split()[0] for _, reason in getattr(self, "dead", []))
+        dead = Counter(reason.split(":")[0] for _, reason in getattr(self, "dead", []))
         published = getattr(self, "published", Counter())
         rows = [
             ("messages", len(self.plan["messages"]), "distinct payments (business ids) published"),
@@ -824,7 +837,7 @@ class Run:
              if hasattr(self, "restart_reasons") else ""),
             ("kills_before_effect", faults["kill_before"], "SIGKILL after the claim, before the effect"),
             ("kills_after_effect", faults["kill_after"], "SIGKILL after the DB commit, before IDEM.DONE"),
-            ("kills_after_done", faults["kill_after_done"], "SIGKILL after IDEM.DONE, before XACK"),
+            ("kills_after_done", faults["kill_after_done"], "SIGKILL right after IDEM.DONE and its XACK"),
             ("kills_mid_work", faults["kill_mid_work"], "SIGKILL during long work, after a redelivery got BUSY"),
             ("slow_superseded", faults["slow_unique"] + faults["slow_fenced"],
              f"stalled past the lease: UNIQUE + STALE {faults['slow_unique']}, fenced {faults['slow_fenced']}"),

@@ -20,16 +20,22 @@ Three parts, each doing what it is good at:
               number), under a UNIQUE key on the business id: the last line
               of defence if everything else went wrong.
 
+The queue and the dedup are wired by the library's Streams adapter
+(redis_idem.streams.StreamConsumer): it reads the group, takes over what a
+dead worker left pending, claims each entry's business key, runs the work
+below, and sends IDEM.DONE and XACK together, in one round trip. This file
+is the work and the settings.
+
 The one rule that makes it work: DATABASE FIRST, THEN REDIS. Commit the
-effect, then IDEM.DONE, then XACK. A crash between any two steps leaves a
-state the next delivery recognises:
+effect, then IDEM.DONE with its XACK. A crash between any two steps leaves
+a state the next delivery recognises:
 
   crash before the commit    the lease lapses, the next CLAIM says RETRY,
                              the effect is not in the database: do it.
   crash after the commit,    the next CLAIM says RETRY, the database has the
   before IDEM.DONE           effect: just mark it done.
-  crash after IDEM.DONE,     the next CLAIM says DONE: acknowledge, no work.
-  before XACK
+  crash after IDEM.DONE      its XACK went with it: nothing comes back (a
+                             duplicate publish finds DONE: acknowledged).
 
 What each IDEM.CLAIM status means here:
 
@@ -39,12 +45,13 @@ What each IDEM.CLAIM status means here:
              before doing anything.
   RETRY      an earlier attempt was released or its lease lapsed; it may
              have partly run: check the database first, then process.
-  DONE       completed already: XACK, do nothing.
-  BUSY       someone else is processing it right now: do NOT ack; the
-             message stays pending and is redelivered by XAUTOCLAIM later.
-  EXHAUSTED  MAXTRIES attempts failed: dead-letter it.
+  DONE       completed already: the adapter acknowledges it, no work.
+  BUSY       someone else is processing it right now: not acknowledged; the
+             entry stays pending and XAUTOCLAIM hands it out again once the
+             holder's lease has run out.
+  EXHAUSTED  MAXTRIES attempts failed: dead-lettered.
   MISMATCH   the business id was claimed before with different content:
-             dead-letter (reject) it.
+             dead-lettered (rejected).
 
 Run it (`make run` starts Redis with the module on port 6379):
 
@@ -75,7 +82,8 @@ try:
 except ImportError:  # run from a checkout whose venv predates the library: use its source
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "clients", "python", "src"))
     import redis_idem
-from redis_idem import Status
+from redis_idem import Hooks, Status
+from redis_idem.streams import ACK as ACKNOWLEDGED, DEAD as DEAD_LETTERED, StreamConsumer
 
 log = logging.getLogger("consumer")
 
@@ -85,7 +93,7 @@ LOST = (redis.ConnectionError, redis.TimeoutError)
 
 STREAM = "queue:{payments}"  # the queue
 GROUP = "payments"  # the consumer group every worker joins
-DEAD = "queue:{payments}:dead"  # dead letters (same hash tag: see dead_letter)
+DEAD = "queue:{payments}:dead"  # dead letters (the stream's hash tag: XADD and XACK in one MULTI)
 
 
 # ---------------------------------------------------------------------------
@@ -100,8 +108,6 @@ class Settings:
     min_idle_ms: int = 60_000  # XAUTOCLAIM messages pending this long elsewhere
     maxtries: int = 5  # attempts before IDEM.CLAIM answers EXHAUSTED
     retain: int = 86_400  # s: keep done records this long (IDEM.DONE RETAIN)
-    batch: int = 1  # messages per XREADGROUP (more: the rest of a batch waits
-    #                 behind a slow message, until XAUTOCLAIM hands it to another worker)
     block_ms: int = 1000  # XREADGROUP BLOCK
 
 
@@ -281,6 +287,7 @@ class Worker:
         self.store = Store(db_path)
         self.name = name  # consumer name in the group: unique per process
         self.settings = s = settings or Settings()
+        self.payment = None  # the payment at work (for the hooks)
         # The claim, the lease kept alive while the work runs (EXTEND every
         # `heartbeat` s from a thread), DONE with the result, RELEASE when
         # the work raises: the redis-idem library. wait=0: a BUSY claim is
@@ -288,11 +295,22 @@ class Worker:
         # back), not waited for. DONE is sent again after a lost reply (the
         # same token is safe): the effect is committed, Redis must hear of it.
         self.idem = redis_idem.Idem(self.r, lease=s.lease, heartbeat=s.heartbeat, max_tries=s.maxtries,
-                                    retain=s.retain, wait=0, done_retries=30)
-        self.stopping = False
+                                    retain=s.retain, wait=0, done_retries=30, hooks=Hooks(on_done=self.on_done))
+        # The queue: XREADGROUP, XAUTOCLAIM after min_idle_ms, XACK with
+        # IDEM.DONE, dead letters (XADD + XACK in one MULTI): the adapter.
+        # The record's key, its PAYLOAD (MISMATCH for a reused business id)
+        # and its Bloom filter come from the entry's business content,
+        # never from its stream id.
+        self.consumer = StreamConsumer(
+            self.idem, STREAM, GROUP, consumer=name,
+            key=lambda entry: idem_keys(self.parse(entry).business_id)[0],
+            payload=lambda entry: self.parse(entry).fingerprint(),
+            settings=lambda entry: {"bloom": idem_keys(self.parse(entry).business_id)[1]},
+            dead_letter=DEAD, claim_idle=s.min_idle_ms / 1000, block=s.block_ms / 1000,
+            on_settled=self.settled)
 
     NOTABLE = {"dead_letter", "failed", "stale", "fenced", "superseded", "lease_lost",
-               "already", "found_in_db", "redis_down", "redis_error"}
+               "already", "found_in_db", "redis_error"}
 
     def event(self, name, **info):
         """Every step reports here: log it, count it in your metrics. (The
@@ -304,100 +322,69 @@ class Worker:
 
     def run(self):
         signal.signal(signal.SIGTERM, lambda *_: self.stop())
-        cursor = "0-0"
-        group_ready = False
-        while not self.stopping:
-            try:
-                if not group_ready:
-                    self.ensure_group()
-                    group_ready = True
-                # 1. Messages pending for min_idle_ms with any consumer (a
-                #    dead worker, a stuck one, or a BUSY we left earlier):
-                #    take them over. They come back with their delivery count
-                #    increased.
-                cursor, entries, _deleted = self.r.xautoclaim(
-                    STREAM, GROUP, self.name, self.settings.min_idle_ms, cursor, count=self.settings.batch
-                )
-                for entry_id, fields in entries:
-                    self.handle(entry_id.decode(), fields)
-                # 2. New messages.
-                reply = self.r.xreadgroup(
-                    GROUP, self.name, {STREAM: ">"}, count=self.settings.batch, block=self.settings.block_ms
-                )
-                for _stream, entries in reply or []:
-                    for entry_id, fields in entries:
-                        self.handle(entry_id.decode(), fields)
-            except LOST as e:
-                # Redis is down, restarting (LOADING is a ConnectionError
-                # too) or too slow to answer. Whatever we were doing is still pending in the group:
-                # wait and carry on.
-                self.event("redis_down", error=str(e))
-                time.sleep(0.2)
+        # Until stop(): entries left pending past min_idle_ms first (a dead
+        # worker's, a stuck one's, a BUSY or failed one given back), then
+        # new ones; a Redis that is down or restarting is waited for.
+        self.consumer.run(self.work)
 
     def stop(self):
-        self.stopping = True  # finish the current message, then leave
+        self.consumer.stop()  # finish the current message, then leave
 
-    def ensure_group(self):
-        try:
-            self.r.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
-        except redis.ResponseError as e:
-            if "BUSYGROUP" not in str(e):
-                raise
+    @staticmethod
+    def parse(entry):
+        """The payment in a stream entry. A malformed entry has no key: the
+        adapter dead-letters it (no redelivery can fix it)."""
+        return Payment.from_fields(entry.fields)
 
     # -- one delivery ----------------------------------------------------
 
-    def handle(self, entry_id, fields):
-        try:
-            payment = Payment.from_fields(fields)
-        except (KeyError, ValueError, UnicodeDecodeError) as e:
-            return self.dead_letter(entry_id, fields, f"MALFORMED {e}")
-
-        key, bloom = idem_keys(payment.business_id)
+    def work(self, entry, job):
+        """NEW, SEEN or RETRY: we hold the claim. What this returns is
+        stored by IDEM.DONE (sent with the entry's XACK); if it raises, the
+        claim is released and the entry stays pending."""
+        payment = self.payment = self.parse(entry)
         bid = payment.business_id
-        def work(job):
-            # NEW, SEEN or RETRY: we hold the claim.
-            self.event("claim", id=bid, entry=entry_id, status=job.status.value, attempt=job.attempt)
-            if job.status is not Status.NEW and self.store.applied(bid) is not None:
-                # An earlier attempt applied the effect, then died before
-                # IDEM.DONE (RETRY), or the record is gone and the Bloom
-                # filter remembered (SEEN). Nothing to do but say so.
-                self.event("found_in_db", id=bid, attempt=job.attempt, status=job.status.value)
-                return "applied earlier"
-            return self.process(entry_id, payment, job)
+        self.event("claim", id=bid, entry=entry.id, status=job.status.value, attempt=job.attempt)
+        if job.status is not Status.NEW and self.store.applied(bid) is not None:
+            # An earlier attempt applied the effect, then died before
+            # IDEM.DONE (RETRY), or the record is gone and the Bloom
+            # filter remembered (SEEN). Nothing to do but say so.
+            self.event("found_in_db", id=bid, attempt=job.attempt, status=job.status.value)
+            return "applied earlier"
+        return self.process(entry.id, payment, job)
 
-        try:
-            # IDEM.CLAIM key lease PAYLOAD <content> MAXTRIES n BLOOM filter;
-            # then the work, and IDEM.DONE with its result (database first,
-            # then Redis), or IDEM.RELEASE if it raised.
-            outcome = self.idem.process_outcome(key, work, payload=payment.fingerprint(), bloom=bloom)
-            if outcome.replayed:
-                # Completed before (this is a duplicate, or our XACK got
-                # lost): outcome.value is the result stored by DONE.
-                self.event("claim", id=bid, entry=entry_id, status="DONE", attempt=outcome.attempt)
-                return self.ack(entry_id, payment, "done")
-            self.event("done", id=bid, attempt=outcome.attempt, result_stored=outcome.result_stored)
-            self.ack(entry_id, payment, "processed")
-        except redis_idem.BusyError as e:
-            # Someone holds a live lease. Do NOT ack: if that worker dies,
-            # this pending message is how the payment gets redelivered
-            # (XAUTOCLAIM, after min_idle_ms).
-            self.event("claim", id=bid, entry=entry_id, status="BUSY", attempt=e.attempt)
-        except redis_idem.ExhaustedError as e:
-            self.event("claim", id=bid, entry=entry_id, status="EXHAUSTED", attempt=e.attempt)
-            self.dead_letter(entry_id, fields, f"EXHAUSTED after {e.attempt} attempts")
-        except redis_idem.MismatchError as e:
-            self.event("claim", id=bid, entry=entry_id, status="MISMATCH", attempt=e.attempt)
-            self.dead_letter(entry_id, fields, "MISMATCH business id reused for other content")
-        except redis_idem.LeaseLostError as e:
+    def on_done(self, job, result_stored):
+        """IDEM.DONE (and the entry's XACK, in the same round trip) answered."""
+        self.event("done", id=self.payment.business_id, attempt=job.attempt, result_stored=result_stored)
+
+    def settled(self, entry, verdict):
+        """The adapter acknowledged the entry, gave it back or dead-lettered it."""
+        fields = {k.decode(): v.decode(errors="replace") for k, v in entry.fields.items()}
+        bid, error = fields.get("id", "?"), verdict.error
+        if verdict.action == ACKNOWLEDGED:
+            replayed = verdict.outcome is not None and verdict.outcome.replayed
+            if replayed:
+                # Completed before (a duplicate, or a redelivery of ours):
+                # outcome.value is the result stored by DONE.
+                self.event("claim", id=bid, entry=entry.id, status="DONE", attempt=verdict.outcome.attempt)
+            self.event("acked", id=bid, entry=entry.id, why="done" if replayed else "processed")
+        elif verdict.action == DEAD_LETTERED:
+            status = {"ExhaustedError": "EXHAUSTED", "MismatchError": "MISMATCH"}.get(type(error).__name__)
+            if status:
+                self.event("claim", id=bid, entry=entry.id, status=status, attempt=error.attempt)
+            self.event("dead_letter", id=bid, entry=entry.id, reason=str(error))
+        elif isinstance(error, redis_idem.BusyError):
+            # Someone holds a live lease. Not acknowledged: if that worker
+            # dies, this pending entry is how the payment gets redelivered.
+            self.event("claim", id=bid, entry=entry.id, status="BUSY", attempt=error.attempt)
+        elif isinstance(error, redis_idem.LeaseLostError):
             # IDEM.DONE answered STALE: another worker claimed the key since
             # (our lease lapsed). It finds the effect in the database and
-            # settles the message; leave the XACK to it. (Lost during the
-            # work, or fenced in the database: reported where it happened.)
-            if not getattr(e, "reported", False):
-                self.event("stale", id=bid, attempt=e.attempt)
-        except Failed:
-            pass  # the library released the claim: the message stays pending and comes back
-        except LOST + (redis_idem.DoneUnconfirmedError,):
+            # settles the message. (Lost during the work, or fenced in the
+            # database: reported where it happened.)
+            if not getattr(error, "reported", False):
+                self.event("stale", id=bid, attempt=error.attempt)
+        elif isinstance(error, LOST + (redis_idem.DoneUnconfirmedError,)):
             # A reply is lost: the CLAIM's (we may or may not hold the claim:
             # the message is redelivered, and answers BUSY until the lease
             # lapses, then RETRY), or DONE's after all its tries.
@@ -419,9 +406,9 @@ class Worker:
             raise self.reported(e)
         except Exception as e:
             # Give the claim back at once (the library sends IDEM.RELEASE on
-            # the way out), so the next delivery retries now rather than when
-            # the lease would lapse. No XACK: the message stays pending and
-            # comes back through XAUTOCLAIM; after MAXTRIES attempts
+            # the way out), so the next delivery retries soon rather than
+            # when the lease would lapse. No XACK: the entry stays pending
+            # and comes back through XAUTOCLAIM; after MAXTRIES attempts
             # IDEM.CLAIM answers EXHAUSTED.
             self.event("failed", id=bid, attempt=job.attempt, error=repr(e))
             raise Failed() from e
@@ -450,28 +437,6 @@ class Worker:
             job.check()
         return f"charged {payment.amount_cents} cents to {payment.account} (attempt {job.attempt})"
 
-    def ack(self, entry_id, payment, why):
-        try:
-            self.r.xack(STREAM, GROUP, entry_id)
-            self.event("acked", id=payment.business_id, entry=entry_id, why=why)
-        except LOST:
-            # Lost: the message is redelivered, and CLAIM answers DONE.
-            self.event("redis_error", id=payment.business_id, step="ack")
-
-    def dead_letter(self, entry_id, fields, reason):
-        """Park the message on the dead-letter stream and ack it, in one
-        MULTI/EXEC: both or neither. (In Redis Cluster, both stream keys need
-        the same hash tag, as {payments} here.)"""
-        bid = fields.get(b"id", b"?").decode(errors="replace")
-        try:
-            with self.r.pipeline(transaction=True) as p:
-                p.xadd(DEAD, {**fields, "reason": reason, "entry": entry_id, "worker": self.name})
-                p.xack(STREAM, GROUP, entry_id)
-                p.execute()
-            self.event("dead_letter", id=bid, entry=entry_id, reason=reason)
-        except LOST:
-            self.event("redis_error", id=bid, step="dead_letter")
-
 
 def settings_args(parser):
     d = Settings()
@@ -480,12 +445,11 @@ def settings_args(parser):
     parser.add_argument("--min-idle-ms", type=int, default=d.min_idle_ms, help="XAUTOCLAIM min idle time")
     parser.add_argument("--maxtries", type=int, default=d.maxtries)
     parser.add_argument("--retain", type=int, default=d.retain, help="keep done records, s")
-    parser.add_argument("--batch", type=int, default=d.batch)
     parser.add_argument("--block-ms", type=int, default=d.block_ms)
 
 
 def settings_from(args):
-    return Settings(args.lease, args.heartbeat, args.min_idle_ms, args.maxtries, args.retain, args.batch, args.block_ms)
+    return Settings(args.lease, args.heartbeat, args.min_idle_ms, args.maxtries, args.retain, args.block_ms)
 
 
 def main():

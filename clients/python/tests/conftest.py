@@ -21,7 +21,13 @@ def pytest_addoption(parser):  # type: ignore[no-untyped-def]
     parser.addoption("--run-failover", action="store_true", default=os.environ.get("REDIS_IDEM_FAILOVER") == "1",
                      help="also run the planned failover test (a 6-node cluster)")
     parser.addoption("--run-brokers", action="store_true", default=os.environ.get("REDIS_IDEM_BROKERS") == "1",
-                     help="also run the broker adapters' tests (tests/rabbitmq: a RabbitMQ node of their own)")
+                     help="also run the broker adapters' tests against real brokers (tests/rabbitmq, tests/brokers: "
+                          "brokers/launch.py, `make brokers` first; the adapters' extras installed)")
+
+
+def pytest_ignore_collect(collection_path, config):  # type: ignore[no-untyped-def]
+    """tests/brokers needs real brokers and the adapters' extras: only with --run-brokers."""
+    return collection_path.name == "brokers" and not config.getoption("--run-brokers")
 
 
 def pytest_configure(config):  # type: ignore[no-untyped-def]

@@ -18,7 +18,8 @@ from ._coalesce import AsyncBatcher
 from ._commands import AsyncIdemCommands
 from ._errors import KeyT
 from ._idem import IdemBase
-from ._job import BatchItem, Beats, Command, Done, Flow, Job, Outcome, Send, Sleep, StartBeat, StopBeat, Work, advance
+from ._job import (AfterDone, BatchItem, Beats, Command, Done, Flow, Job, Notify, Outcome, Send, Sleep, StartBeat,
+                   StopBeat, Work, advance)
 from ._replies import Edition
 from ._wire import Group, send_async
 
@@ -80,7 +81,7 @@ class _Heartbeat:
             due = self.beats.next_due()
             if due is not None and due <= now:
                 for job in self.beats.due(now):
-                    await _drive(self.idem._loop.extend(job), self.idem._command)
+                    await _drive(self.idem._loop.extend(job), self.idem._beat_act)
                 idle_since = time.monotonic()
                 continue
             if due is None:
@@ -125,6 +126,13 @@ class AsyncIdem(IdemBase):
             self._resolved(await self.commands.get_edition())
         return await self._run(self._loop.process(key, payload, s), work)
 
+    async def _process_after(self, key: KeyT, work: Callable[[Job], Any], payload: Any,
+                             after: Optional[AfterDone], settings: Any) -> Outcome:
+        """As Idem._process_after."""
+        if not self._ready:
+            self._resolved(await self.commands.get_edition())
+        return await self._run(self._loop.process(key, payload, settings, after), work)
+
     def idempotent(self, *, key: Callable[..., KeyT], payload: Optional[Callable[..., Any]] = None,
                    **settings: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """As Idem.idempotent, for an async function: the decorated one is a
@@ -160,6 +168,12 @@ class AsyncIdem(IdemBase):
             return await getattr(self.commands, effect.name)(*effect.args, **effect.kwargs)
         # A single command: built by the loop's protocol (its edition and prefix resolved once).
         return await self.commands._execute(getattr(self._loop.protocol, effect.name)(*effect.args, **effect.kwargs))
+
+    async def _beat_act(self, effect: Any) -> Any:
+        if type(effect) is Notify:
+            value = effect.fn()
+            return await value if inspect.isawaitable(value) else value
+        return await self._command(effect)
 
     async def _send_claims(self, lane: Any, entries: list) -> List[Any]:
         if len(entries) == 1:

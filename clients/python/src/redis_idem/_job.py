@@ -6,7 +6,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass
-from typing import Any, Dict, Generator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Generator, List, NamedTuple, Optional, Sequence, Tuple
 
 from ._errors import KeyT, LeaseLostError
 from ._replies import ClaimReply, Status
@@ -20,7 +20,7 @@ class Job:
     (the fencing number: pass it to your writes), `lost` (a heartbeat found
     the lease taken), `check()` (raise LeaseLostError if so), `payload`."""
 
-    __slots__ = ("key", "status", "attempt", "token", "lease", "payload", "lost", "_stats", "_hooks")
+    __slots__ = ("key", "status", "attempt", "token", "lease", "payload", "lost", "_stats", "_hooks", "_on_extend")
 
     def __init__(self, key: KeyT, reply: ClaimReply, lease: int, payload: Any, stats: Stats, hooks: Hooks):
         self.key = key
@@ -32,6 +32,9 @@ class Job:
         self.lost = False
         self._stats = stats
         self._hooks = hooks
+        #: Called after each EXTEND that kept the lease (a broker adapter
+        #: keeps the broker's own deadline with it: JetStream's in_progress).
+        self._on_extend: Optional[Callable[[], Any]] = None
 
     def check(self) -> None:
         if self.lost:
@@ -112,6 +115,28 @@ class Done(NamedTuple):
 
 class Sleep(NamedTuple):
     seconds: float
+
+
+class Notify(NamedTuple):
+    """Call `fn()` (and await what it answers, under asyncio)."""
+
+    fn: Callable[[], Any]
+
+
+class AfterDone:
+    """Commands an adapter sends after one process() call's DONE, on the
+    same connection in the same round trip (Streams' XACK), before the
+    durable WAIT. They run whatever DONE answers: `sent` says whether they
+    went out at all, `replies` holds their answers to the last DONE sent
+    (an error for a lost connection), so the adapter can undo them when the
+    record was not completed by this call."""
+
+    __slots__ = ("calls", "sent", "replies")
+
+    def __init__(self, calls: List[Any]):
+        self.calls = calls
+        self.sent = False
+        self.replies: Optional[List[Any]] = None
 
 
 class Work(NamedTuple):

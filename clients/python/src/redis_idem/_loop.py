@@ -15,7 +15,7 @@ import redis
 from ._errors import (BusyError, DoneUnconfirmedError, ExhaustedError, HookError, KeyT, MismatchError,
                       NotDurableError, ResultNotStoredError, ResultTooLargeError, StaleError, not_run,
                       retryable_claim)
-from ._job import Done, Flow, Job, Outcome, Send, Sleep, StartBeat, StopBeat, Work, cmd
+from ._job import AfterDone, Done, Flow, Job, Notify, Outcome, Send, Sleep, StartBeat, StopBeat, Work, cmd
 from ._protocol import Protocol
 from ._replies import ClaimReply, Edition, RecordState, Status
 from ._settings import Durable, Hooks, Settings, Stats, quiet
@@ -67,7 +67,8 @@ class Loop:
 
     # -- process(key, work) ------------------------------------------------
 
-    def process(self, key: KeyT, payload: Any, s: Settings) -> Flow:
+    def process(self, key: KeyT, payload: Any, s: Settings, after: Optional[AfterDone] = None) -> Flow:
+        """`after`: a broker adapter's commands that ride with DONE (AfterDone)."""
         deadline = time.monotonic() + s.wait
         claim = dict(payload=payload, max_tries=s.max_tries, bloom=s.bloom, owner=s.owner_name)
         # No WAIT first: a busy key is seen, and counted, once.
@@ -92,7 +93,7 @@ class Loop:
             raise
         yield StopBeat(beat)
         # The work returned: from here on the record is completed, whatever fails.
-        return (yield from self._complete(job, value, s))
+        return (yield from self._complete(job, value, s, after))
 
     def claim(self, key: KeyT, s: Settings, claim: dict, deadline: float, wait: Optional[float] = None) -> Flow:
         """One claim, sent again while it wrote nothing (docs/clients.md:
@@ -236,20 +237,28 @@ class Loop:
         except Exception as e:
             return None, e
 
-    def _send_done(self, job: Job, data: Any, s: Settings) -> Flow:
-        """One DONE, sent once: (its answer, the durable WAIT's answer)."""
-        if s.durable is None:
+    def _send_done(self, job: Job, data: Any, s: Settings, after: Optional[AfterDone] = None) -> Flow:
+        """One DONE, sent once: (its answer, the durable WAIT's answer).
+        `after`'s commands go on its connection behind it, before the WAIT
+        (which then covers them too)."""
+        if s.durable is None and after is None:
             return (yield Done((job.key, job.token, data), s.retain, s.bloom, s.done_timeout)), None
-        call = self.protocol.done(job.key, job.token, data, s.retain, s.bloom)
-        answers = yield Send([self._group(job.key, [call], s.durable)], s.done_timeout + s.durable.timeout)
-        return answers[0], answers[1]
+        calls = [self.protocol.done(job.key, job.token, data, s.retain, s.bloom)]
+        if after is not None:
+            calls += after.calls
+            after.sent = True
+        timeout = s.done_timeout + (s.durable.timeout if s.durable is not None else 0.0)
+        answers = yield Send([self._group(job.key, calls, s.durable)], timeout)
+        if after is not None:
+            after.replies = answers[1 : 1 + len(after.calls)]
+        return answers[0], (answers[-1] if s.durable is not None else None)
 
-    def _complete(self, job: Job, value: Any, s: Settings) -> Flow:
+    def _complete(self, job: Job, value: Any, s: Settings, after: Optional[AfterDone] = None) -> Flow:
         data, unencodable = self.encode(value, s)
         too_large: Optional[BaseException] = None
         tries = 0
         while True:
-            reply, acked = yield from self._send_done(job, data, s)
+            reply, acked = yield from self._send_done(job, data, s, after)
             if isinstance(reply, ResultTooLargeError) and data is not None:
                 data, too_large = None, reply  # refused before anything changed: complete without it
                 continue
@@ -317,14 +326,22 @@ class Loop:
     # -- the heartbeat ---------------------------------------------------
 
     def extend(self, job: Job) -> Flow:
-        """One heartbeat EXTEND; STALE marks the job lost (no more EXTENDs)."""
+        """One heartbeat EXTEND; STALE marks the job lost (no more EXTENDs).
+        An EXTEND that kept the lease then tells the job's broker
+        (`_on_extend`), so that its deadline follows the lease."""
         try:
             yield cmd("extend", job.key, job.token, job.lease)
             self.stats.add("extends")
         except StaleError:
             job._lose()
+            return
         except (redis.RedisError, OSError):
-            pass  # unreachable for now: try again next beat
+            return  # unreachable for now: try again next beat
+        if job._on_extend is not None:
+            try:
+                yield Notify(job._on_extend)
+            except Exception:
+                pass  # the broker is told again at the next beat
 
 
 def _none() -> Flow:

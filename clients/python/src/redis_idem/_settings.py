@@ -7,7 +7,7 @@ import os
 import socket
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, Tuple, Union
 
 from ._codecs import Codec, JsonCodec
 from ._errors import KeyT
@@ -120,24 +120,35 @@ COUNTERS = ("first_runs", "retries", "replays", "waits", "busy", "completed", "r
             "results_dropped", "mismatches", "exhausted", "extends", "not_durable")
 
 
-class Stats:
-    """The counters of docs/clients.md, as attributes (`stats.first_runs`);
-    `as_dict()` gives them all. Thread-safe (the heartbeat counts too)."""
+class _Counters:
+    """Counters named by `_names`, as attributes, added under one lock."""
 
-    __slots__ = COUNTERS + ("_lock",)
+    __slots__ = ("_lock",)
+    _names: Tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        for name in COUNTERS:
+        for name in self._names:
             setattr(self, name, 0)
 
     def add(self, name: str, n: int = 1) -> None:
         with self._lock:
             setattr(self, name, getattr(self, name) + n)
 
-    def as_dict(self) -> dict:
+    def _own(self) -> dict:
         with self._lock:
-            return {name: getattr(self, name) for name in COUNTERS}
+            return {name: getattr(self, name) for name in self._names}
+
+
+class Stats(_Counters):
+    """The counters of docs/clients.md, as attributes (`stats.first_runs`);
+    `as_dict()` gives them all. Thread-safe (the heartbeat counts too)."""
+
+    __slots__ = COUNTERS
+    _names = COUNTERS
+
+    def as_dict(self) -> dict:
+        return self._own()
 
     def __repr__(self) -> str:
         return f"Stats({self.as_dict()})"

@@ -16,7 +16,8 @@ from ._coalesce import SyncBatcher
 from ._commands import IdemCommands
 from ._errors import KeyT
 from ._idem import IdemBase
-from ._job import BatchItem, Beats, Command, Done, Flow, Job, Outcome, Send, Sleep, StartBeat, StopBeat, Work, advance
+from ._job import (AfterDone, BatchItem, Beats, Command, Done, Flow, Job, Notify, Outcome, Send, Sleep, StartBeat,
+                   StopBeat, Work, advance)
 from ._wire import Group, send_sync
 
 #: The heartbeat thread ends after this long without jobs (made again by the next).
@@ -90,7 +91,7 @@ class _Heartbeat:
                     self.wake_at = due
                     self.cond.wait(due - now)
             for job in jobs:
-                _drive(self.idem._loop.extend(job), self.idem._command)
+                _drive(self.idem._loop.extend(job), self.idem._beat_act)
             idle_since = time.monotonic()
 
 
@@ -125,6 +126,14 @@ class Idem(IdemBase):
         if not self._ready:
             self._resolved(self.commands.edition)
         return self._run(self._loop.process(key, payload, s), work)
+
+    def _process_after(self, key: KeyT, work: Callable[[Job], Any], payload: Any, after: Optional[AfterDone],
+                       settings: Any) -> Outcome:
+        """process_outcome() with a broker adapter's commands riding with
+        DONE (AfterDone); `settings` a Settings."""
+        if not self._ready:
+            self._resolved(self.commands.edition)
+        return self._run(self._loop.process(key, payload, settings, after), work)
 
     def idempotent(self, *, key: Callable[..., KeyT], payload: Optional[Callable[..., Any]] = None,
                    **settings: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -166,6 +175,9 @@ class Idem(IdemBase):
             return getattr(self.commands, effect.name)(*effect.args, **effect.kwargs)
         # A single command: built by the loop's protocol (its edition and prefix resolved once).
         return self.commands._execute(getattr(self._loop.protocol, effect.name)(*effect.args, **effect.kwargs))
+
+    def _beat_act(self, effect: Any) -> Any:
+        return effect.fn() if type(effect) is Notify else self._command(effect)
 
     def _send_claims(self, lane: Any, entries: list) -> List[Any]:
         if len(entries) == 1:
