@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	idem "github.com/redis-idem/redis-idem/clients/go"
 	"github.com/redis/go-redis/v9"
@@ -121,5 +122,44 @@ func TestDurableFsync(t *testing.T) {
 				t.Errorf("the record %+v", rec)
 			}
 		})
+	}
+}
+
+// A replay waits for its replicas too: on a primary with none, a key done
+// (by the typed commands, which send no WAIT) replays as NotDurable at the
+// done stage, with the stored result, the work not run, nothing released;
+// ProcessMany's item the same.
+func TestDurableReplayNotAcknowledged(t *testing.T) {
+	cfg := configs()[0]
+	ctx := context.Background()
+	addr := startServer(t, cfg.binary, true, false)
+	i := newIdem(t, addr, idem.Options{Prefix: fresh("durable-replay"), Durable: &idem.Durable{Replicas: 1, Timeout: 50 * time.Millisecond}})
+	for _, key := range []string{"k", "m"} {
+		c, err := i.Claim(ctx, key, time.Minute, idem.ClaimArgs{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := i.Done(ctx, key, c.Token, idem.DoneArgs{Result: []byte(`"stored"`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ran := false
+	res, err := idem.Process(ctx, i, "k", func(context.Context, *idem.Job) (string, error) {
+		ran = true
+		return "again", nil
+	})
+	var nd *idem.NotDurableError
+	if !errors.As(err, &nd) || nd.Stage != idem.StageDone || nd.Result != "stored" || res.Value != "stored" || !res.Replayed || ran {
+		t.Fatalf("a replay not acknowledged: %+v %v (ran %v)", res, err, ran)
+	}
+	if rec, _ := i.Get(ctx, "k"); rec == nil || rec.State != idem.StateDone {
+		t.Errorf("the record %+v", rec)
+	}
+	items, err := idem.ProcessMany(ctx, i, []string{"m"}, func(context.Context, *idem.Job) (string, error) { return "again", nil })
+	if err != nil || items[0].Status != idem.BatchNotDurable || items[0].Value != "stored" || !errors.As(items[0].Err, &nd) || nd.Stage != idem.StageDone {
+		t.Fatalf("a batch replay not acknowledged: %+v %v", items, err)
+	}
+	if s := i.Stats(); s.NotDurable != 2 || s.Replays != 0 || s.Released != 0 {
+		t.Errorf("stats %+v", s)
 	}
 }

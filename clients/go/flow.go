@@ -78,7 +78,8 @@ func (c *core) onClaim(a *acquire, r ClaimReply, err error, ack acked) claimStep
 	}
 	if r.Status != StatusBusy {
 		job, status, err := c.verdict(a.key, r, ack)
-		return claimStep{job: job, replay: status == BatchReplayed, release: status == BatchNotDurable, err: err}
+		release := status == BatchNotDurable && r.Status != StatusDone // a replay holds no claim to give back
+		return claimStep{job: job, replay: status == BatchReplayed, release: release, err: err}
 	}
 	if left <= 0 {
 		return claimStep{err: c.busy(a.key, r)}
@@ -116,6 +117,13 @@ func (c *core) verdict(key string, r ClaimReply, ack acked) (*Job, BatchStatus, 
 		}
 		return &Job{key: key, token: r.Token, attempt: r.Attempt, status: r.Status}, "", nil
 	case StatusDone:
+		if !c.durableOK(ack) {
+			// A replay too: the completion read may not have reached the
+			// replicas (a primary that has just lost its role keeps
+			// answering); the caller carries the stored result.
+			c.stats.notDurable.Add(1)
+			return nil, BatchNotDurable, &NotDurableError{Key: key, Stage: StageDone, Acknowledged: ack.replicas, Cause: ack.err}
+		}
 		c.stats.replays.Add(1)
 		if h := c.hooks.OnReplay; h != nil {
 			quietly(func() { h(key, r.Attempt) })

@@ -217,6 +217,24 @@ func TestSettleNotDurable(t *testing.T) {
 	}
 }
 
+// A replay under durable waits for its replicas too (docs/clients.md,
+// Durability): fewer is NotDurable at the done stage, with nothing to release.
+func TestReplayNotDurable(t *testing.T) {
+	ctx := context.Background()
+	c := testCore(settings{durable: &Durable{Replicas: 1}})
+	a := c.startAcquire(ctx, "k")
+	done := ClaimReply{Status: StatusDone, Attempt: 1, Result: []byte(`"v"`)}
+	st := c.onClaim(&a, done, nil, acked{replicas: 0})
+	var nd *NotDurableError
+	if !errors.As(st.err, &nd) || nd.Stage != StageDone || st.release || st.replay ||
+		c.stats.replays.Load() != 0 || c.stats.notDurable.Load() != 1 {
+		t.Errorf("a replay not acknowledged: %+v %+v", st, nd)
+	}
+	if st := c.onClaim(&a, done, nil, acked{replicas: 1}); st.err != nil || !st.replay || c.stats.replays.Load() != 1 {
+		t.Errorf("a replay acknowledged: %+v", st)
+	}
+}
+
 func TestOnClaimDecisions(t *testing.T) {
 	ctx := context.Background()
 	c := testCore(settings{wait: time.Second, durable: &Durable{Replicas: 1}})

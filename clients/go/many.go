@@ -58,7 +58,13 @@ func ProcessMany[T any](ctx context.Context, i *Idem, keys []string, work Work[T
 			}
 		default:
 			it.Status, it.Err = status, err
-			if status == BatchNotDurable {
+			var replay *NotDurableError
+			if a.reply.Status == StatusDone && errors.As(err, &replay) {
+				// A replay not acknowledged: the stored result with the error.
+				if a.reply.Result != nil && i.core.codec.Decode(a.reply.Result, &it.Value) == nil {
+					it.ResultStored, replay.Result = true, it.Value
+				}
+			} else if status == BatchNotDurable {
 				undurable = append(undurable, &Job{key: keys[j], token: a.reply.Token})
 			}
 		}
