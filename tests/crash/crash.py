@@ -122,6 +122,22 @@ class Topology:
             wait_ping(port)
             self.sentinels.append((port, p))
         self.wait_synced(2)
+        self.wait_sentinels()
+
+    def wait_sentinels(self, timeout=60):
+        """Until every Sentinel knows the two others and both replicas: a
+        crash before that finds no quorum, or no replica to promote."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if all(len(s.execute_command("SENTINEL", "SENTINELS", NAME)) >= 2
+                       and len(s.execute_command("SENTINEL", "REPLICAS", NAME)) >= 2
+                       for s in (redis.Redis(port=port, socket_timeout=2) for port, _ in self.sentinels)):
+                    return
+            except redis.RedisError:
+                pass
+            time.sleep(0.1)
+        raise SystemExit(f"the Sentinels do not know each other and both replicas after {timeout} s")
 
     @property
     def sentinel_addresses(self):
@@ -164,6 +180,7 @@ class Topology:
         else:
             raise SystemExit("no replica was promoted within 60 s")
         old.start()  # empty; the Sentinels make it a replica of the new primary
+        self.wait_synced(2)
 
     def close(self):
         for _, p in self.sentinels:
