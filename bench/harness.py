@@ -45,16 +45,18 @@ def free_port():
 class Server:
     """A redis-server on 127.0.0.1 with redis-idem (and RedisBloom) loaded."""
 
-    def __init__(self, extra=(), redisbloom=True, warm=True, binary="redis-server"):
+    def __init__(self, extra=(), redisbloom=True, warm=True, binary="redis-server", module=True):
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="idem-bench-")
         self.args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-                     "--save", "", "--appendonly", "no", "--loadmodule", str(MODULE)]
+                     "--save", "", "--appendonly", "no"]
+        if module:
+            self.args += ["--loadmodule", str(MODULE)]
         if redisbloom:
             self.args += ["--loadmodule", str(redisbloom_path())]
         self.args += list(extra)
         self.start()
-        if warm:
+        if warm and module:
             self.warm_up(redisbloom)
 
     def start(self, loading_timeout=3600):

@@ -6,22 +6,26 @@ Redis 7.0+, Valkey 7.2+). Load it with
 
     redis-cli -x FUNCTION LOAD REPLACE < functions/idem.lua
 
-and call FCALL idem_claim 1 key lease [PAYLOAD p] [MAXTRIES n], idem_done,
-idem_release, idem_extend, idem_get (FCALL_RO too), idem_once. Arguments,
-replies and error texts are the module's (docs/commands.md); where the two
-editions differ, docs/functions.md says how and why.
+and call FCALL idem_claim 1 key lease [PAYLOAD p] [MAXTRIES n] [OWNER name],
+idem_done, idem_release, idem_extend, idem_get (FCALL_RO too), idem_once,
+idem_requeue, idem_scan. Arguments, replies and error texts are the
+module's (docs/commands.md); where the two editions differ,
+docs/functions.md says how and why.
 
-A record is a hash with an absolute expiry (PEXPIREAT), so replication,
-AOF, DUMP/RESTORE and resharding treat it as any key. Its fields:
-  s  phase: p (processing; expired once the lease has ended), r (released),
-     d (done)
-  a  attempt      c  claimed_at (Unix ms; absent = 0)
-  l  processing: lease end; released: release time (Unix ms; absent = 0)
-  d  done_at      t  the latest claim's token (absent once done)
-  f  payload fingerprint (32 hex digits)      r  the stored result
-  b  the attempt at the latest requeue (absent = 0)
-  x  processing: when the lease was last extended (absent = 0; one older
-     than c belongs to an earlier claim)
+A record is one string with an absolute expiry (SET ... PXAT), so
+replication, AOF, DUMP/RESTORE and resharding treat it as any key:
+  version   1 byte, 1
+  phase     'p' processing (expired once the lease has ended), 'r' released,
+            'd' done
+  flags     1 byte: which of the optional parts below follow
+  attempt, claimed_at, then the lease end ('p'), the release time ('r') or
+            done_at ('d'): 7-byte little-endian integers (Unix ms)
+  then, as flagged and in this order: the latest claim's token and the
+  payload fingerprint (32 hex digits each), the attempt at the latest
+  requeue (7 bytes), the latest extension of this claim (7 bytes, Unix ms),
+  the owner (a length byte, then 1 to 64 bytes), the result (the rest).
+Records that earlier builds kept as hashes (fields s, a, c, l, d, t, f, r, b,
+x) are still read, and written in this form when next changed.
 ]]
 
 -- The module's defaults for its configs idem.history, idem.retain and
@@ -34,14 +38,13 @@ local EDITION = 'functions'
 local VERSION = '0.1.0'
 
 -- Lua numbers are doubles, exact up to 2^53: every time is kept below it
--- (about 285,000 years from 1970), and so Redis writes the numbers passed
--- to redis.call as exact integers. The module's limit is i64; the longest
+-- (about 285,000 years from 1970). The module's limit is i64; the longest
 -- history or retention (100 years) is subtracted as the module does.
 local MAX_MS = 9007199254740992
 local MAX_SECONDS = 100 * 365 * 24 * 3600
+local MAX_OWNER = 64
 -- The module's data type, as TYPE names it.
 local MODULE_TYPE = 'idemrecrd'
-
 
 local WRONGTYPE = { err = 'WRONGTYPE Operation against a key holding the wrong kind of value' }
 local MODULE_KEY = {
@@ -51,6 +54,7 @@ local NOT_AN_INTEGER = { err = 'ERR value is not an integer or out of range' }
 local INVALID_TOKEN = { err = 'ERR invalid token' }
 local STALE_DONE = { err = "STALE the key was claimed again since this token's claim" }
 local STALE_EXTEND = { err = 'STALE this token does not hold the claim' }
+local OWNER_LENGTH = { err = 'ERR OWNER must be 1 to 64 bytes' }
 local NEEDS_WAIT = {
   err = 'ERR WAIT needs the redis-idem module: a function cannot block; retry a BUSY claim after a backoff',
 }
@@ -84,15 +88,16 @@ end
 -- Unix ms from the server's clock, and the clock as TIME gave it.
 local function now_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
+  return t[1] * 1000 + math.floor(t[2] / 1000), t
 end
 
 -- Redis's string2ll: the exact decimal spelling of an i64, nothing else.
 -- Values past 2^53 come back rounded; every caller compares them with
 -- limits far below that.
 local function parse_int(text)
-  -- The common case first: a positive number well within 2^53.
-  if #text < 16 and string.find(text, '^[1-9]%d*$') then return tonumber(text) end
+  -- The common case first: a positive number well within 2^53 (+ 0
+  -- converts it as tonumber does, for less).
+  if #text < 16 and string.find(text, '^[1-9]%d*$') then return text + 0 end
   local digits, negative = text, false
   if string.sub(text, 1, 1) == '-' then
     digits, negative = string.sub(text, 2), true
@@ -116,24 +121,123 @@ end
 local function seconds_arg(text, command, now)
   local seconds = parse_int(text)
   if not seconds then return nil, NOT_AN_INTEGER end
-  if seconds < 1 or seconds > math.floor((MAX_MS - now) / 1000) - MAX_SECONDS then
+  if seconds < 1 or seconds * 1000 > MAX_MS - now - MAX_SECONDS * 1000 then
     return nil, { err = "ERR invalid expire time in '" .. command .. "' command" }
   end
   return seconds * 1000
 end
 
--- A token argument: nil when it cannot be an issued token (never matches),
--- the error when it is longer than any token.
-local function token_arg(text)
-  local length = #text
-  if length > 32 then return nil, INVALID_TOKEN end
-  if length == 32 and string.find(text, '^%x+$') then return string.lower(text) end
-  return nil
+-- Whether a token argument names `held`, the token a record holds (nil
+-- for none): issued tokens are lower case, and either case is accepted.
+local function holds(text, held)
+  return held ~= nil and (text == held or #text == 32 and string.lower(text) == held)
 end
 
--- A time or attempt field as the functions write it: a decimal integer
--- from 0, below MAX_MS (so that attempt + 1 and lease arithmetic stay
--- exact); nil for anything else.
+-- Options as NAME value pairs from argv[first]: case-insensitive, each at
+-- most once, checked in order as the module checks them. take(NAME, value)
+-- keeps one and answers an error or nothing.
+local function options(argv, first, known, take)
+  local seen = {}
+  for i = first, #argv, 2 do
+    local name = string.upper(argv[i])
+    if not known[name] then return { err = "ERR syntax error, unknown option '" .. argv[i] .. "'" } end
+    if seen[name] then return { err = 'ERR syntax error, option ' .. name .. ' given twice' } end
+    local value = argv[i + 1]
+    if not value then return { err = 'ERR syntax error, option ' .. name .. ' needs a value' } end
+    seen[name] = true
+    local err = take(name, value)
+    if err then return err end
+  end
+end
+
+-- The packed record (see the top of this file). The flags:
+local F_TOKEN, F_FP, F_BASE, F_EXTENDED, F_OWNER, F_RESULT = 1, 2, 4, 8, 16, 32
+local RECORD_VERSION = 1
+local HEADER = '<Bc1BI7I7I7'
+-- The longest record without a result: what idem_scan reads of a string.
+local LONGEST_BARE = 24 + 32 + 32 + 7 + 7 + 1 + MAX_OWNER
+
+-- A string's record: a table of phase, attempt, claimed, at (the phase's
+-- time), and token, fp, base, extended, owner, result where present; nil
+-- unless the string is exactly a record as encode writes it. A user's
+-- string is not taken for one: every byte is checked, and a record with
+-- a result is also checked on a prefix (idem_scan reads one).
+local function decode(value)
+  local length = #value
+  if length < 24 or string.byte(value) ~= RECORD_VERSION then return nil end
+  local _, phase, flags, attempt, claimed, at, pos = struct.unpack(HEADER, value)
+  if flags >= 64 or attempt >= MAX_MS or claimed >= MAX_MS or at >= MAX_MS then return nil end
+  local token, fp, base, extended, owner, result
+  -- The flags by arithmetic: cheaper in Lua than bit.band.
+  if flags % 2 >= F_TOKEN then
+    token, pos = string.sub(value, pos, pos + 31), pos + 32
+    if #token ~= 32 or not string.find(token, '^[0-9a-f]*$') then return nil end
+  end
+  if flags % 4 >= F_FP then
+    fp, pos = string.sub(value, pos, pos + 31), pos + 32
+    if #fp ~= 32 or not string.find(fp, '^[0-9a-f]*$') then return nil end
+  end
+  if flags % 8 >= F_BASE then
+    if pos + 6 > length then return nil end
+    base, pos = struct.unpack('<I7', value, pos)
+    if base > attempt then return nil end
+  end
+  if flags % 16 >= F_EXTENDED then
+    if pos + 6 > length then return nil end
+    extended, pos = struct.unpack('<I7', value, pos)
+    if extended >= MAX_MS then return nil end
+  end
+  if flags % 32 >= F_OWNER then
+    local size = string.byte(value, pos) or 0
+    if size < 1 or size > MAX_OWNER or pos + size > length then return nil end
+    owner, pos = string.sub(value, pos + 1, pos + size), pos + 1 + size
+  end
+  if flags >= F_RESULT then
+    result = string.sub(value, pos)
+  elseif pos ~= length + 1 then
+    return nil
+  end
+  -- What each phase holds: a claim has a token (a requeued release has
+  -- none, no owner, and its tries base); done drops token, owner and
+  -- extension.
+  local valid
+  if phase == 'p' then
+    valid = attempt >= 1 and token and not result
+  elseif phase == 'r' then
+    valid = not result and not extended and (token and attempt >= 1 or not token and base and not owner)
+  elseif phase == 'd' then
+    valid = not token and not extended and not owner
+  end
+  if not valid then return nil end
+  -- A table sized for the usual fields (setting a field, even to nil,
+  -- makes room for it).
+  local r = { phase = phase, attempt = attempt, claimed = claimed, at = at, token = token }
+  if fp then r.fp = fp end
+  if base then r.base = base end
+  if extended then r.extended = extended end
+  if owner then r.owner = owner end
+  if result then r.result = result end
+  return r
+end
+
+local function encode(r)
+  local flags, base, extended, owner = 0, '', '', ''
+  if r.token then flags = F_TOKEN end
+  if r.fp then flags = flags + F_FP end
+  if r.base then flags, base = flags + F_BASE, struct.pack('<I7', r.base) end
+  if r.extended then flags, extended = flags + F_EXTENDED, struct.pack('<I7', r.extended) end
+  if r.owner then flags, owner = flags + F_OWNER, string.char(#r.owner) .. r.owner end
+  if r.result then flags = flags + F_RESULT end
+  return struct.pack(HEADER, RECORD_VERSION, r.phase, flags, r.attempt, r.claimed, r.at)
+    .. (r.token or '') .. (r.fp or '') .. base .. extended .. owner .. (r.result or '')
+end
+
+local function write(key, r, expire_at)
+  redis.call('SET', key, encode(r), 'PXAT', expire_at)
+end
+
+-- A time or attempt field of a hash record: a decimal integer from 0, below
+-- MAX_MS; nil for anything else.
 local function int_field(text)
   if text == '0' then return 0 end
   if not text or #text > 16 or not string.find(text, '^[1-9]%d*$') then return nil end
@@ -142,235 +246,207 @@ local function int_field(text)
   return value
 end
 
--- The fields a record may have (see the top of this file).
-local FIELDS = { s = true, a = true, c = true, l = true, d = true, t = true, f = true, r = true, b = true, x = true }
+local HASH_FIELDS = { s = true, a = true, c = true, l = true, d = true, t = true, f = true, r = true, b = true, x = true }
+local HASH_FIELD_COUNT = 10
 
--- Whether a hash's fields are a record's: exactly what the functions
--- write, each well-formed. Every function reads through this, so a hash
--- of the user's (or a damaged record) answers WRONGTYPE, as the module
--- answers for a key of another type, and never a Lua error or a write.
-local function is_record(record)
-  local phase, attempt = record.s, int_field(record.a)
-  if not attempt or not (phase == 'p' or phase == 'r' or phase == 'd') then return false end
-  for _, name in ipairs({ 'c', 'l', 'd', 'b', 'x' }) do
-    if record[name] and not int_field(record[name]) then return false end
-  end
-  -- The tries base is an attempt this record had.
-  if record.b and int_field(record.b) > attempt then return false end
-  local token, fp = record.t, record.f
-  if fp and not (#fp == 32 and string.find(fp, '^[0-9a-f]+$')) then return false end
-  if token and token ~= '' and not (#token == 32 and string.find(token, '^[0-9a-f]+$')) then return false end
-  if phase == 'd' then
-    -- Done: done_at set; no live token (completion clears it).
-    return record.d ~= nil and (token == nil or token == '')
-  end
-  if phase == 'r' and token == '' then
-    -- Requeued (only idem_requeue writes an empty token): released with
-    -- no holder, its tries base set; a record ONCE made has attempt 0 and
-    -- no claim time.
-    return record.b ~= nil and record.l ~= nil and record.d == nil and record.r == nil
-  end
-  -- Processing or released: claimed (attempt, claim time, lease end or
-  -- release time, token), not done, no result.
-  return attempt >= 1 and record.c ~= nil and record.l ~= nil and token ~= nil and token ~= ''
-    and record.d == nil and record.r == nil
+local function hex_field(text)
+  return text and #text == 32 and string.find(text, '^[0-9a-f]+$')
 end
 
--- The key's record as a table of its fields; false when the key is absent;
--- nil and the error when it holds something else (a hash that is not a
--- record included).
-local function read(key)
-  local fields = redis.pcall('HGETALL', key)
-  if fields.err then
-    if string.find(fields.err, '^WRONGTYPE') and redis.call('TYPE', key).ok == MODULE_TYPE then
-      return nil, MODULE_KEY
-    end
-    return nil, fields
+-- A hash record of an earlier build, as a record; nil unless its fields
+-- are exactly what those builds wrote, each well-formed.
+local function hash_record(h)
+  local phase, attempt = h.s, int_field(h.a)
+  local claimed, at, done_at = int_field(h.c or '0'), int_field(h.l or '0'), int_field(h.d or '0')
+  local base, extended = int_field(h.b or '0'), int_field(h.x or '0')
+  if not (attempt and claimed and at and done_at and base and extended) or base > attempt then return nil end
+  local token = h.t
+  if token == '' then token = nil end
+  if (token and not hex_field(token)) or (h.f and not hex_field(h.f)) then return nil end
+  local r = {
+    phase = phase, attempt = attempt, claimed = claimed, at = at, token = token, result = h.r,
+    fp = h.f, base = h.b and base, extended = phase == 'p' and h.x and extended,
+  }
+  if phase == 'd' then
+    -- Done: done_at set (completion empties the token).
+    r.at = done_at
+    if h.d and not token then return r end
+  elseif phase == 'r' and h.t == '' then
+    -- Requeued: no holder, its tries base set.
+    if h.b and h.l and not h.d and not h.r then return r end
+  elseif phase == 'p' or phase == 'r' then
+    if attempt >= 1 and h.c and h.l and token and not h.d and not h.r then return r end
   end
-  local count = #fields
-  if count == 0 then return false end
-  local record = {}
-  for i = 1, count, 2 do
-    local name = fields[i]
-    if not FIELDS[name] then return nil, WRONGTYPE end
-    record[name] = fields[i + 1]
+  return nil
+end
+
+-- A key that is no string: a hash record, or nil and the error.
+local function read_hash(key, err)
+  if not string.find(err, '^WRONGTYPE') then return nil, { err = err } end
+  local count = redis.pcall('HLEN', key)
+  if type(count) ~= 'number' then
+    if redis.call('TYPE', key).ok == MODULE_TYPE then return nil, MODULE_KEY end
+    return nil, WRONGTYPE
   end
-  if not is_record(record) then return nil, WRONGTYPE end
+  if count > HASH_FIELD_COUNT then return nil, WRONGTYPE end
+  local fields = redis.call('HGETALL', key)
+  local h = {}
+  for i = 1, #fields, 2 do
+    if not HASH_FIELDS[fields[i]] then return nil, WRONGTYPE end
+    h[fields[i]] = fields[i + 1]
+  end
+  local record = hash_record(h)
+  if not record then return nil, WRONGTYPE end
   return record
 end
 
--- Tokens: 128 bits of a SHA-1 chain. Each token hashes the previous link
--- with the key and the server's clock in us; the first link hashes that
--- clock and heap addresses, which ASLR makes differ between processes. A
--- chain never returns to a link it left (that would take a SHA-1 cycle),
--- so this library instance never hashes the same input twice; another
--- instance (a restart, a FUNCTION LOAD, another primary) starts elsewhere.
--- Functions replicate their effects, so replicas and the AOF store the
--- primary's token and never draw one.
-local chain
-local function new_token(key, clock)
-  if not chain then
-    chain = redis.sha1hex(clock[1] .. '.' .. clock[2] .. tostring({}) .. tostring(redis.call) .. tostring(new_token))
+-- The one reader: the key's record from what GET (SET ... GET, GETRANGE)
+-- answered for it; false when the key is absent; nil and the error to
+-- answer when it holds anything else: WRONGTYPE, as the module answers for
+-- a key of another type, never a Lua error or a write.
+local function read(key, reply)
+  if not reply then return false end
+  if type(reply) == 'string' then
+    local record = decode(reply)
+    if record then return record end
+    return nil, WRONGTYPE
   end
-  chain = redis.sha1hex(chain .. clock[1] .. '.' .. clock[2] .. key)
-  return string.sub(chain, 1, 32)
+  return read_hash(key, reply.err)
 end
 
+-- Tokens: 64 bits that name this library instance, then a 64-bit count
+-- of its claims. The name is a SHA-1 of the server's clock in us and of
+-- heap addresses, which ASLR makes differ between processes: another
+-- instance (a restart, a FUNCTION LOAD, another primary) has another, and
+-- one instance never counts the same number twice, so a token never
+-- repeats. (A SHA-1 per token cost more than the rest of a claim.)
+-- Functions replicate their effects, so replicas and the AOF store the
+-- primary's token and never draw one.
+local instance, claims = nil, 0
+local function new_token(clock)
+  if not instance then
+    instance = string.sub(redis.sha1hex(clock[1] .. '.' .. clock[2] .. tostring({}) .. tostring(redis.call)
+      .. tostring(new_token)), 1, 16)
+  end
+  claims = claims + 1
+  return instance .. string.format('%016x', claims)
+end
+
+-- The first 128 bits of the payload's SHA-1, in hex.
 local function fingerprint(payload)
   return string.sub(redis.sha1hex(payload), 1, 32)
 end
 
--- FCALL idem_claim 1 key lease [PAYLOAD data] [MAXTRIES n] [BLOOM f] [WAIT ms]
+local CLAIM_OPTIONS = { PAYLOAD = true, MAXTRIES = true, OWNER = true, BLOOM = true, WAIT = true }
+
+-- FCALL idem_claim 1 key lease [PAYLOAD data] [MAXTRIES n] [OWNER name] [BLOOM f] [WAIT ms]
 local function claim(keys, argv)
   local bad = one_key(keys, 'idem_claim')
   if bad then return bad end
-  local argc = #argv
-  if argc < 1 then return arity_error('IDEM.CLAIM') end
+  if #argv < 1 then return arity_error('IDEM.CLAIM') end
   local key = keys[1]
   local now, clock = now_ms()
   local lease, err = seconds_arg(argv[1], 'IDEM.CLAIM', now)
   if not lease then return err end
-  local payload_fp, max_tries, bloom, wait
-  local i = 2
-  while i <= argc do
-    local name = string.upper(argv[i])
-    local value = argv[i + 1]
+  local payload_fp, max_tries, bloom, wait, owner
+  err = #argv > 1 and options(argv, 2, CLAIM_OPTIONS, function(name, value)
     if name == 'PAYLOAD' then
-      if payload_fp then return { err = 'ERR syntax error, option PAYLOAD given twice' } end
-      if not value then return { err = 'ERR syntax error, option PAYLOAD needs a value' } end
       payload_fp = fingerprint(value)
     elseif name == 'MAXTRIES' then
-      if max_tries then return { err = 'ERR syntax error, option MAXTRIES given twice' } end
-      if not value then return { err = 'ERR syntax error, option MAXTRIES needs a value' } end
       max_tries = parse_int(value)
       if not max_tries then return NOT_AN_INTEGER end
       if max_tries < 1 then return { err = 'ERR MAXTRIES must be a positive integer' } end
+    elseif name == 'OWNER' then
+      if #value < 1 or #value > MAX_OWNER then return OWNER_LENGTH end
+      owner = value
     elseif name == 'BLOOM' then
-      if bloom then return { err = 'ERR syntax error, option BLOOM given twice' } end
-      if not value then return { err = 'ERR syntax error, option BLOOM needs a value' } end
       if value == key then return { err = 'ERR the BLOOM filter must be another key than the record' } end
       bloom = true
-    elseif name == 'WAIT' then
-      if wait then return { err = 'ERR syntax error, option WAIT given twice' } end
-      if not value then return { err = 'ERR syntax error, option WAIT needs a value' } end
-      wait = parse_int(value)
-      if not wait or wait < 0 or wait > 3600000 then
-        return { err = 'ERR WAIT must be an integer from 0 to 3600000' }
-      end
     else
-      return { err = "ERR syntax error, unknown option '" .. argv[i] .. "'" }
+      wait = parse_int(value)
+      if not wait or wait < 0 or wait > 3600000 then return { err = 'ERR WAIT must be an integer from 0 to 3600000' } end
     end
-    i = i + 2
-  end
+  end)
+  if err then return err end
   if bloom then return NEEDS_BLOOM end
   -- WAIT 0 does not wait in the module either.
   if wait and wait > 0 then return NEEDS_WAIT end
 
-  local record, read_err = read(key)
-  if record == nil then return read_err end
   local lease_end = now + lease
-  if not record then
-    local token = new_token(key, clock)
-    if payload_fp then
-      redis.call('HSET', key, 's', 'p', 'a', '1', 'c', now, 'l', lease_end, 't', token, 'f', payload_fp)
-    else
-      redis.call('HSET', key, 's', 'p', 'a', '1', 'c', now, 'l', lease_end, 't', token)
-    end
-    redis.call('PEXPIREAT', key, lease_end + HISTORY_MS)
-    return { S_NEW, token, 1 }
-  end
-  local attempt = tonumber(record.a)
-  local stored_fp = record.f
-  if payload_fp and stored_fp and payload_fp ~= stored_fp then
+  local token = new_token(clock)
+  local claimed = { phase = 'p', attempt = 1, claimed = now, at = lease_end, token = token, fp = payload_fp, owner = owner }
+  -- One call for a new key: written only if the key is absent, else what
+  -- it holds (a non-string answers WRONGTYPE and is left as it is).
+  local reply = redis.pcall('SET', key, encode(claimed), 'NX', 'GET', 'PXAT', lease_end + HISTORY_MS)
+  local record, read_err = read(key, reply)
+  if record == nil then return read_err end
+  if not record then return { S_NEW, token, 1 } end
+  local attempt = record.attempt
+  if payload_fp and record.fp and payload_fp ~= record.fp then
     return { S_MISMATCH, false, attempt }
   end
-  local phase = record.s
+  local phase = record.phase
   if phase == 'd' then
-    return { S_DONE, record.r or false, attempt }
+    return { S_DONE, record.result or false, attempt }
   end
-  if phase == 'p' then
-    local left = tonumber(record.l) - now
-    if left > 0 then return { S_BUSY, left, attempt } end
+  if phase == 'p' and record.at > now then
+    return { S_BUSY, record.at - now, attempt }
   end
   -- Released or expired. MAXTRIES counts the claims since the latest
   -- requeue.
-  if max_tries and attempt - tonumber(record.b or 0) >= max_tries then
+  if max_tries and attempt - (record.base or 0) >= max_tries then
     return { S_EXHAUSTED, false, attempt }
   end
-  attempt = attempt + 1
-  local token = new_token(key, clock)
-  if payload_fp and not stored_fp then
-    redis.call('HSET', key, 's', 'p', 'a', attempt, 'c', now, 'l', lease_end, 't', token,
-      'f', payload_fp)
-  else
-    redis.call('HSET', key, 's', 'p', 'a', attempt, 'c', now, 'l', lease_end, 't', token)
-  end
-  redis.call('PEXPIREAT', key, lease_end + HISTORY_MS)
-  return { S_RETRY, token, attempt }
+  claimed.attempt, claimed.fp, claimed.base = attempt + 1, record.fp or payload_fp, record.base
+  write(key, claimed, lease_end + HISTORY_MS)
+  return { S_RETRY, token, attempt + 1 }
 end
+
+local DONE_OPTIONS = { RESULT = true, RETAIN = true, BLOOM = true }
 
 -- FCALL idem_done 1 key token [RESULT value] [RETAIN seconds] [BLOOM f]
 local function done(keys, argv)
   local bad = one_key(keys, 'idem_done')
   if bad then return bad end
-  local argc = #argv
-  if argc < 1 then return arity_error('IDEM.DONE') end
+  if #argv < 1 then return arity_error('IDEM.DONE') end
   local key = keys[1]
   local now = now_ms()
-  local token, err = token_arg(argv[1])
-  if err then return err end
+  local token = argv[1]
+  if #token > 32 then return INVALID_TOKEN end
   local result, retain, bloom
-  local i = 2
-  while i <= argc do
-    local name = string.upper(argv[i])
-    local value = argv[i + 1]
+  local err = #argv > 1 and options(argv, 2, DONE_OPTIONS, function(name, value)
     if name == 'RESULT' then
-      if result then return { err = 'ERR syntax error, option RESULT given twice' } end
-      if not value then return { err = 'ERR syntax error, option RESULT needs a value' } end
       if #value > MAX_RESULT then
         return { err = 'ERR RESULT is larger than idem.max-result (' .. MAX_RESULT .. ' bytes)' }
       end
       result = value
     elseif name == 'RETAIN' then
-      if retain then return { err = 'ERR syntax error, option RETAIN given twice' } end
-      if not value then return { err = 'ERR syntax error, option RETAIN needs a value' } end
-      retain, err = seconds_arg(value, 'IDEM.DONE', now)
-      if not retain then return err end
-    elseif name == 'BLOOM' then
-      if bloom then return { err = 'ERR syntax error, option BLOOM given twice' } end
-      if not value then return { err = 'ERR syntax error, option BLOOM needs a value' } end
+      local retain_err
+      retain, retain_err = seconds_arg(value, 'IDEM.DONE', now)
+      return retain_err
+    else
       if value == key then return { err = 'ERR the BLOOM filter must be another key than the record' } end
       bloom = true
-    else
-      return { err = "ERR syntax error, unknown option '" .. argv[i] .. "'" }
     end
-    i = i + 2
-  end
+  end)
+  if err then return err end
   if bloom then return NEEDS_BLOOM end
 
-  local record, read_err = read(key)
+  local record, read_err = read(key, redis.pcall('GET', key))
   if record == nil then return read_err end
-  local expire_at = (now + (retain or RETAIN_MS))
+  local expire_at = now + (retain or RETAIN_MS)
   if not record then
     -- A late completion after the record was forgotten: recorded, so a
     -- redelivery is still recognised as done.
-    if result then
-      redis.call('HSET', key, 's', 'd', 'a', '0', 'd', now, 'r', result)
-    else
-      redis.call('HSET', key, 's', 'd', 'a', '0', 'd', now)
-    end
-    redis.call('PEXPIREAT', key, expire_at)
+    write(key, { phase = 'd', attempt = 0, claimed = 0, at = now, result = result }, expire_at)
     return 1
   end
-  if record.s == 'd' then return 0 end
-  if not token or token ~= record.t then return STALE_DONE end
-  -- A processing or released record holds no result and no done_at yet.
-  if result then
-    redis.call('HSET', key, 's', 'd', 'd', now, 'l', '0', 't', '', 'r', result)
-  else
-    redis.call('HSET', key, 's', 'd', 'd', now, 'l', '0', 't', '')
-  end
-  redis.call('PEXPIREAT', key, expire_at)
+  if record.phase == 'd' then return 0 end
+  if not holds(token, record.token) then return STALE_DONE end
+  -- Done: attempt, claim time, fingerprint and tries base kept.
+  record.phase, record.at, record.result = 'd', now, result
+  record.token, record.extended, record.owner = nil, nil, nil
+  write(key, record, expire_at)
   return 1
 end
 
@@ -381,15 +457,15 @@ local function release(keys, argv)
   if #argv ~= 1 then return arity_error('IDEM.RELEASE') end
   local key = keys[1]
   local now = now_ms()
-  local token, err = token_arg(argv[1])
-  if err then return err end
-  local record, read_err = read(key)
+  local token = argv[1]
+  if #token > 32 then return INVALID_TOKEN end
+  local record, read_err = read(key, redis.pcall('GET', key))
   if record == nil then return read_err end
-  if not record or record.s ~= 'p' or tonumber(record.l) <= now or not token or token ~= record.t then
+  if not record or record.phase ~= 'p' or record.at <= now or not holds(token, record.token) then
     return 0
   end
-  redis.call('HSET', key, 's', 'r', 'l', now)
-  redis.call('PEXPIREAT', key, now + HISTORY_MS)
+  record.phase, record.at, record.extended = 'r', now, nil
+  write(key, record, now + HISTORY_MS)
   return 1
 end
 
@@ -400,20 +476,18 @@ local function extend(keys, argv)
   if #argv ~= 2 then return arity_error('IDEM.EXTEND') end
   local key = keys[1]
   local now = now_ms()
-  local token, err = token_arg(argv[1])
-  if err then return err end
-  local lease
-  lease, err = seconds_arg(argv[2], 'IDEM.EXTEND', now)
+  local token = argv[1]
+  if #token > 32 then return INVALID_TOKEN end
+  local lease, err = seconds_arg(argv[2], 'IDEM.EXTEND', now)
   if not lease then return err end
-  local record, read_err = read(key)
+  local record, read_err = read(key, redis.pcall('GET', key))
   if record == nil then return read_err end
   -- A lapsed lease may be extended as long as nobody claimed since.
-  if not record or record.s ~= 'p' or not token or token ~= record.t then
+  if not record or record.phase ~= 'p' or not holds(token, record.token) then
     return STALE_EXTEND
   end
-  local lease_end = now + lease
-  redis.call('HSET', key, 'l', lease_end, 'x', now)
-  redis.call('PEXPIREAT', key, lease_end + HISTORY_MS)
+  record.at, record.extended = now + lease, now
+  write(key, record, now + lease + HISTORY_MS)
   return 1
 end
 
@@ -426,12 +500,25 @@ local function once(keys, argv)
   local now = now_ms()
   local retain, err = seconds_arg(argv[1], 'IDEM.ONCE', now)
   if not retain then return err end
-  local record, read_err = read(key)
+  local marked = encode({ phase = 'd', attempt = 0, claimed = 0, at = now })
+  local record, read_err = read(key, redis.pcall('SET', key, marked, 'NX', 'GET', 'PXAT', now + retain))
   if record == nil then return read_err end
   if record then return 0 end
-  redis.call('HSET', key, 's', 'd', 'a', '0', 'd', now)
-  redis.call('PEXPIREAT', key, now + retain)
   return 1
+end
+
+-- The state a record is in at `now`, and when it last changed (a claim, an
+-- extension, a release, a completion).
+local function state_of(record, now)
+  local phase = record.phase
+  if phase == 'p' then
+    local changed = math.max(record.claimed, record.extended or 0)
+    if now < record.at then return 'processing', changed end
+    return 'expired', changed
+  elseif phase == 'r' then
+    return 'released', record.at
+  end
+  return 'done', record.at
 end
 
 -- FCALL idem_get 1 key (also FCALL_RO, and on replicas)
@@ -441,32 +528,22 @@ local function get(keys, argv)
   if #argv ~= 0 then return arity_error('IDEM.GET') end
   local key = keys[1]
   local now = now_ms()
-  local record, read_err = read(key)
+  local record, read_err = read(key, redis.pcall('GET', key))
   if record == nil then return read_err end
   if not record then return false end
-  local phase = record.s
-  local lease_end = tonumber(record.l or 0)
-  local state, lease_ms = 'done', 0
-  if phase == 'p' then
-    if now < lease_end then
-      state, lease_ms = 'processing', lease_end - now
-    else
-      state = 'expired'
-    end
-  elseif phase == 'r' then
-    state = 'released'
-  end
+  local state = state_of(record, now)
   return {
     map = {
       state = STATES[state],
-      attempt = tonumber(record.a),
-      lease_ms = lease_ms,
+      attempt = record.attempt,
+      lease_ms = state == 'processing' and record.at - now or 0,
       pttl = redis.call('PTTL', key),
-      claimed_at = tonumber(record.c or 0),
-      done_at = tonumber(record.d or 0),
-      result = record.r or false,
-      fingerprint = record.f or false,
-      tries = tonumber(record.a) - tonumber(record.b or 0),
+      claimed_at = record.claimed,
+      done_at = state == 'done' and record.at or 0,
+      result = record.result or false,
+      fingerprint = record.fp or false,
+      tries = record.attempt - (record.base or 0),
+      owner = record.owner or false,
     },
   }
 end
@@ -478,19 +555,19 @@ local function requeue(keys, argv)
   if #argv ~= 0 then return arity_error('IDEM.REQUEUE') end
   local key = keys[1]
   local now = now_ms()
-  local record, read_err = read(key)
+  local record, read_err = read(key, redis.pcall('GET', key))
   if record == nil then return read_err end
   if not record then return 0 end
-  if record.s == 'p' and tonumber(record.l) > now then
+  if record.phase == 'p' and record.at > now then
     return {
       err = 'ERR the record is processing with a live lease: its holder is still at work'
         .. ' (requeue it when the lease ends)',
     }
   end
-  -- Released now, attempt kept, tries restarted, no token, no result.
-  redis.call('HDEL', key, 'r', 'd', 'x')
-  redis.call('HSET', key, 's', 'r', 'l', now, 't', '', 'b', record.a)
-  redis.call('PEXPIREAT', key, now + HISTORY_MS)
+  -- Released now, attempt kept, tries restarted; no holder, no result.
+  write(key, {
+    phase = 'r', attempt = record.attempt, claimed = record.claimed, at = now, fp = record.fp, base = record.attempt,
+  }, now + HISTORY_MS)
   return 1
 end
 
@@ -506,77 +583,53 @@ local function positive(text, message)
   return n
 end
 
--- Whether a record's fields match an IDEM.SCAN filter at `now`.
-local function scan_selects(record, filter, now)
-  local phase, lease_end = record.s, tonumber(record.l or 0)
-  local state, changed = 'done', tonumber(record.d or 0)
-  if phase == 'p' then
-    state = now < lease_end and 'processing' or 'expired'
-    changed = math.max(tonumber(record.c or 0), tonumber(record.x or 0))
-  elseif phase == 'r' then
-    state, changed = 'released', lease_end
-  end
-  if filter.state and filter.state ~= state then return false end
-  if filter.min_tries and tonumber(record.a) - tonumber(record.b or 0) < filter.min_tries then return false end
-  if filter.idle and now - changed < filter.idle then return false end
-  return true
-end
-
 -- FCALL_RO idem_scan 0 cursor [MATCH p] [COUNT n] [STATE s] [MINTRIES n] [IDLE seconds]
 local function scan(keys, argv)
   if #keys ~= 0 then return { err = 'ERR idem_scan takes no key: FCALL_RO idem_scan 0 cursor ...' } end
-  local argc = #argv
-  if argc < 1 then return arity_error('IDEM.SCAN') end
+  if #argv < 1 then return arity_error('IDEM.SCAN') end
   local cursor = argv[1]
   if not string.find(cursor, '^%d+$') or #cursor > 20 or (#cursor == 20 and cursor > '18446744073709551615') then
     return { err = 'ERR invalid cursor' }
   end
-  local filter, seen, pattern, count = {}, {}, nil, 10
-  local i = 2
-  while i <= argc do
-    local name = string.upper(argv[i])
-    local value = argv[i + 1]
-    if not SCAN_OPTIONS[name] then return { err = "ERR syntax error, unknown option '" .. argv[i] .. "'" } end
-    if seen[name] then return { err = 'ERR syntax error, option ' .. name .. ' given twice' } end
-    if not value then return { err = 'ERR syntax error, option ' .. name .. ' needs a value' } end
-    seen[name] = true
-    local err
+  local pattern, count, state, min_tries, idle = nil, 10, nil, nil, nil
+  local err = options(argv, 2, SCAN_OPTIONS, function(name, value)
+    local value_err
     if name == 'MATCH' then
       pattern = value
     elseif name == 'COUNT' then
-      count, err = positive(value, 'ERR COUNT must be a positive integer')
-      if not count then return err end
-      count = math.min(count, MAX_SCAN_COUNT)
+      count, value_err = positive(value, 'ERR COUNT must be a positive integer')
+      count = count and math.min(count, MAX_SCAN_COUNT)
     elseif name == 'STATE' then
-      filter.state = string.lower(value)
-      if not STATES[filter.state] then return { err = 'ERR STATE must be one of processing, expired, released, done' } end
+      state = string.lower(value)
+      if not STATES[state] then return { err = 'ERR STATE must be one of processing, expired, released, done' } end
     elseif name == 'MINTRIES' then
-      filter.min_tries, err = positive(value, 'ERR MINTRIES must be a positive integer')
-      if not filter.min_tries then return err end
+      min_tries, value_err = positive(value, 'ERR MINTRIES must be a positive integer')
     else
-      local idle
-      idle, err = positive(value, 'ERR IDLE must be a positive integer (seconds)')
-      if not idle then return err end
-      if idle > MAX_MS / 1000 then return NOT_AN_INTEGER end
-      filter.idle = idle * 1000
+      idle, value_err = positive(value, 'ERR IDLE must be a positive integer (seconds)')
+      if idle and idle > MAX_MS / 1000 then return NOT_AN_INTEGER end
+      idle = idle and idle * 1000
     end
-    i = i + 2
-  end
+    return value_err
+  end)
+  if err then return err end
   local now = now_ms()
   local step
   if pattern then
-    step = redis.call('SCAN', cursor, 'COUNT', count, 'MATCH', pattern, 'TYPE', 'hash')
+    step = redis.call('SCAN', cursor, 'COUNT', count, 'MATCH', pattern)
   else
-    step = redis.call('SCAN', cursor, 'COUNT', count, 'TYPE', 'hash')
+    step = redis.call('SCAN', cursor, 'COUNT', count)
   end
   local found = {}
   for _, key in ipairs(step[2]) do
-    local f = redis.call('HMGET', key, 's', 'a', 'c', 'l', 'd', 'b', 'x')
-    local record = { s = f[1], a = f[2], c = f[3], l = f[4], d = f[5], b = f[6], x = f[7] }
-    -- Only records: other hashes are not this library's.
-    if (record.s == 'p' or record.s == 'r' or record.s == 'd') and tonumber(record.a)
-      and scan_selects(record, filter, now) then
-      found[#found + 1] = key
+    -- Only records, through the one reader; of a string, the part before
+    -- a result is enough (a user's long string is not copied whole).
+    local record = read(key, redis.pcall('GETRANGE', key, 0, LONGEST_BARE))
+    if record then
+      local record_state, changed = state_of(record, now)
+      if (not state or state == record_state) and (not min_tries or record.attempt - (record.base or 0) >= min_tries)
+        and (not idle or now - changed >= idle) then
+        found[#found + 1] = key
+      end
     end
   end
   return { step[1], found }
@@ -600,8 +653,8 @@ end
 local BATCH_FLAGS = { 'no-writes', 'allow-stale' }
 
 -- Flags as the module's commands have them: CLAIM and ONCE are refused
--- over maxmemory (deny-oom), DONE, RELEASE and EXTEND are not; GET is a
--- read that runs on replicas and through FCALL_RO.
+-- over maxmemory (deny-oom), DONE, RELEASE, EXTEND and REQUEUE are not;
+-- GET is a read that runs on replicas and through FCALL_RO.
 redis.register_function('idem_claim', claim)
 redis.register_function { function_name = 'idem_done', callback = done, flags = { 'allow-oom' } }
 redis.register_function { function_name = 'idem_release', callback = release, flags = { 'allow-oom' } }
@@ -609,8 +662,8 @@ redis.register_function { function_name = 'idem_extend', callback = extend, flag
 redis.register_function('idem_once', once)
 redis.register_function { function_name = 'idem_get', callback = get, flags = { 'no-writes' } }
 redis.register_function { function_name = 'idem_requeue', callback = requeue, flags = { 'allow-oom' } }
--- A scan reads the fields of keys of every slot on the node: in a cluster
--- that needs allow-cross-slot-keys.
+-- A scan reads keys of every slot on the node: in a cluster that needs
+-- allow-cross-slot-keys.
 redis.register_function {
   function_name = 'idem_scan', callback = scan, flags = { 'no-writes', 'allow-cross-slot-keys' },
 }

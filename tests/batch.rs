@@ -327,6 +327,7 @@ fn bad_arguments_fail_the_whole_call_and_change_nothing() {
     let t = claim_new(&mut con, "held", 600);
     let t = t.as_str();
     let before = digest(&mut con);
+    let long_owner = "w".repeat(65);
     let cases: Vec<(&str, Vec<&str>, &str)> = vec![
         ("IDEM.MCLAIM", vec!["30", "3", "a", "b"], "ERR syntax error"),
         ("IDEM.MCLAIM", vec!["30", "0", "a"], "ERR numkeys must be between 1 and 10000"),
@@ -342,6 +343,10 @@ fn bad_arguments_fail_the_whole_call_and_change_nothing() {
         ("IDEM.MCLAIM", vec!["30", "1", "a", "WAIT", "10"], "ERR syntax error, unknown option 'WAIT'"),
         ("IDEM.MCLAIM", vec!["30", "2", "a", "b", "BLOOM", "b"], "ERR the BLOOM filter must be another key"),
         ("IDEM.MCLAIM", vec!["30", "1", "a", "BLOOM", "f", "BLOOM", "g"], "ERR syntax error, option BLOOM given twice"),
+        ("IDEM.MCLAIM", vec!["30", "2", "held", "a", "OWNER", ""], "ERR OWNER must be 1 to 64 bytes"),
+        ("IDEM.MCLAIM", vec!["30", "2", "held", "a", "OWNER", &long_owner], "ERR OWNER must be 1 to 64 bytes"),
+        ("IDEM.MCLAIM", vec!["30", "1", "a", "OWNER", "w", "owner", "w"], "ERR syntax error, option OWNER given twice"),
+        ("IDEM.MCLAIM", vec!["30", "1", "a", "OWNER"], "ERR syntax error, option OWNER needs a value"),
         ("IDEM.MDONE", vec!["2", "a", t, "b"], "ERR syntax error"),
         ("IDEM.MDONE", vec!["0", "a", t], "ERR numkeys must be between 1 and 10000"),
         ("IDEM.MDONE", vec!["-5", "a", t], "ERR numkeys must be between 1 and 10000"),

@@ -75,21 +75,33 @@ struct Case {
     state: &'static str,
     attempt: i64,
     result: Option<usize>,
+    /// Records: the `OWNER` IDEM.GET must show.
+    owner: Option<Vec<u8>>,
 }
 
 impl Case {
+    fn new(key: &str, kind: Kind) -> Case {
+        let (added, fresh, owner) = (vec![], vec![], None);
+        Case { key: key.to_string(), kind, added, fresh, state: "", attempt: 0, result: None, owner }
+    }
+
     fn record(key: &str, state: &'static str, attempt: i64, result: Option<usize>) -> Case {
-        Case { key: key.to_string(), kind: Kind::Record, added: vec![], fresh: vec![], state, attempt, result }
+        Case { state, attempt, result, ..Case::new(key, Kind::Record) }
+    }
+
+    /// The record holds this owner.
+    fn owned(self, owner: &[u8]) -> Case {
+        Case { owner: Some(owner.to_vec()), ..self }
     }
 
     fn filter(key: &str, added: Vec<String>) -> Case {
         let fresh = items(&format!("fresh:{key}:"), 0..300);
-        Case { key: key.to_string(), kind: Kind::Filter, added, fresh, state: "", attempt: 0, result: None }
+        Case { added, fresh, ..Case::new(key, Kind::Filter) }
     }
 
-    /// Bytes of RESULT that MEMORY USAGE must count.
-    fn result_len(&self) -> usize {
-        self.result.unwrap_or(0)
+    /// Bytes of RESULT and OWNER that MEMORY USAGE must count.
+    fn data_len(&self) -> usize {
+        self.result.unwrap_or(0) + self.owner.as_ref().map_or(0, Vec::len)
     }
 
     fn probes(&self) -> Vec<String> {
@@ -550,7 +562,7 @@ fn assert_loaded_under_smaller_limits(m: &mut Matrix) {
     assert_eq!(config_get(&mut m.con, "idem.max-result"), "1024");
     assert_eq!(config_get(&mut m.con, "idem.bf-max-bytes"), "65536");
     check_record_states(&mut m.con, &m.cases);
-    let over = m.cases.iter().filter(|c| c.result_len() > 1024).count();
+    let over = m.cases.iter().filter(|c| c.result.unwrap_or(0) > 1024).count();
     assert!(over >= 1, "a record with a RESULT over the smaller idem.max-result");
     let over = m
         .originals

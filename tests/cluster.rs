@@ -17,7 +17,7 @@ use common::fixtures::{
     FilterSnap, Fixture, NONE, assert_same_records, check_fixture_tokens, filter_snap, populate, snapshot_all,
 };
 use common::reply::{
-    as_int, as_token, err_text, expect_err, f_int, f_str, fields_from_reply, parse_claim, random_token,
+    as_int, as_token, err_text, expect_err, f_bytes, f_int, f_str, fields_from_reply, parse_claim, random_token,
 };
 use common::server::{Server, parse_info};
 use redis::cluster::ClusterConnection;
@@ -249,6 +249,8 @@ fn record_and_filter_in_two_slots_are_crossslot(cc: &mut ClusterConnection, xc: 
         cerr(cc, "IDEM.CLAIM", ("{a}:order", 60, "BLOOM", "{b}:seen")),
         cerr(cc, "IDEM.CLAIM", ("{a}:order", 60, "MAXTRIES", 3, "PAYLOAD", "x", "BLOOM", "{b}:seen")),
         cerr(cc, "IDEM.CLAIM", ("{a}:order", 60, "PAYLOAD", "BLOOM", "BLOOM", "{b}:seen")),
+        cerr(cc, "IDEM.CLAIM", ("{a}:order", 60, "OWNER", "BLOOM", "BLOOM", "{b}:seen")),
+        cerr(cc, "IDEM.CLAIM", ("{a}:order", 60, "PAYLOAD", "OWNER", "BLOOM", "{b}:seen")),
         cerr(cc, "IDEM.DONE", ("{a}:order", random_token(), "BLOOM", "{b}:seen")),
         cerr(cc, "IDEM.DONE", ("{a}:order", random_token(), "RESULT", "BLOOM", "BLOOM", "{b}:seen")),
         cerr(xc, "IDEM.CLAIM", ("{a}:order", 60, "BLOOM", "{b}:seen")),
@@ -265,6 +267,15 @@ fn record_and_filter_in_two_slots_are_crossslot(cc: &mut ClusterConnection, xc: 
     assert_eq!(int(cc, "IDEM.BF.EXISTS", ("{a}:seen", "{a}:p2")), 1);
     let t = cclaim_new(cc, "{a}:p3", 60, &["PAYLOAD", "BLOOM"]);
     assert_eq!(cdone(cc, "{a}:p3", &t, ("RESULT", "BLOOM")), Ok(1));
+    // An owner spelling an option, or naming a key of another slot.
+    let t = cclaim_new(cc, "{a}:p4", 60, &["OWNER", "BLOOM", "BLOOM", "{a}:seen"]);
+    assert_eq!(
+        f_bytes(&fields_from_reply(cq(cc, "IDEM.GET", "{a}:p4").unwrap()).unwrap(), "owner"),
+        Some(b"BLOOM".to_vec())
+    );
+    assert_eq!(cdone(cc, "{a}:p4", &t, NONE), Ok(1));
+    let t = cclaim_new(cc, "{a}:p5", 60, &["PAYLOAD", "OWNER", "OWNER", "{b}:seen"]);
+    assert_eq!(cdone(cc, "{a}:p5", &t, NONE), Ok(1));
     assert_eq!(int(cc, "EXISTS", "{b}:seen"), 0);
 }
 
@@ -276,6 +287,12 @@ fn getkeys_gives_exact_key_positions(any: &mut redis::Connection) {
         (&["IDEM.CLAIM", "k", "60", "PAYLOAD", "BLOOM"], &["k"]),
         (&["IDEM.CLAIM", "k", "60", "PAYLOAD", "BLOOM", "BLOOM", "f"], &["k", "f"]),
         (&["IDEM.CLAIM", "k", "60", "MAXTRIES", "2", "bloom", "f", "PAYLOAD", "p"], &["k", "f"]),
+        (&["IDEM.CLAIM", "k", "60", "OWNER", "BLOOM"], &["k"]),
+        (&["IDEM.CLAIM", "k", "60", "OWNER", "BLOOM", "BLOOM", "f"], &["k", "f"]),
+        (&["IDEM.CLAIM", "k", "60", "PAYLOAD", "OWNER", "BLOOM", "f"], &["k", "f"]),
+        (&["IDEM.CLAIM", "k", "60", "OWNER", "PAYLOAD", "PAYLOAD", "OWNER"], &["k"]),
+        (&["IDEM.MCLAIM", "60", "2", "k", "l", "OWNER", "BLOOM", "BLOOM", "f"], &["k", "l", "f"]),
+        (&["IDEM.MCLAIM", "60", "1", "k", "PAYLOADS", "OWNER", "BLOOM", "f"], &["k", "f"]),
         (&["IDEM.DONE", "k", "tok", "BLOOM", "f"], &["k", "f"]),
         (&["IDEM.DONE", "k", "tok", "RESULT", "BLOOM", "RETAIN", "5"], &["k"]),
         (&["IDEM.DONE", "k", "tok", "RESULT", "BLOOM", "BLOOM", "f"], &["k", "f"]),

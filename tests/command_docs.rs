@@ -79,9 +79,8 @@ fn expected_type(name: &str) -> &'static str {
         "lease" | "n" | "ms" | "seconds" | "retain" | "capacity" | "window" | "expansion" | "numkeys" | "cursor"
         | "count" => "integer",
         "error_rate" => "double",
-        "data" | "token" | "value" | "blob" | "item" | "header" | "payload" | "result" | "pattern" | "state" => {
-            "string"
-        }
+        "data" | "token" | "value" | "blob" | "item" | "header" | "payload" | "result" | "pattern" | "state"
+        | "name" => "string",
         "payloads" | "results" | "key_token" => "block",
         "period" => "oneof",
         "day" | "hour" => "pure-token",
@@ -228,6 +227,7 @@ fn claim_arguments_in_full() {
         ("n".into(), "integer".into(), Some("MAXTRIES".into()), None, optional()),
         ("filterkey".into(), "key".into(), Some("BLOOM".into()), Some(1), optional()),
         ("ms".into(), "integer".into(), Some("WAIT".into()), None, optional()),
+        ("name".into(), "string".into(), Some("OWNER".into()), None, optional()),
     ];
     assert_eq!(summary, want);
 }

@@ -9,7 +9,9 @@ mod common;
 use common::HISTORY_MS;
 use common::cluster::{Cluster, key_slot, reshard, wait_until};
 use common::commands::{claim_new, exists, get_fields, pexpiretime};
-use common::functions::{fclaim, fclaim_new, ferr, fget, fint, get_fields_any_order, library_server, load_library};
+use common::functions::{
+    Stored, fclaim, fclaim_new, ferr, fget, fint, get_fields_any_order, library_server, load_library, stored,
+};
 use common::reply::{as_bytes, as_token, err_text, expect_err, f_bytes, f_int, f_str, parse_claim, q};
 use common::server::{Server, Shutdown, aof_args, wait_replicas};
 use redis::{RedisResult, Value};
@@ -20,13 +22,9 @@ use std::time::Duration;
 
 const NAMES_THE_MODULE: &str = "needs the redis-idem module";
 
-fn hgetall(con: &mut redis::Connection, key: &str) -> BTreeMap<String, Vec<u8>> {
-    redis::cmd("HGETALL").arg(key).query(con).unwrap()
-}
-
-/// Each key's fields and absolute expiry.
-fn snapshot(con: &mut redis::Connection, keys: &[&str]) -> Vec<(String, BTreeMap<String, Vec<u8>>, i64)> {
-    keys.iter().map(|k| (k.to_string(), hgetall(con, k), pexpiretime(con, k))).collect()
+/// Each key's value and absolute expiry.
+fn snapshot(con: &mut redis::Connection, keys: &[&str]) -> Vec<(String, Stored, i64)> {
+    keys.iter().map(|k| (k.to_string(), stored(con, k), pexpiretime(con, k))).collect()
 }
 
 #[test]
@@ -109,7 +107,7 @@ fn the_editions_are_told_apart_and_refuse_each_others_keys() {
     load_library(&mut mcon);
     claim_new(&mut mcon, "by-module", 100);
     let token = fclaim_new(&mut mcon, "by-library", 100);
-    let before = hgetall(&mut mcon, "by-library");
+    let before = stored(&mut mcon, "by-library");
     for function in ["idem_get", "idem_claim", "idem_once"] {
         let args: &[&str] = match function {
             "idem_get" => &[],
@@ -123,7 +121,7 @@ fn the_editions_are_told_apart_and_refuse_each_others_keys() {
         let error = expect_err(&mut mcon, command, ("by-library", args));
         assert!(error.starts_with("WRONGTYPE"), "{command}: {error}");
     }
-    assert_eq!(hgetall(&mut mcon, "by-library"), before);
+    assert_eq!(stored(&mut mcon, "by-library"), before);
     assert_eq!(f_str(&get_fields(&mut mcon, "by-module"), "state"), "processing");
 
     // A hash that is not a record is another type for the library, as any
@@ -135,7 +133,8 @@ fn the_editions_are_told_apart_and_refuse_each_others_keys() {
         assert_eq!(error, "WRONGTYPE Operation against a key holding the wrong kind of value");
         assert_eq!(ferr(&mut con, "idem_done", key, &token), error);
     }
-    assert_eq!(hgetall(&mut con, "user-hash").len(), 1);
+    assert_eq!(stored(&mut con, "user-hash"), Stored::Hash([(b"name".to_vec(), b"x".to_vec())].into()));
+    assert_eq!(stored(&mut con, "user-string"), Stored::String(b"x".to_vec()));
 }
 
 /// Claims, completions, releases, extensions and ONCE over a few keys.
@@ -231,12 +230,12 @@ fn a_user_without_write_commands_cannot_claim() {
     let error = ferr(&mut reader, "idem_claim", "new", (10,));
     assert!(acl_refusal(&error), "{error}");
     assert!(!exists(&mut admin, "new"));
-    let before = hgetall(&mut admin, "held");
+    let before = stored(&mut admin, "held");
     for (function, args) in [("idem_done", vec![token.clone()]), ("idem_release", vec![token.clone()])] {
         let error = ferr(&mut reader, function, "held", &args);
         assert!(acl_refusal(&error), "{function}: {error}");
     }
-    assert_eq!(hgetall(&mut admin, "held"), before);
+    assert_eq!(stored(&mut admin, "held"), before);
     // Reads work, also through FCALL_RO; FCALL_RO refuses a write function
     // for every user.
     assert_eq!(f_str(&fget(&mut reader, "held").unwrap(), "state"), "processing");
@@ -435,11 +434,81 @@ fn resharding_under_load_moves_records_and_grants_each_claim_once() {
         assert_eq!(&moved_fields, fields, "{key} after the reshard");
         assert!((moved_expiry - expiry).abs() < 5_000, "{key}: expiry {expiry} became {moved_expiry}");
     }
-    // No key was granted twice, and each granted key holds its token.
+    // No key was granted twice, and each granted key is held by its token.
     let mut cc = cluster.cluster_conn();
     for (index, tokens) in &claims.grants {
         assert_eq!(tokens.len(), 1, "{} granted {} times", keys[*index], tokens.len());
-        let held: String = redis::cmd("HGET").arg(&keys[*index]).arg("t").query(&mut cc).unwrap();
-        assert_eq!(&held, &tokens[0], "{}", keys[*index]);
+        let extended: RedisResult<i64> =
+            redis::cmd("FCALL").arg("idem_extend").arg(1).arg(&keys[*index]).arg(&tokens[0]).arg(600).query(&mut cc);
+        assert_eq!(extended.map_err(|e| err_text(&e)), Ok(1), "{}", keys[*index]);
     }
+}
+
+/// `owner` as idem_get shows it: nil or the bytes.
+fn owner_of(con: &mut redis::Connection, key: &str) -> Option<Vec<u8>> {
+    f_bytes(&fget(con, key).expect("a record"), "owner")
+}
+
+/// OWNER with the module's rules (docs/commands.md): a granted claim
+/// stores it, a claim without it clears it, a refused claim changes
+/// nothing; kept while processing, expired or released; dropped by DONE
+/// and REQUEUE; binary-safe, 1 to 64 bytes.
+#[test]
+fn owner_is_kept_while_the_work_is_held_and_dropped_by_done_and_requeue() {
+    let server = library_server(&[]);
+    let mut con = server.conn();
+    let binary: &[u8] = b"host\0:\r\n\xff:1";
+    let (status, token, _) = fclaim(&mut con, "job", 1, &["OWNER", "worker-a:1", "PAYLOAD", "p"]);
+    assert_eq!(status, "NEW");
+    let token = as_token(&token);
+    assert_eq!(owner_of(&mut con, "job"), Some(b"worker-a:1".to_vec()));
+    // Refused claims (BUSY, MISMATCH) change nothing; EXTEND keeps it.
+    assert_eq!(fclaim(&mut con, "job", 10, &["OWNER", "worker-b:2"]).0, "BUSY");
+    assert_eq!(fclaim(&mut con, "job", 10, &["OWNER", "worker-b:2", "PAYLOAD", "q"]).0, "MISMATCH");
+    assert_eq!(fint(&mut con, "idem_extend", "job", (&token, 1)), Ok(1));
+    assert_eq!(owner_of(&mut con, "job"), Some(b"worker-a:1".to_vec()));
+    // Expired, then released: still who had it last.
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(f_str(&fget(&mut con, "job").unwrap(), "state"), "expired");
+    assert_eq!(owner_of(&mut con, "job"), Some(b"worker-a:1".to_vec()));
+    assert_eq!(fclaim(&mut con, "job", 10, &["MAXTRIES", "1", "OWNER", "worker-b:2"]).0, "EXHAUSTED");
+    assert_eq!(owner_of(&mut con, "job"), Some(b"worker-a:1".to_vec()));
+    // A granted claim replaces it, binary-safe; RELEASE keeps it.
+    let mut claim = redis::cmd("FCALL");
+    claim.arg("idem_claim").arg(1).arg("job").arg(100).arg("owner").arg(binary);
+    let (status, token, attempt) = parse_claim(claim.query(&mut con).unwrap());
+    assert_eq!((status.as_str(), attempt), ("RETRY", 2));
+    assert_eq!(fint(&mut con, "idem_release", "job", as_token(&token)), Ok(1));
+    assert_eq!(f_str(&fget(&mut con, "job").unwrap(), "state"), "released");
+    assert_eq!(owner_of(&mut con, "job"), Some(binary.to_vec()));
+    // A claim without OWNER clears it.
+    let (status, _, _) = fclaim(&mut con, "job", 100, &[]);
+    assert_eq!(status, "RETRY");
+    assert_eq!(owner_of(&mut con, "job"), None);
+    // DONE drops it, and so does REQUEUE.
+    let (_, token, _) = fclaim(&mut con, "done", 100, &["OWNER", "w"]);
+    assert_eq!(fint(&mut con, "idem_done", "done", (as_token(&token), "RESULT", "r")), Ok(1));
+    assert_eq!(owner_of(&mut con, "done"), None);
+    let (_, token, _) = fclaim(&mut con, "requeued", 100, &["OWNER", "w"]);
+    assert_eq!(fint(&mut con, "idem_release", "requeued", as_token(&token)), Ok(1));
+    assert_eq!(owner_of(&mut con, "requeued"), Some(b"w".to_vec()));
+    assert_eq!(fint(&mut con, "idem_requeue", "requeued", &[] as &[&str]), Ok(1));
+    assert_eq!(owner_of(&mut con, "requeued"), None);
+    // 64 bytes is the longest.
+    let long = "o".repeat(64);
+    assert_eq!(fclaim(&mut con, "other", 100, &["OWNER", &long]).0, "NEW");
+    assert_eq!(owner_of(&mut con, "other"), Some(long.into_bytes()));
+    // Errors, with nothing changed.
+    let before = fget(&mut con, "other");
+    for (opts, expected) in [
+        (vec!["OWNER", ""], "ERR OWNER must be 1 to 64 bytes"),
+        (vec!["OWNER", &"o".repeat(65)], "ERR OWNER must be 1 to 64 bytes"),
+        (vec!["OWNER", "a", "owner", "b"], "ERR syntax error, option OWNER given twice"),
+        (vec!["PAYLOAD", "p", "OWNER"], "ERR syntax error, option OWNER needs a value"),
+    ] {
+        assert_eq!(ferr(&mut con, "idem_claim", "other", (100, &opts)), expected, "{opts:?}");
+        assert_eq!(ferr(&mut con, "idem_claim", "absent", (100, &opts)), expected, "{opts:?}");
+    }
+    assert!(!exists(&mut con, "absent"));
+    assert_eq!(fget(&mut con, "other").map(|f| f["owner"].clone()), before.map(|f| f["owner"].clone()));
 }

@@ -24,7 +24,7 @@
 mod common;
 
 use common::functions::{get_fields_any_order, library_server};
-use common::reply::{as_bytes, as_int, as_str, as_token, err_text, parse_claim};
+use common::reply::{Fields, as_bytes, as_int, as_str, as_token, err_text, fields_from_reply, parse_claim};
 use common::rng::Rng;
 use common::server::Server;
 use redis::{RedisResult, Value};
@@ -278,8 +278,20 @@ fn plain(v: &Value) -> Shape {
     }
 }
 
+/// GET's fields: the module's as IDEM.GET gives them (in its RESP2
+/// order), the library's in any order. A module without OWNER (before
+/// issue 36 reaches main) has no owner to show: nil.
+fn get_fields(v: &Value, module: bool) -> Option<Fields> {
+    if !module {
+        return get_fields_any_order(v.clone());
+    }
+    let mut fields = fields_from_reply(v.clone())?;
+    fields.entry("owner".to_string()).or_insert(Value::Nil);
+    Some(fields)
+}
+
 /// Numbers the tokens a CLAIM reply issues (appending them to `tokens`).
-fn shape(step: &Step, reply: &RedisResult<Value>, tokens: &mut Vec<String>) -> Shape {
+fn shape(step: &Step, module: bool, reply: &RedisResult<Value>, tokens: &mut Vec<String>) -> Shape {
     let v = match reply {
         Err(e) => return Shape::Error(err_text(e)),
         Ok(v) => v,
@@ -303,7 +315,7 @@ fn shape(step: &Step, reply: &RedisResult<Value>, tokens: &mut Vec<String>) -> S
             };
             Shape::Array(vec![Shape::Status(status), value, Shape::Int(attempt)])
         }
-        "get" => match get_fields_any_order(v.clone()) {
+        "get" => match get_fields(v, module) {
             None => Shape::Nil,
             Some(fields) => Shape::Fields(
                 fields
@@ -390,7 +402,7 @@ fn run_seed(seed: u64, resp3: bool, module: &Server, library: &Server) {
         for (i, side) in sides.iter_mut().enumerate() {
             let argv = step.argv(i == 0, &side.tokens);
             let reply = run(&mut side.con, &argv);
-            shapes.push(shape(&step, &reply, &mut side.tokens));
+            shapes.push(shape(&step, i == 0, &reply, &mut side.tokens));
             argvs.push((argv, reply));
         }
         log.push(format!("{n}: {} -> {:?}", show(&argvs[0].0), argvs[0].1));
@@ -418,7 +430,7 @@ fn run_seed(seed: u64, resp3: bool, module: &Server, library: &Server) {
             .enumerate()
             .map(|(i, side)| {
                 let reply = run(&mut side.con, &step.argv(i == 0, &side.tokens));
-                shape(&step, &reply, &mut side.tokens)
+                shape(&step, i == 0, &reply, &mut side.tokens)
             })
             .collect();
         assert!(agrees(&shapes[0], &shapes[1]), "seed {seed}: {key} ends as {:?} and {:?}", shapes[0], shapes[1]);

@@ -5,6 +5,8 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
+#[path = "hostile_input/attempts.rs"]
+mod attempts;
 #[path = "hostile_input/payloads.rs"]
 mod payloads;
 
@@ -254,6 +256,17 @@ fn claim_refuses_bad_leases_and_options() {
             add(&[b"IDEM.CLAIM", key, b"10", b"FOO", b"bar"], None, Prefix("ERR syntax error"));
             add(&[b"IDEM.CLAIM", key, b"10", b"PAYLOAD", b"body", b"extra"], None, Prefix("ERR syntax error"));
             add(&[b"IDEM.CLAIM", key, b"10", b"BLOOM"], None, Prefix("ERR syntax error"));
+            // OWNER: 1 to 64 bytes, once; binary bytes are no reason to refuse.
+            let owner_size = Some("ERR OWNER must be 1 to 64 bytes".to_string());
+            add(&[b"IDEM.CLAIM", key, b"10", b"OWNER", b""], owner_size.clone(), Prefix(""));
+            add(&[b"IDEM.CLAIM", key, b"10", b"OWNER", &[b'w'; 65]], owner_size.clone(), Prefix(""));
+            add(&[b"IDEM.CLAIM", key, b"10", b"OWNER", &[0xff; 65]], owner_size.clone(), Prefix(""));
+            add(&[b"IDEM.CLAIM", key, b"10", b"OWNER", b"\0\xff\r\n", b"MAXTRIES", b"0"], None, Prefix("ERR MAXTRIES"));
+            let twice = Some("ERR syntax error, option OWNER given twice".to_string());
+            add(&[b"IDEM.CLAIM", key, b"10", b"OWNER", b"a", b"owner", b"a"], twice.clone(), Prefix(""));
+            add(&[b"IDEM.CLAIM", key, b"10", b"OWNER", b"\0\xff", b"OWNER", b"\0\xff"], twice, Prefix(""));
+            add(&[b"IDEM.CLAIM", key, b"10", b"OWNER"], None, Prefix("ERR syntax error, option OWNER needs a value"));
+            add(&[b"IDEM.MCLAIM", b"10", b"2", key, b"m", b"OWNER", b""], owner_size, Prefix(""));
         }
         cases
     });

@@ -164,6 +164,34 @@ fn claimed_records_cost_at_most_sixteen_bytes_more_than_set_nx_px() {
     );
 }
 
+/// What an `OWNER` adds to a claim: the record is boxed (one 128-byte
+/// allocation in place of the packed 32) and the name is an allocation of
+/// its own (a 20-byte `host:pid` takes 32): 128 bytes per key, plus 2 of
+/// measurement tolerance. A done record drops it and packs again.
+const OWNER_BOUND: f64 = 130.0;
+
+#[test]
+fn an_owner_costs_a_claim_a_boxed_record_and_its_name() {
+    let owned = Server::start();
+    let plain = Server::start();
+    let per_owned = growth_per_key(&owned, |p, i| {
+        p.cmd("IDEM.CLAIM").arg(key(i)).arg(3_600).arg("OWNER").arg(format!(
+            "worker-{:02}.host:{:05}",
+            i % 16,
+            i % 65536
+        ));
+    });
+    let per_claim = growth_per_key(&plain, |p, i| {
+        p.cmd("IDEM.CLAIM").arg(key(i)).arg(3_600);
+    });
+    let version = owned.version();
+    let extra = per_owned - per_claim;
+    eprintln!(
+        "bytes per key on {version}: IDEM.CLAIM ... OWNER (20 bytes) {per_owned:.1}, without {per_claim:.1}: +{extra:.1}"
+    );
+    assert!(extra <= OWNER_BOUND, "on {version} an OWNER adds {extra:.1} B/key to a claim (bound {OWNER_BOUND})");
+}
+
 /// The module's own structures per filter key (beside its bits and
 /// Redis's key), under: a filter per tenant pays them per tenant. Before
 /// issue 18 they took 496 bytes on Redis 7.0 (a table of 8 shard slots,

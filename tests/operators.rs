@@ -2,7 +2,8 @@
 //! `IDEM.SCAN` lists exactly the records its filters select, with SCAN's
 //! cursor, and bounded work per call; `IDEM.REQUEUE` gives a dead letter
 //! back with the fence still rising; both replicate, persist and count.
-//! Records written by 0.1 (record format 2) still load.
+//! Records written by 0.1 (record format 2) and before `OWNER` (format 3)
+//! still load.
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
@@ -237,16 +238,19 @@ fn unhex(text: &str) -> Vec<u8> {
     (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap()).collect()
 }
 
-type Golden = (&'static str, &'static str, &'static str, i64, i64, i64, Option<&'static str>, Option<&'static str>);
+/// (key, payload, state now, attempt, tries, claimed_at, done_at, result,
+/// the latest claim's token, which still completes its record).
+type Golden =
+    (&'static str, &'static str, &'static str, i64, i64, i64, i64, Option<&'static str>, Option<&'static str>);
 
 /// DUMP payloads written by 0.1 (record format 2, RDB encoding version 2)
-/// on Redis 7.0.15: (key, payload, state now, attempt, claimed_at,
-/// done_at, result, the latest claim's token).
+/// on Redis 7.0.15 (never requeued: tries = attempt).
 const FORMAT_2_PAYLOADS: &[Golden] = &[
     (
         "expired",
         "078189d7a6ade72b7402053102000501ab93939ca334939b939ca33400ac0a6060d5e6194bb558eafeb065f727879b441d19e520bedecc62a6b021b95d000a002159b7ead988351a",
         "expired",
+        1,
         1,
         1796160670123,
         0,
@@ -258,6 +262,7 @@ const FORMAT_2_PAYLOADS: &[Golden] = &[
         "078189d7a6ade72b7402052f02020301ab93939ca33400ab93939ca33450392f89945faf7885613a73b65ab0060d636861726765642031322e3530000a006756a5be0efc61f1",
         "done",
         1,
+        1,
         1796160670123,
         1796160670123,
         Some("charged 12.50"),
@@ -267,6 +272,7 @@ const FORMAT_2_PAYLOADS: &[Golden] = &[
         "released",
         "078189d7a6ade72b7402052102010402ac93939ca334ac93939ca33400af2f5899fd77d8953fac55ab497501f2000a0038559335c9a9758b",
         "released",
+        2,
         2,
         1796160670124,
         0,
@@ -278,6 +284,7 @@ const FORMAT_2_PAYLOADS: &[Golden] = &[
         "078189d7a6ade72b7402051102020001ac93939ca33400ac93939ca334000a00c440d62d6ef8a05e",
         "done",
         1,
+        1,
         1796160670124,
         1796160670124,
         None,
@@ -287,6 +294,7 @@ const FORMAT_2_PAYLOADS: &[Golden] = &[
         "claimed",
         "078189d7a6ade72b7402052102000401ac93939ca3348ce8969ca334001e99d1688b2aa5bc3a64f9f4fb100cc8000a0071317d8df003e780",
         "expired",
+        1,
         1,
         1796160670124,
         0,
@@ -299,31 +307,141 @@ const FORMAT_2_PAYLOADS: &[Golden] = &[
         "done",
         0,
         0,
+        0,
         1796160670124,
         None,
         None,
     ),
 ];
 
-#[test]
-fn records_written_by_0_1_still_load() {
+/// DUMP payloads written by the module before `OWNER` (record format 3,
+/// RDB encoding version 3) on Redis 7.0.15: a fingerprint, results,
+/// packed records, a requeued record (its tries base), an extended one
+/// (its extension time), a requeued one completed.
+const FORMAT_3_PAYLOADS: &[Golden] = &[
+    (
+        "expired",
+        "078189d7a6ade72b7403053103000501dac3edafa334c2cbedafa3340024d59c19b764baf4aa7f1568afe7093d372e47f572d3a239a55f91c8c66732f5000a00c999e27899437c88",
+        "expired",
+        1,
+        1,
+        1796201996762,
+        0,
+        None,
+        Some("24d59c19b764baf4aa7f1568afe7093d"),
+    ),
+    (
+        "done",
+        "078189d7a6ade72b7403051f03020201dac3edafa33400dac3edafa3340d636861726765642031322e3530000a008f0664d41262143b",
+        "done",
+        1,
+        1,
+        1796201996762,
+        1796201996762,
+        Some("charged 12.50"),
+        None,
+    ),
+    (
+        "released",
+        "078189d7a6ade72b7403052103010401dac3edafa334dac3edafa334003300f6922ea940e5317a415f466bdc17000a000a50f15905f61e6b",
+        "released",
+        1,
+        1,
+        1796201996762,
+        0,
+        None,
+        Some("3300f6922ea940e5317a415f466bdc17"),
+    ),
+    (
+        "donepacked",
+        "078189d7a6ade72b7403051103020001dac3edafa33400dac3edafa334000a00a85d8e3ad652600a",
+        "done",
+        1,
+        1,
+        1796201996762,
+        1796201996762,
+        None,
+        None,
+    ),
+    (
+        "once",
+        "078189d7a6ade72b7403050c030200000000dac3edafa334000a00ea82612d22ceb37f",
+        "done",
+        0,
+        0,
+        0,
+        1796201996762,
+        None,
+        None,
+    ),
+    (
+        "requeued",
+        "078189d7a6ade72b7403051203010801dac3edafa334dac3edafa3340001000a002116baa5d0a39371",
+        "released",
+        1,
+        0,
+        1796201996762,
+        0,
+        None,
+        None,
+    ),
+    (
+        "extended",
+        "078189d7a6ade72b7403052703001401dac3edafa334abd3edafa33400dbc3edafa334074dfe2e8df6e5a433b549e6998bac39000a00f631fccaa68b7b0e",
+        "expired",
+        1,
+        1,
+        1796201996762,
+        0,
+        None,
+        Some("074dfe2e8df6e5a433b549e6998bac39"),
+    ),
+    (
+        "requeueddone",
+        "078189d7a6ade72b7403051503020a02dbc3edafa33400dbc3edafa33401026f6b000a0085c20c531915b9bf",
+        "done",
+        2,
+        1,
+        1796201996763,
+        1796201996763,
+        Some("ok"),
+        None,
+    ),
+];
+
+/// Restores `payloads`, checks what each holds (no owner: the formats
+/// before 4 had none), reloads them through an RDB in today's format, and
+/// completes each with its latest claim's token.
+fn older_payloads_still_load(payloads: &[Golden]) {
     let s = Server::start();
     let mut con = s.conn();
-    for (key, payload, state, attempt, claimed_at, done_at, result, _) in FORMAT_2_PAYLOADS {
+    for (key, payload, state, attempt, tries, claimed_at, done_at, result, _) in payloads {
         let _: () = redis::cmd("RESTORE").arg(*key).arg(0).arg(unhex(payload)).query(&mut con).expect(key);
         let f = get_fields(&mut con, key);
         assert_eq!(f_str(&f, "state"), *state, "{key}");
-        assert_eq!((f_int(&f, "attempt"), f_int(&f, "tries")), (*attempt, *attempt), "{key}");
+        assert_eq!((f_int(&f, "attempt"), f_int(&f, "tries")), (*attempt, *tries), "{key}");
         assert_eq!((f_int(&f, "claimed_at"), f_int(&f, "done_at")), (*claimed_at, *done_at), "{key}");
         assert_eq!(f_bytes(&f, "result"), result.map(|r| r.as_bytes().to_vec()), "{key}");
+        assert_eq!(f_bytes(&f, "owner"), None, "{key}");
     }
     // Written again in today's format, through an RDB.
     let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut con).unwrap();
-    for (key, _, _, attempt, _, _, _, token) in FORMAT_2_PAYLOADS {
-        assert_eq!(f_int(&get_fields(&mut con, key), "attempt"), *attempt, "{key}");
+    for (key, _, _, attempt, tries, _, _, _, token) in payloads {
+        let f = get_fields(&mut con, key);
+        assert_eq!((f_int(&f, "attempt"), f_int(&f, "tries")), (*attempt, *tries), "{key}");
         if let Some(token) = token {
             // The latest claim's token still completes its record.
             assert_eq!(done(&mut con, key, token, NONE), Ok(1), "{key}");
         }
     }
+}
+
+#[test]
+fn records_written_by_0_1_still_load() {
+    older_payloads_still_load(FORMAT_2_PAYLOADS);
+}
+
+#[test]
+fn records_written_before_owner_still_load() {
+    older_payloads_still_load(FORMAT_3_PAYLOADS);
 }

@@ -77,6 +77,8 @@ const RECS: [&str; 12] = ["r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", 
 const FILTS: [&str; 3] = ["f0", "f1", "f2"];
 const ITEMS: [&str; 4] = ["i0", "i1", "i2", "i3"];
 const PAYLOADS: [&[u8]; 3] = [b"p0", b"p1", b""];
+/// Claims' OWNERs: plain, binary, the longest (64 bytes).
+const OWNERS: [&[u8]; 3] = [b"worker-1", b"\x00\xff host:1\r\n", &[b'w'; 64]];
 
 fn all_keys() -> Vec<&'static str> {
     RECS.iter().chain(FILTS.iter()).copied().collect()
@@ -547,6 +549,11 @@ impl Run {
         format!("{:016x}{:016x}", self.rng.next(), self.rng.next())
     }
 
+    /// An OWNER half the time.
+    fn owner(&mut self) -> Option<Vec<u8>> {
+        self.rng.chance(50).then(|| self.rng.pick(&OWNERS).to_vec())
+    }
+
     fn result(&mut self) -> Vec<u8> {
         match self.rng.below(4) {
             0 => Vec::new(),
@@ -570,6 +577,7 @@ impl Run {
                     payload: self.rng.chance(40).then(|| self.rng.pick(&PAYLOADS).to_vec()),
                     maxtries: self.rng.chance(30).then(|| self.rng.range(1, 3)),
                     bloom: self.rng.chance(40).then(|| self.filt_key()),
+                    owner: self.owner(),
                 }
             }
             230..=339 => {

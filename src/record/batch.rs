@@ -135,7 +135,7 @@ fn notify_written(
     }
 }
 
-/// IDEM.MCLAIM lease numkeys key [key ...] [PAYLOADS payload [payload ...]] [MAXTRIES n] [BLOOM filterkey]
+/// IDEM.MCLAIM lease numkeys key [key ...] [PAYLOADS payload [payload ...]] [MAXTRIES n] [BLOOM filterkey] [OWNER name]
 pub fn mclaim(ctx: Ctx, args: &Args) -> CmdResult {
     let now = ctx.now();
     let parsed = batch::parse_mclaim(args, now)?;
@@ -374,6 +374,7 @@ pub static COMMANDS: [CommandSpec; 4] = [
             arg::option(c"PAYLOADS", arg::block(c"payloads", &[arg::many(arg::string(c"payload"))])),
             arg::option(c"MAXTRIES", arg::integer(c"n")),
             arg::option(c"BLOOM", arg::key(c"filterkey", 1)),
+            arg::option(c"OWNER", arg::string(c"name")),
         ],
         // deny-script (COMMAND INFO: noscript), as MDONE and MRELEASE:
         // Valkey 9.1 raises a reply with an

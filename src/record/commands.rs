@@ -57,7 +57,7 @@ pub(super) fn store_write(ctx: Ctx, mut slot: OpenRecord, write: Write, event: &
     ctx.notify(event, name);
 }
 
-/// IDEM.CLAIM key lease [PAYLOAD data] [MAXTRIES n] [BLOOM filterkey] [WAIT ms]
+/// IDEM.CLAIM key lease [PAYLOAD data] [MAXTRIES n] [BLOOM filterkey] [WAIT ms] [OWNER name]
 pub fn claim(ctx: Ctx, args: &Args) -> CmdResult {
     let now = ctx.now();
     let (claim, bloom) = record::parse_claim(args, now)?;
@@ -148,7 +148,7 @@ fn decide_claim(
         // the copy costs nothing that matters.
         if ctx.writes_paused() {
             let mut copy = slot.record().cloned();
-            let (_, write) = record::claim(copy.as_mut(), &claim, now, config::lifetimes(), new_token);
+            let (_, write) = record::claim(copy.as_mut(), &claim, now, config::lifetimes(), new_token)?;
             if !matches!(write, Write::None) {
                 return match caller {
                     Caller::Woken => Ok(Answer::WritesPaused),
@@ -157,7 +157,7 @@ fn decide_claim(
             }
         }
     }
-    let (reply, write) = record::claim(slot.record(), &claim, now, config::lifetimes(), new_token);
+    let (reply, write) = record::claim(slot.record(), &claim, now, config::lifetimes(), new_token)?;
     let busy_goes_unanswered = matches!(caller, Caller::Command { wait: true } | Caller::Woken);
     if busy_goes_unanswered && let ClaimReply::Busy { lease_left, .. } = reply {
         return Ok(Answer::Busy { lease_end: now + lease_left });
@@ -374,7 +374,7 @@ pub fn get(ctx: Ctx, args: &Args) -> CmdResult {
         ctx.reply_null();
         return Ok(());
     };
-    ctx.reply_map(9);
+    ctx.reply_map(10);
     ctx.reply_simple(c"state");
     ctx.reply_simple(record.state_at(now).name());
     ctx.reply_simple(c"attempt");
@@ -397,6 +397,8 @@ pub fn get(ctx: Ctx, args: &Args) -> CmdResult {
     // Last, so that readers of the fields before by position still work.
     ctx.reply_simple(c"tries");
     ctx.reply_int(record.tries() as i64);
+    ctx.reply_simple(c"owner");
+    ctx.reply_optional_bulk(record.owner.as_deref());
     Ok(())
 }
 
@@ -455,6 +457,7 @@ pub static COMMANDS: [CommandSpec; 7] = [
             arg::option(c"MAXTRIES", arg::integer(c"n")),
             arg::option(c"BLOOM", arg::key(c"filterkey", 1)),
             arg::option(c"WAIT", arg::integer(c"ms")),
+            arg::option(c"OWNER", arg::string(c"name")),
         ],
         // `blocking`: WAIT may block the client (COMMAND INFO, @blocking),
         // as BZPOPMAX is "write fast blocking".
@@ -512,7 +515,7 @@ pub static COMMANDS: [CommandSpec; 7] = [
         flags: c"readonly fast",
         acl: "read fast",
         arity: 2,
-        summary: c"Shows a record's state, attempt, times, result and fingerprint (never its token).",
+        summary: c"Shows a record's state, attempt, times, result, fingerprint and owner (never its token).",
         complexity: c"O(1)",
         keys: &[key(1, RO | ACCESS)],
         args: &[arg::key(c"key", 0)],

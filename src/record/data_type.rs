@@ -3,9 +3,10 @@
 //!
 //! A key's value is one of three allocations behind a tagged pointer
 //! (`host::data_type::Tagged`). The common records (no result, no
-//! fingerprint) are packed: a done record in 16 bytes, so it costs no more
-//! than `SET key <16-byte token> NX PX`, a claimed one in 32; every other
-//! record is a boxed [`Record`].
+//! fingerprint, no owner) are packed: a done record in 16 bytes, so it
+//! costs no more than `SET key <16-byte token> NX PX`, a claimed one in 32;
+//! every other record is a boxed [`Record`] (128 bytes, plus its result's
+//! or owner's own allocation).
 
 use std::ffi::CStr;
 
@@ -20,8 +21,9 @@ use crate::host::{Arg, Key};
 
 /// Encoding version of the RDB payload; a newer one is refused on load.
 /// 2: the record's format 2 (varints), which format 1 readers refuse.
-/// 3: format 3 (the tries base of IDEM.REQUEUE); 2 is still loaded.
-pub const ENCODING_VERSION: i32 = 3;
+/// 3: format 3 (the tries base of IDEM.REQUEUE).
+/// 4: format 4 (the owner of IDEM.CLAIM ... OWNER); 3 and 2 still load.
+pub const ENCODING_VERSION: i32 = 4;
 
 pub static RECORD_TYPE: RedisType = RedisType::new("idemrecrd", ENCODING_VERSION, methods::<RecordType>());
 
@@ -62,7 +64,7 @@ impl DataType for RecordType {
 
     fn mem_usage(value: ValueRef<'_>) -> usize {
         match value {
-            TaggedRef::C(record) => record.result.as_ref().map_or(0, boxed_slice_size),
+            TaggedRef::C(record) => [&record.result, &record.owner].into_iter().flatten().map(boxed_slice_size).sum(),
             _ => 0,
         }
     }

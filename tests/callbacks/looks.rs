@@ -79,7 +79,7 @@ fn assert_same_record_fields(before: &Snap, after: &Snap, elapsed_ms: i64, what:
     let (Some(b), Some(a)) = (&before.fields, &after.fields) else {
         panic!("{what}: {} was {:?}, {} is {:?}", before.key, before.fields, after.key, after.fields);
     };
-    for name in ["state", "attempt", "claimed_at", "done_at", "result", "fingerprint"] {
+    for name in ["state", "attempt", "claimed_at", "done_at", "result", "fingerprint", "tries", "owner"] {
         assert_eq!(b[name], a[name], "{what}: field {name} of {} (before) vs {} (after)", before.key, after.key);
     }
     for name in ["lease_ms", "pttl"] {
@@ -103,11 +103,11 @@ pub(super) fn memory_usage(con: &mut redis::Connection, key: &str, samples: Opti
 }
 
 /// MEMORY USAGE `usage` is a sensible size for the value: it counts a
-/// RESULT, or a filter's bits, and not much more.
+/// RESULT and an OWNER, or a filter's bits, and not much more.
 pub(super) fn assert_sensible_usage(case: &Case, original: &Look, usage: i64, what: &str) {
     let (lo, hi) = match case.kind {
         // A PAYLOAD is kept as a 16-byte hash: a 200 kB one costs nothing.
-        Kind::Record => (case.result_len() as i64 + 16, case.result_len() as i64 + 1024),
+        Kind::Record => (case.data_len() as i64 + 16, case.data_len() as i64 + 1024),
         Kind::Filter => {
             let bytes = as_int(&info_field(original.info.as_ref().unwrap(), "bytes"));
             (bytes.max(16), bytes + bytes / 20 + 16_384)

@@ -166,12 +166,67 @@ pub(super) fn make_records(con: &mut redis::Connection) -> Vec<Case> {
     let released: Vec<i64> = redis::cmd("IDEM.MRELEASE").arg(1).arg(&["rec:mreleased", &tokens[3]]).query(con).unwrap();
     assert_eq!(released, [1]);
     cases.push(Case::record("rec:mreleased", "released", 1, None));
+    cases.extend(make_owned_records(con));
+    cases
+}
+
+/// `IDEM.CLAIM key lease <opts>` on an absent key, with binary options.
+fn claim_with(con: &mut redis::Connection, key: &str, lease: i64, opts: &[&[u8]]) -> String {
+    crate::common::fixtures::claim_owned(con, key, lease, opts)
+}
+
+/// The records again with an owner, in every state that keeps one, and
+/// the ones whose owner a claim cleared or DONE or REQUEUE dropped.
+fn make_owned_records(con: &mut redis::Connection) -> Vec<Case> {
+    let longest: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(73) ^ 0x80).collect();
+    let mut cases = Vec::new();
+    claim_with(con, "rec:claimed-owner", 600, &[b"OWNER", b"worker-1"]);
+    cases.push(Case::record("rec:claimed-owner", "processing", 1, None).owned(b"worker-1"));
+    let t = claim_with(con, "rec:released-owner", 600, &[b"OWNER", b"w"]);
+    assert_eq!(release(con, "rec:released-owner", &t), 1);
+    cases.push(Case::record("rec:released-owner", "released", 1, None).owned(b"w"));
+    claim_with(con, "rec:lapsed-owner", 1, &[b"OWNER", &longest]);
+    cases.push(Case::record("rec:lapsed-owner", "expired", 1, None).owned(&longest));
+    claim_with(con, "rec:payload-owner", 600, &[b"PAYLOAD", b"p", b"OWNER", b"\x00"]);
+    cases.push(Case::record("rec:payload-owner", "processing", 1, None).owned(b"\x00"));
+    let t = claim_with(con, "rec:extended-owner", 600, &[b"OWNER", b"w"]);
+    assert_eq!(crate::common::commands::extend(con, "rec:extended-owner", &t, 900), Ok(1));
+    cases.push(Case::record("rec:extended-owner", "processing", 1, None).owned(b"w"));
+    let t = claim_with(con, "rec:exhausted-owner", 600, &[b"MAXTRIES", b"1", b"OWNER", b"w"]);
+    assert_eq!(release(con, "rec:exhausted-owner", &t), 1);
+    let (status, _, _) = claim_opts(con, "rec:exhausted-owner", 600, &["MAXTRIES", "1", "OWNER", "other"]);
+    assert_eq!(status, "EXHAUSTED");
+    cases.push(Case::record("rec:exhausted-owner", "released", 1, None).owned(b"w"));
+    let v: Vec<Value> = redis::cmd("IDEM.MCLAIM")
+        .arg(600)
+        .arg(1)
+        .arg("rec:mclaimed-owner")
+        .arg("OWNER")
+        .arg("batch")
+        .query(con)
+        .unwrap();
+    assert_eq!(parse_claim(v[0].clone()).0, "NEW");
+    cases.push(Case::record("rec:mclaimed-owner", "processing", 1, None).owned(b"batch"));
+    // Without one now: cleared by a claim without OWNER, dropped by DONE
+    // (packed again) and by REQUEUE.
+    let t = claim_with(con, "rec:owner-cleared", 600, &[b"OWNER", b"w"]);
+    assert_eq!(release(con, "rec:owner-cleared", &t), 1);
+    assert_eq!(claim(con, "rec:owner-cleared", 600).0, "RETRY");
+    cases.push(Case::record("rec:owner-cleared", "processing", 2, None));
+    let t = claim_with(con, "rec:done-owner", 600, &[b"OWNER", b"w"]);
+    assert_eq!(done(con, "rec:done-owner", &t, NONE), Ok(1));
+    cases.push(Case::record("rec:done-owner", "done", 1, None));
+    let t = claim_with(con, "rec:requeued-owner", 600, &[b"OWNER", b"w"]);
+    assert_eq!(release(con, "rec:requeued-owner", &t), 1);
+    let n: i64 = redis::cmd("IDEM.REQUEUE").arg("rec:requeued-owner").query(con).unwrap();
+    assert_eq!(n, 1);
+    cases.push(Case::record("rec:requeued-owner", "released", 1, None));
     cases
 }
 
 pub(super) fn wait_until_leases_lapsed(con: &mut redis::Connection) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    for key in ["rec:lapsed", "rec:lapsed-payload"] {
+    for key in ["rec:lapsed", "rec:lapsed-payload", "rec:lapsed-owner"] {
         while f_str(&get_fields(con, key), "state") != "expired" {
             assert!(Instant::now() < deadline, "{key}: the 1 s lease did not lapse");
             std::thread::sleep(Duration::from_millis(50));
@@ -185,6 +240,7 @@ pub(super) fn check_record_states(con: &mut redis::Connection, cases: &[Case]) {
         let (state, attempt) = (f_str(&f, "state"), f_int(&f, "attempt"));
         assert_eq!((state.as_str(), attempt), (case.state, case.attempt), "{:?}: {f:?}", case.key);
         assert_eq!(f_bytes(&f, "result").map(|r| r.len()), case.result, "{:?}: RESULT length", case.key);
+        assert_eq!(f_bytes(&f, "owner"), case.owner, "{:?}: OWNER", case.key);
     }
 }
 

@@ -1,5 +1,6 @@
 //! DUMP payloads: Redis's CRC64, and crafting payloads of the module's
-//! types (re-framed bodies, filter blobs in the first encoding).
+//! types (re-framed bodies, filter blobs in the first encoding, records in
+//! an older format).
 /// A 64-bit CRC as Redis computes it (Jones polynomial, reflected): the
 /// checksum at the end of a DUMP payload.
 pub fn crc64_redis(data: &[u8]) -> u64 {
@@ -87,9 +88,10 @@ pub fn filter_blob(window: u32, period: i64, shards: &[(i64, Vec<SubFilterBlob>)
     blob
 }
 
-/// A DUMP payload of the filter type holding `blob`, framed like `good`
-/// (a real DUMP of a filter), with a valid checksum.
-pub fn filter_payload(good: &[u8], blob: &[u8]) -> Vec<u8> {
+/// A DUMP payload of a module type holding `blob`, framed like `good` (a
+/// real DUMP of a value of that type: a filter's for a filter blob, a
+/// record's for a record's bytes), with a valid checksum.
+pub fn module_payload(good: &[u8], blob: &[u8]) -> Vec<u8> {
     let mut payload = good[..11].to_vec(); // type, module id, string opcode
     payload.push(0x81);
     payload.extend_from_slice(&(blob.len() as u64).to_be_bytes());
@@ -99,4 +101,25 @@ pub fn filter_payload(good: &[u8], blob: &[u8]) -> Vec<u8> {
     payload.extend_from_slice(&[0u8; 8]);
     fix_dump_crc(&mut payload);
     payload
+}
+
+/// A claimed record's bytes in record format 3, as the module wrote them
+/// before `OWNER` (format 4): version, phase (0 processing, 1 released),
+/// flags (4: a token follows), then attempt, claimed_at, lease_end and
+/// done_at (0) as LEB128 varints, then the token.
+pub fn claimed_record_v3(phase: u8, attempt: u64, claimed_at: i64, lease_end: i64, token: [u8; 16]) -> Vec<u8> {
+    let mut blob = vec![3, phase, 4];
+    for mut value in [attempt, claimed_at as u64, lease_end as u64, 0] {
+        loop {
+            let byte = (value & 0x7f) as u8;
+            value >>= 7;
+            if value == 0 {
+                blob.push(byte);
+                break;
+            }
+            blob.push(byte | 0x80);
+        }
+    }
+    blob.extend_from_slice(&token);
+    blob
 }

@@ -6,7 +6,7 @@ use crate::common::commands::{
     bf_add, bf_info, bf_info_opt, claim, claim_new, claim_new_opts, claim_opts, digest_value, done, extend, get_fields,
     get_opt, items, madd_all, mexists_all, once, pexpiretime, release, reserve,
 };
-use crate::common::reply::{BfInfo, Fields, as_int, as_token, f_str, random_token};
+use crate::common::reply::{BfInfo, Fields, as_int, as_token, f_bytes, f_str, parse_claim, random_token};
 use redis::Value;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 pub const NONE: &[&str] = &[];
 
 pub const BIN_RESULT: &[u8] = b"\x00\xff\xfe bin\r\n\x00\x80 result";
+
+/// A binary `OWNER` of the longest length, 64 bytes.
+pub const BIN_OWNER: &[u8] = b"\x00\xff\r\n worker \x80\x01 {host:4242} ---------------------------------- 64";
 
 /// The base names of the records `populate` makes (each prefixed).
 pub const FIXTURE_KEYS: [&str; 12] = [
@@ -58,25 +61,29 @@ impl Fixture {
     }
 }
 
-/// Creates records in every state, key names starting with `prefix`.
-/// Takes ~1.1 s (a lease must lapse).
+/// Creates records in every state, key names starting with `prefix`; some
+/// with an owner (`rec:expired` a binary one, `rec:processing`), some whose
+/// owner a claim without one cleared (`rec:retried`) or DONE dropped
+/// (`rec:done-result`). Takes ~1.1 s (a lease must lapse).
 pub fn populate(con: &mut redis::Connection, prefix: &str) -> Fixture {
     let k = |base: &str| format!("{prefix}{base}");
     let mut tokens = HashMap::new();
     let started = Instant::now();
     // expired: lease of 1 s, lapsed by the end of this function.
-    tokens.insert("rec:expired", claim_new_opts(con, &k("rec:expired"), 1, &["PAYLOAD", "exp-payload"]));
-    tokens.insert("rec:processing", claim_new_opts(con, &k("rec:processing"), 600, &["PAYLOAD", "payload-1"]));
+    let claimed = claim_owned(con, &k("rec:expired"), 1, &[b"PAYLOAD", b"exp-payload", b"OWNER", BIN_OWNER]);
+    tokens.insert("rec:expired", claimed);
+    let claimed = claim_owned(con, &k("rec:processing"), 600, &[b"PAYLOAD", b"payload-1", b"OWNER", b"worker-1"]);
+    tokens.insert("rec:processing", claimed);
     tokens.insert("rec:processing-nofp", claim_new(con, &k("rec:processing-nofp"), 700));
     let t = claim_new(con, &k("rec:released"), 600);
     assert_eq!(release(con, &k("rec:released"), &t), 1);
     tokens.insert("rec:released", t);
-    let old = claim_new_opts(con, &k("rec:retried"), 600, &["MAXTRIES", "5"]);
+    let old = claim_new_opts(con, &k("rec:retried"), 600, &["MAXTRIES", "5", "OWNER", "first"]);
     assert_eq!(release(con, &k("rec:retried"), &old), 1);
     let (status, value, attempt) = claim(con, &k("rec:retried"), 800);
     assert_eq!((status.as_str(), attempt), ("RETRY", 2));
     tokens.insert("rec:retried", as_token(&value));
-    let t = claim_new(con, &k("rec:done-result"), 600);
+    let t = claim_new_opts(con, &k("rec:done-result"), 600, &["OWNER", "worker-2"]);
     assert_eq!(done(con, &k("rec:done-result"), &t, ("RESULT", BIN_RESULT, "RETAIN", 5000)), Ok(1));
     let t = claim_new(con, &k("rec:done-noresult"), 600);
     assert_eq!(done(con, &k("rec:done-noresult"), &t, NONE), Ok(1));
@@ -96,12 +103,31 @@ pub fn populate(con: &mut redis::Connection, prefix: &str) -> Fixture {
     }
     let f = get_fields(con, &k("rec:expired"));
     assert_eq!(f_str(&f, "state"), "expired", "rec:expired: {f:?}");
+    assert_eq!(f_bytes(&f, "owner").as_deref(), Some(BIN_OWNER), "rec:expired");
+    for (base, owner) in [("rec:processing", Some(&b"worker-1"[..])), ("rec:retried", None), ("rec:done-result", None)]
+    {
+        assert_eq!(f_bytes(&get_fields(con, &k(base)), "owner").as_deref(), owner, "{base}");
+    }
     Fixture {
         prefix: prefix.to_string(),
         keys: FIXTURE_KEYS.iter().map(|b| k(b)).collect(),
         tokens,
         retried_old_token: old,
     }
+}
+
+/// `IDEM.CLAIM key lease <opts>` with binary options, on an absent key:
+/// returns the token.
+pub fn claim_owned(con: &mut redis::Connection, key: &str, lease: i64, opts: &[&[u8]]) -> String {
+    let v: Value = redis::cmd("IDEM.CLAIM")
+        .arg(key)
+        .arg(lease)
+        .arg(opts)
+        .query(con)
+        .unwrap_or_else(|e| panic!("IDEM.CLAIM {key} {lease} {opts:?}: {e}"));
+    let (status, value, attempt) = parse_claim(v);
+    assert_eq!((status.as_str(), attempt), ("NEW", 1), "CLAIM {key}: value {value:?}");
+    as_token(&value)
 }
 
 /// What `IDEM.GET` and `PEXPIRETIME` say about a key.
@@ -127,7 +153,7 @@ pub fn assert_same_record(before: &Snap, after: &Snap, tol_ms: i64, what: &str) 
     let (Some(b), Some(a)) = (&before.fields, &after.fields) else {
         panic!("{what}: {} was {:?}, {} is {:?}", before.key, before.fields, after.key, after.fields);
     };
-    for name in ["state", "attempt", "claimed_at", "done_at", "result", "fingerprint"] {
+    for name in ["state", "attempt", "claimed_at", "done_at", "result", "fingerprint", "tries", "owner"] {
         assert_eq!(b[name], a[name], "{what}: field {name} of {} (before) vs {} (after)", before.key, after.key);
     }
     for name in ["lease_ms", "pttl"] {

@@ -89,8 +89,8 @@ pub fn parse_claim(v: Value) -> (String, Value, i64) {
 }
 
 /// The fields of `IDEM.GET`, in the order docs/commands.md lists them.
-pub const GET_FIELDS: [&str; 9] =
-    ["state", "attempt", "lease_ms", "pttl", "claimed_at", "done_at", "result", "fingerprint", "tries"];
+pub const GET_FIELDS: [&str; 10] =
+    ["state", "attempt", "lease_ms", "pttl", "claimed_at", "done_at", "result", "fingerprint", "tries", "owner"];
 
 pub type Fields = HashMap<String, Value>;
 
@@ -98,7 +98,7 @@ pub fn fields_from_reply(v: Value) -> Option<Fields> {
     let pairs: Vec<(Value, Value)> = match v {
         Value::Nil => return None,
         Value::Array(items) => {
-            assert_eq!(items.len(), 18, "IDEM.GET: expected 9 field/value pairs, got {items:?}");
+            assert_eq!(items.len(), 2 * GET_FIELDS.len(), "IDEM.GET: expected 10 field/value pairs, got {items:?}");
             let mut pairs = Vec::new();
             let mut it = items.into_iter();
             while let (Some(k), Some(v)) = (it.next(), it.next()) {

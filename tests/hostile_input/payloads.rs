@@ -4,11 +4,11 @@
 
 use crate::common::clock::align_to_boundary;
 use crate::common::commands::{
-    bf_info, bf_madd, claim_new_opts, digest_value, done, exists, items, mexists_all, once, pexpiretime, reserve,
-    server_ms,
+    bf_info, bf_madd, claim_new_opts, digest_value, done, exists, items, mexists_all, once, pexpiretime, release,
+    reserve, server_ms,
 };
-use crate::common::dump::{blob_span, crc64_redis, filter_blob, filter_payload, reframe, split_dump};
-use crate::common::fixtures::{assert_same_records, filter_snap, key_state, snapshot_all};
+use crate::common::dump::{blob_span, crc64_redis, filter_blob, module_payload, reframe, split_dump};
+use crate::common::fixtures::{assert_same_records, claim_owned, filter_snap, key_state, snapshot_all};
 use crate::common::reply::{BfInfo, err_text};
 use crate::common::server::Server;
 use redis::{RedisResult, Value};
@@ -245,13 +245,16 @@ fn corrupt_restores(s: &mut Server, con: &mut redis::Connection, sources: &[Sour
 }
 
 /// Records to damage: done with a binary result and a fingerprint,
-/// processing with a fingerprint (its token returned), and ONCE.
+/// processing with a fingerprint (its token returned), ONCE, and released
+/// with a binary owner.
 fn record_sources(con: &mut redis::Connection) -> (Vec<Source>, String) {
     let t = claim_new_opts(con, "src1", 600, &["PAYLOAD", "body"]);
     assert_eq!(done(con, "src1", &t, ("RESULT", "a-result\x00bin")), Ok(1));
     let processing = claim_new_opts(con, "src2", 600, &["PAYLOAD", "body2"]);
     assert_eq!(once(con, "src3", 600), 1);
-    let sources = ["src1", "src2", "src3"]
+    let t = claim_owned(con, "src4", 600, &[b"OWNER", b"\x00\xff owner \r\n"]);
+    assert_eq!(release(con, "src4", &t), 1);
+    let sources = ["src1", "src2", "src3", "src4"]
         .iter()
         .map(|k| {
             let mut src = Source::new(con, k, Damage::EveryByte);
@@ -268,7 +271,7 @@ fn corrupt_record_restores(server_args: &[&str]) {
     let mut s = Server::with_args(&[], server_args);
     let mut con = s.conn();
     let (sources, _) = record_sources(&mut con);
-    let keys = ["src1", "src2", "src3"];
+    let keys = ["src1", "src2", "src3", "src4"];
     let originals = snapshot_all(&mut con, &keys);
     let failures = corrupt_restores(&mut s, &mut con, &sources);
     // The sources are untouched.
@@ -449,13 +452,13 @@ fn a_filter_commands_could_not_build_is_refused() {
     let mut blob = Vec::new();
     let (start, len) = blob_span(&good[..good.len() - 10]);
     blob.extend_from_slice(&good[start..start + len]);
-    let _: () = redis::cmd("RESTORE").arg("copy").arg(0).arg(filter_payload(&good, &blob)).query(&mut con).unwrap();
+    let _: () = redis::cmd("RESTORE").arg("copy").arg(0).arg(module_payload(&good, &blob)).query(&mut con).unwrap();
 
     let now_hour = server_ms(&mut con) / 1000 / 3600 * 3600;
     let shards: Vec<_> = (0..8784i64)
         .map(|i| (now_hour - (8783 - i) * 3600, (0..32).map(|_| (1u64, 1u64, 1e-12, 1u32, vec![0xffu8; 8])).collect()))
         .collect();
-    let huge = filter_payload(&good, &filter_blob(8784, 3600, &shards));
+    let huge = module_payload(&good, &filter_blob(8784, 3600, &shards));
     let e = redis::cmd("RESTORE").arg("huge").arg(0).arg(&huge).query::<()>(&mut con).unwrap_err();
     assert!(err_text(&e).contains("Bad data format"), "{e}");
     assert!(!exists(&mut con, "huge"));

@@ -19,6 +19,7 @@ impl Run {
                 let lease = self.rng.range(1, 2);
                 let payloads = self.rng.chance(40);
                 let maxtries = self.rng.chance(30).then(|| self.rng.range(1, 3));
+                let owner = self.owner();
                 keys.into_iter()
                     .map(|key| Cmd::Claim {
                         key,
@@ -26,6 +27,7 @@ impl Run {
                         payload: payloads.then(|| self.rng.pick(&PAYLOADS).to_vec()),
                         maxtries,
                         bloom: None,
+                        owner: owner.clone(),
                     })
                     .collect()
             }

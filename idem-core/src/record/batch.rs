@@ -18,7 +18,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 use super::codec::{self, write_effect};
 use super::{
     ClaimArgs, ClaimReply, DoneReply, Fingerprint, Lifetimes, Millis, Record, Token, Write, claim, done, fingerprint,
-    release, token_arg,
+    max_tries_arg, owner_arg, release, token_arg,
 };
 use crate::args::{ArgList, parse_counted_options, require, seconds_arg};
 use crate::decode::{DecodeError, Reader};
@@ -30,7 +30,7 @@ use crate::error::{CmdError, NOT_AN_INTEGER, WRONGTYPE};
 pub const MAX_BATCH: usize = 10_000;
 
 /// `IDEM.MCLAIM`'s options, in the order [`parse_mclaim`] takes them.
-pub const MCLAIM_OPTIONS: &[&str] = &["PAYLOADS", "MAXTRIES", "BLOOM"];
+pub const MCLAIM_OPTIONS: &[&str] = &["PAYLOADS", "MAXTRIES", "BLOOM", "OWNER"];
 /// `IDEM.MDONE`'s options, in the order [`parse_mdone`] takes them.
 pub const MDONE_OPTIONS: &[&str] = &["RESULTS", "RETAIN", "BLOOM"];
 
@@ -125,7 +125,8 @@ fn check_bloom_key<A: ArgList + ?Sized>(args: &A, layout: Layout, bloom: Option<
 #[derive(Clone, Copy, Debug)]
 pub struct MClaimArgs {
     pub layout: Layout,
-    /// Lease and `MAXTRIES`; fingerprint and `maybe_seen` are per key.
+    /// Lease, `MAXTRIES` and `OWNER`; fingerprint and `maybe_seen` are per
+    /// key.
     pub claim: ClaimArgs,
     /// Index of the first of `PAYLOADS`' values.
     pub payloads: Option<usize>,
@@ -134,7 +135,7 @@ pub struct MClaimArgs {
 }
 
 /// `IDEM.MCLAIM lease numkeys key [key ...] [PAYLOADS payload [payload ...]]
-/// [MAXTRIES n] [BLOOM filterkey]`
+/// [MAXTRIES n] [BLOOM filterkey] [OWNER name]`
 pub fn parse_mclaim<A: ArgList + ?Sized>(args: &A, now: Millis) -> Result<MClaimArgs, CmdError> {
     require(args, 4)?;
     let lease = seconds_arg(args, 1, now)?;
@@ -145,14 +146,9 @@ pub fn parse_mclaim<A: ArgList + ?Sized>(args: &A, now: Millis) -> Result<MClaim
     parse_counted_options(args, layout.options(), MCLAIM_OPTIONS, values, |option, value| {
         match option {
             0 => parsed.payloads = Some(value),
-            1 => {
-                let max = args.int(value)?;
-                if max < 1 {
-                    return Err(CmdError::Static(c"ERR MAXTRIES must be a positive integer"));
-                }
-                parsed.claim.max_tries = Some(max as u64);
-            }
-            _ => parsed.bloom = Some(value),
+            1 => parsed.claim.max_tries = Some(max_tries_arg(args, value)?),
+            2 => parsed.bloom = Some(value),
+            _ => parsed.claim.owner = Some(owner_arg(args, value)?),
         }
         Ok(())
     })?;
@@ -369,11 +365,16 @@ pub fn mclaim<A: ArgList + ?Sized>(
         .map(|position| {
             let fingerprint: Option<Fingerprint> =
                 parsed.payloads.map(|first| fingerprint(args.bytes(first + position)));
-            batch.run(position, |record| {
-                let maybe_seen = parsed.bloom.is_some() && record.is_none() && maybe_seen(position);
-                let args = ClaimArgs { fingerprint, maybe_seen, ..parsed.claim };
-                claim(record, &args, now, lifetimes, &mut next_token)
-            })
+            batch
+                .run(position, |record| {
+                    let maybe_seen = parsed.bloom.is_some() && record.is_none() && maybe_seen(position);
+                    let args = ClaimArgs { fingerprint, maybe_seen, ..parsed.claim };
+                    match claim(record, &args, now, lifetimes, &mut next_token) {
+                        Ok((reply, write)) => (Ok(reply), write),
+                        Err(error) => (Err(error), Write::None),
+                    }
+                })
+                .and_then(|reply| reply)
         })
         .collect()
 }

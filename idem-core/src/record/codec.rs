@@ -9,14 +9,16 @@
 
 use unsigned_varint::encode as varint;
 
-use super::{Fingerprint, Millis, Phase, Record, Token};
+use super::{Fingerprint, MAX_ATTEMPT, MAX_OWNER, Millis, Phase, Record, Token};
 use crate::decode::{DecodeError, Reader, VARINT_MAX};
 
-/// First byte of every serialized record. 3 adds the optional tries base
-/// and extension time (flags 8 and 16); format 2, which 0.1 wrote, is read
-/// as a format 3 record without them.
-pub const FORMAT_VERSION: u8 = 3;
-/// The format that came before, still read (RDB files, DUMP payloads).
+/// First byte of every serialized record. 4 adds the optional owner (flag
+/// 32); 3 added the optional tries base and extension time (flags 8 and
+/// 16). Formats 3 and 2 (which 0.1 wrote) are read as records without
+/// what they did not know.
+pub const FORMAT_VERSION: u8 = 4;
+/// The formats that came before, still read (RDB files, DUMP payloads).
+const FORMAT_3: u8 = 3;
 const FORMAT_2: u8 = 2;
 
 const HAS_FINGERPRINT: u8 = 1;
@@ -28,17 +30,22 @@ const HAS_TOKEN: u8 = 4;
 const HAS_TRIES_BASE: u8 = 8;
 /// A processing record's lease was extended: the time follows.
 const HAS_EXTENDED: u8 = 16;
-/// The flags format 2 knows.
+/// The latest claim's owner (varint length, bytes) follows the fingerprint.
+const HAS_OWNER: u8 = 32;
+const MAX_OWNER_LEN: u64 = MAX_OWNER as u64;
+/// The flags each format knows.
 const FORMAT_2_FLAGS: u8 = HAS_FINGERPRINT | HAS_RESULT | HAS_TOKEN;
-const ALL_FLAGS: u8 = FORMAT_2_FLAGS | HAS_TRIES_BASE | HAS_EXTENDED;
+const FORMAT_3_FLAGS: u8 = FORMAT_2_FLAGS | HAS_TRIES_BASE | HAS_EXTENDED;
+const ALL_FLAGS: u8 = FORMAT_3_FLAGS | HAS_OWNER;
 
-/// Most bytes of a record without result: version, phase, flags, six
-/// numbers as varints, token and fingerprint.
+/// Most bytes of a record's fields before its owner and result: version,
+/// phase, flags, six numbers as varints, token and fingerprint.
 const MAX_FIXED_LEN: usize = 3 + 6 * VARINT_MAX + 16 + 16;
 
 /// Room to reserve for a record's encoding (at most this many bytes).
 pub fn max_encoded_len(record: &Record) -> usize {
-    MAX_FIXED_LEN + record.result.as_ref().map_or(0, |r| VARINT_MAX + r.len())
+    let tail = [&record.owner, &record.result].into_iter().flatten();
+    MAX_FIXED_LEN + tail.map(|bytes| VARINT_MAX + bytes.len()).sum::<usize>()
 }
 
 /// The fields before a record's result, assembled on the stack: one copy
@@ -61,10 +68,11 @@ impl Head {
 
 /// The layout: version, phase, flags, then attempt, claimed_at, lease_end
 /// and done_at as varints (LEB128), the tries base and the extension time
-/// as varints when not zero, then the token, fingerprint and result
-/// (varint length, bytes) when present. Small on purpose: the encoding is
-/// also the replicated effect, and Redis keeps an argument of up to 44
-/// bytes in one allocation, which a fresh claim's effect fits.
+/// as varints when not zero, then the token and fingerprint, and the
+/// owner and result (each a varint length, then its bytes) when present.
+/// Small on purpose: the encoding is also the replicated effect, and Redis
+/// keeps an argument of up to 44 bytes in one allocation, which a fresh
+/// claim's effect (without an owner) fits.
 pub fn encode(record: &Record, out: &mut Vec<u8>) {
     let phase = match record.phase {
         Phase::Processing => 0u8,
@@ -76,7 +84,8 @@ pub fn encode(record: &Record, out: &mut Vec<u8>) {
         | (record.result.is_some() as u8 * HAS_RESULT)
         | (has_token as u8 * HAS_TOKEN)
         | ((record.tries_base != 0) as u8 * HAS_TRIES_BASE)
-        | ((record.extended_at != 0) as u8 * HAS_EXTENDED);
+        | ((record.extended_at != 0) as u8 * HAS_EXTENDED)
+        | (record.owner.is_some() as u8 * HAS_OWNER);
     let mut head = Head { bytes: [0; MAX_FIXED_LEN + VARINT_MAX], len: 0 };
     head.put(&[FORMAT_VERSION, phase, flags]);
     head.put_varint(record.attempt);
@@ -95,13 +104,13 @@ pub fn encode(record: &Record, out: &mut Vec<u8>) {
     if let Some(fingerprint) = record.fingerprint {
         head.put(&fingerprint.to_le_bytes());
     }
-    if let Some(result) = &record.result {
-        head.put_varint(result.len() as u64);
-    }
-    out.reserve(head.len + record.result.as_ref().map_or(0, |r| r.len()));
+    let tail = [&record.owner, &record.result].into_iter().flatten();
+    out.reserve(head.len + tail.clone().map(|bytes| VARINT_MAX + bytes.len()).sum::<usize>());
     out.extend_from_slice(&head.bytes[..head.len]);
-    if let Some(result) = &record.result {
-        out.extend_from_slice(result);
+    for bytes in tail {
+        let mut slot = [0; VARINT_MAX];
+        out.extend_from_slice(varint::u64(bytes.len() as u64, &mut slot));
+        out.extend_from_slice(bytes);
     }
 }
 
@@ -109,6 +118,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
     let mut input = Reader(bytes);
     let known_flags = match input.u8()? {
         FORMAT_VERSION => ALL_FLAGS,
+        FORMAT_3 => FORMAT_3_FLAGS,
         FORMAT_2 => FORMAT_2_FLAGS,
         _ => return Err(DecodeError("unknown record format version")),
     };
@@ -146,6 +156,13 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         0 => None,
         _ => Some(Fingerprint::from_le_bytes(input.array()?)),
     };
+    let owner = match flags & HAS_OWNER {
+        0 => None,
+        _ => match input.varint()? {
+            len @ 1..=MAX_OWNER_LEN => Some(Box::from(input.take(len as usize)?)),
+            _ => return Err(DecodeError("owner length out of range")),
+        },
+    };
     let result = match flags & HAS_RESULT {
         0 => None,
         _ => {
@@ -154,14 +171,29 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         }
     };
     input.finish()?;
-    let record =
-        Record { phase, attempt, claimed_at, lease_end, done_at, token, fingerprint, result, tries_base, extended_at };
+    let record = Record {
+        phase,
+        attempt,
+        claimed_at,
+        lease_end,
+        done_at,
+        token,
+        fingerprint,
+        result,
+        tries_base,
+        extended_at,
+        owner,
+    };
     check_consistent(&record)?;
     Ok(record)
 }
 
 /// Field combinations the state machine never produces are corruption.
 fn check_consistent(record: &Record) -> Result<(), DecodeError> {
+    // Replies carry it (and the tries, never above it) as a signed integer.
+    if record.attempt > MAX_ATTEMPT {
+        return Err(DecodeError("attempt out of range"));
+    }
     let done = record.phase == Phase::Done;
     if done && (record.lease_end != 0 || record.token != Token::default()) {
         return Err(DecodeError("done record with a lease"));
@@ -178,6 +210,10 @@ fn check_consistent(record: &Record) -> Result<(), DecodeError> {
     }
     if record.extended_at != 0 && record.phase != Phase::Processing {
         return Err(DecodeError("extension time on a record not processing"));
+    }
+    // Only a claim sets an owner; DONE and REQUEUE drop it with the token.
+    if record.owner.is_some() && record.token == Token::default() {
+        return Err(DecodeError("owner without a claim"));
     }
     Ok(())
 }
@@ -217,11 +253,12 @@ fn field(bits: u128, shift: u32, width: u32) -> u64 {
 }
 
 /// `None` for the rare records: with a result, a fingerprint, a tries
-/// base (requeued) or an extension time (a lease renewed), or numbers too
-/// large.
+/// base (requeued), an extension time (a lease renewed) or an owner, or
+/// numbers too large.
 pub fn pack(record: &Record) -> Option<Packed> {
     if record.fingerprint.is_some()
         || record.result.is_some()
+        || record.owner.is_some()
         || record.tries_base != 0
         || record.extended_at != 0
         || !fits_time(record.claimed_at)
@@ -275,6 +312,7 @@ pub fn unpack(packed: Packed) -> Record {
                 result: None,
                 tries_base: 0,
                 extended_at: 0,
+                owner: None,
             }
         }
     }

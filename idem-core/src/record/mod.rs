@@ -26,16 +26,59 @@ use crate::error::CmdError;
 
 pub use crate::Millis;
 
+/// The largest attempt: replies carry it as a signed 64-bit integer, so a
+/// record at it can be claimed no more (see [`ATTEMPT_LIMIT`]), and a
+/// payload with a larger one is corrupt.
+pub const MAX_ATTEMPT: u64 = i64::MAX as u64;
+
+/// What `IDEM.CLAIM` answers where it would grant a claim on a record at
+/// [`MAX_ATTEMPT`]: a higher fencing number cannot be given, and repeating
+/// one would let two holders carry the same.
+pub const ATTEMPT_LIMIT: CmdError =
+    CmdError::Static(c"ERR the record is at the largest attempt, 9223372036854775807: no claim can be fenced above it");
+
 /// Longest `retain`/`history` config: 100 years. Time arguments are checked
 /// against it, so `now + argument + history` can never overflow.
 pub const MAX_SECONDS: i64 = 100 * 365 * 24 * 3600;
 
-/// A 128-bit xxh3 of a claim's `PAYLOAD`.
-pub type Fingerprint = u128;
+/// A 128-bit xxh3 of a claim's `PAYLOAD`, held as two words: a `u128`
+/// would align [`Record`] to 16 bytes, and its padding would push it from
+/// 128 bytes (a size class of Redis's allocator) to 144.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub struct Fingerprint([u64; 2]);
+
+impl Fingerprint {
+    pub fn to_le_bytes(self) -> [u8; 16] {
+        u128::from(self).to_le_bytes()
+    }
+
+    pub fn from_le_bytes(bytes: [u8; 16]) -> Fingerprint {
+        Fingerprint::from(u128::from_le_bytes(bytes))
+    }
+}
+
+impl From<u128> for Fingerprint {
+    fn from(hash: u128) -> Fingerprint {
+        Fingerprint([hash as u64, (hash >> 64) as u64])
+    }
+}
+
+impl From<Fingerprint> for u128 {
+    fn from(fingerprint: Fingerprint) -> u128 {
+        fingerprint.0[0] as u128 | (fingerprint.0[1] as u128) << 64
+    }
+}
+
+/// As `IDEM.GET` shows it: the hash's 32 hex digits.
+impl std::fmt::LowerHex for Fingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::LowerHex::fmt(&u128::from(*self), f)
+    }
+}
 
 /// Fingerprint of a `PAYLOAD` argument.
 pub fn fingerprint(payload: &[u8]) -> Fingerprint {
-    xxh3_128(payload)
+    Fingerprint::from(xxh3_128(payload))
 }
 
 /// The owner token of one claim: 128 random bits, shown as 32 hex digits.
@@ -88,6 +131,41 @@ impl Token {
             bytes[i] = high << 4 | low;
         }
         Some(Token(bytes))
+    }
+}
+
+/// Longest `OWNER`.
+pub const MAX_OWNER: usize = 64;
+
+/// An `OWNER` argument: who holds a claim, for the people reading it later
+/// (a worker id, `host:pid`), any 1 to [`MAX_OWNER`] bytes. Held inline, so
+/// that a claim's arguments can be copied (into a waiter, per key of a
+/// batch) without borrowing the command's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    len: u8,
+    bytes: [u8; MAX_OWNER],
+}
+
+impl Owner {
+    /// `None` for an empty name or one longer than [`MAX_OWNER`].
+    pub fn new(name: &[u8]) -> Option<Owner> {
+        if name.is_empty() || name.len() > MAX_OWNER {
+            return None;
+        }
+        let mut bytes = [0; MAX_OWNER];
+        bytes[..name.len()].copy_from_slice(name);
+        Some(Owner { len: name.len() as u8, bytes })
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
+impl std::fmt::Debug for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Owner({:?})", String::from_utf8_lossy(self.as_bytes()))
     }
 }
 
@@ -144,6 +222,9 @@ pub struct Record {
     /// Processing: when the lease was last extended, 0 when not since the
     /// claim. Otherwise 0. Kept for [`Record::changed_at`] (`IDLE`).
     pub extended_at: Millis,
+    /// The latest claim's `OWNER` (1 to [`MAX_OWNER`] bytes), kept while
+    /// processing, released or expired; dropped by DONE and REQUEUE.
+    pub owner: Option<Box<[u8]>>,
 }
 
 /// How long records live after their last event, from the configs.
@@ -176,6 +257,9 @@ pub struct ClaimArgs {
     /// `WAIT ms`: how long to wait where the answer would be `BUSY`; 0
     /// (the default) answers at once.
     pub wait: Millis,
+    /// `OWNER name`: stored by a granted claim, replacing the previous
+    /// holder's (none clears it).
+    pub owner: Option<Owner>,
 }
 
 /// The longest `WAIT`: one hour.
@@ -240,6 +324,7 @@ impl Record {
             result: None,
             tries_base: 0,
             extended_at: 0,
+            owner: args.owner.map(|owner| Box::from(owner.as_bytes())),
         }
     }
 
@@ -256,6 +341,7 @@ impl Record {
             result: result.map(Box::from),
             tries_base: 0,
             extended_at: 0,
+            owner: None,
         }
     }
 
@@ -310,31 +396,34 @@ impl Record {
         self.extended_at = 0;
         self.token = Token::default();
         self.result = result.map(Box::from);
+        self.owner = None;
     }
 }
 
 /// `IDEM.CLAIM`. `next_token` is called only when a claim is granted.
+/// `Err(ATTEMPT_LIMIT)`, nothing changed, where a claim would be granted
+/// on a record at [`MAX_ATTEMPT`].
 pub fn claim(
     record: Option<&mut Record>,
     args: &ClaimArgs,
     now: Millis,
     lifetimes: Lifetimes,
     next_token: impl FnOnce() -> Token,
-) -> (ClaimReply, Write) {
+) -> Result<(ClaimReply, Write), CmdError> {
     let Some(record) = record else {
         let token = next_token();
         let created = Record::claimed(now, args, token, 1);
         let expire_at = created.history_end(lifetimes);
         let reply = if args.maybe_seen { ClaimReply::Seen { token } } else { ClaimReply::New { token } };
-        return (reply, Write::Create { record: created, expire_at });
+        return Ok((reply, Write::Create { record: created, expire_at }));
     };
     let attempt = record.attempt;
     if let (Some(given), Some(stored)) = (args.fingerprint, record.fingerprint)
         && given != stored
     {
-        return (ClaimReply::Mismatch { attempt }, Write::None);
+        return Ok((ClaimReply::Mismatch { attempt }, Write::None));
     }
-    match record.state_at(now) {
+    Ok(match record.state_at(now) {
         State::Done => (ClaimReply::Done { attempt }, Write::None),
         State::Processing => {
             let lease_left = record.lease_end - now;
@@ -342,17 +431,20 @@ pub fn claim(
         }
         State::Released | State::Expired => {
             if args.max_tries.is_some_and(|max| record.tries() >= max) {
-                return (ClaimReply::Exhausted { attempt }, Write::None);
+                return Ok((ClaimReply::Exhausted { attempt }, Write::None));
+            }
+            if attempt >= MAX_ATTEMPT {
+                return Err(ATTEMPT_LIMIT);
             }
             let token = next_token();
             let fingerprint = record.fingerprint.or(args.fingerprint);
             let tries_base = record.tries_base;
-            let attempt = attempt.saturating_add(1);
+            let attempt = attempt + 1;
             *record = Record { fingerprint, tries_base, ..Record::claimed(now, args, token, attempt) };
             let expire_at = record.history_end(lifetimes);
             (ClaimReply::Retry { token, attempt }, Write::Update { expire_at })
         }
-    }
+    })
 }
 
 /// `IDEM.DONE`. `token` is `None` when the argument is not a token at all.
@@ -450,6 +542,7 @@ pub fn requeue(record: Option<&mut Record>, now: Millis, lifetimes: Lifetimes) -
         result: None,
         tries_base: record.attempt,
         extended_at: 0,
+        owner: None,
     };
     let expire_at = record.history_end(lifetimes);
     (RequeueReply::Requeued, Write::Update { expire_at })
@@ -483,7 +576,7 @@ fn bloom_key<A: ArgList + ?Sized>(args: &A, value: usize) -> Result<Option<usize
 }
 
 /// `IDEM.CLAIM`'s options, in the order `parse_claim` takes them.
-pub const CLAIM_OPTIONS: &[&str] = &["PAYLOAD", "MAXTRIES", "BLOOM", "WAIT"];
+pub const CLAIM_OPTIONS: &[&str] = &["PAYLOAD", "MAXTRIES", "BLOOM", "WAIT", "OWNER"];
 /// `IDEM.DONE`'s options, in the order `parse_done` takes them.
 pub const DONE_OPTIONS: &[&str] = &["RESULT", "RETAIN", "BLOOM"];
 
@@ -503,8 +596,22 @@ pub fn bloom_key_position<A: ArgList + ?Sized>(args: &A, options: &[&str]) -> Op
     found
 }
 
+/// The `OWNER` option's value (of `IDEM.CLAIM` and `IDEM.MCLAIM`).
+pub fn owner_arg<A: ArgList + ?Sized>(args: &A, index: usize) -> Result<Owner, CmdError> {
+    Owner::new(args.bytes(index)).ok_or(CmdError::Static(c"ERR OWNER must be 1 to 64 bytes"))
+}
+
+/// `MAXTRIES n`'s value (of `IDEM.CLAIM` and `IDEM.MCLAIM`).
+pub fn max_tries_arg<A: ArgList + ?Sized>(args: &A, index: usize) -> Result<u64, CmdError> {
+    match args.int(index)? {
+        max if max >= 1 => Ok(max as u64),
+        _ => Err(CmdError::Static(c"ERR MAXTRIES must be a positive integer")),
+    }
+}
+
 /// `IDEM.CLAIM key lease [PAYLOAD data] [MAXTRIES n] [BLOOM filterkey]
-/// [WAIT ms]`: the claim, and the index of the `BLOOM` filter key if given.
+/// [WAIT ms] [OWNER name]`: the claim, and the index of the `BLOOM` filter
+/// key if given.
 pub fn parse_claim<A: ArgList + ?Sized>(args: &A, now: Millis) -> Result<(ClaimArgs, Option<usize>), CmdError> {
     require(args, 3)?;
     let mut claim = ClaimArgs { lease: seconds_arg(args, 2, now)?, ..ClaimArgs::default() };
@@ -512,20 +619,15 @@ pub fn parse_claim<A: ArgList + ?Sized>(args: &A, now: Millis) -> Result<(ClaimA
     parse_options(args, 3, CLAIM_OPTIONS, |option, value| {
         match option {
             0 => claim.fingerprint = Some(fingerprint(args.bytes(value))),
-            1 => {
-                let max = args.int(value)?;
-                if max < 1 {
-                    return Err(CmdError::Static(c"ERR MAXTRIES must be a positive integer"));
-                }
-                claim.max_tries = Some(max as u64);
-            }
+            1 => claim.max_tries = Some(max_tries_arg(args, value)?),
             2 => bloom = bloom_key(args, value)?,
-            _ => {
+            3 => {
                 claim.wait = match args.int(value) {
                     Ok(ms) if (0..=MAX_WAIT).contains(&ms) => ms,
                     _ => return Err(CmdError::new(format!("ERR WAIT must be an integer from 0 to {MAX_WAIT}"))),
                 }
             }
+            _ => claim.owner = Some(owner_arg(args, value)?),
         }
         Ok(())
     })?;

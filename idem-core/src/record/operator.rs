@@ -151,6 +151,7 @@ mod tests {
             result: None,
             tries_base: 2,
             extended_at: now - 40_000,
+            owner: None,
         };
         let selects = |record: &Record, state: Option<State>, min_tries: Option<u64>, idle: Option<i64>| {
             ScanFilter { state, min_tries, idle: idle.map(|s| s * 1000) }.selects(record, now)
@@ -169,7 +170,8 @@ mod tests {
     const LIFETIMES: crate::record::Lifetimes = crate::record::Lifetimes { history: 3_600_000 };
 
     fn claim_args(max_tries: Option<u64>) -> crate::record::ClaimArgs {
-        crate::record::ClaimArgs { lease: 10_000, max_tries, ..Default::default() }
+        let owner = crate::record::Owner::new(b"worker-1");
+        crate::record::ClaimArgs { lease: 10_000, max_tries, owner, ..Default::default() }
     }
 
     #[test]
@@ -182,7 +184,7 @@ mod tests {
             Token([next; 16])
         };
         assert_eq!(requeue(None, NOW, LIFETIMES), (RequeueReply::Absent, Write::None));
-        let (_, Write::Create { mut record, .. }) = claim(None, &claim_args(Some(2)), NOW, LIFETIMES, &mut token)
+        let Ok((_, Write::Create { mut record, .. })) = claim(None, &claim_args(Some(2)), NOW, LIFETIMES, &mut token)
         else {
             panic!()
         };
@@ -190,22 +192,24 @@ mod tests {
         assert_eq!(record.phase, Phase::Processing);
         let later = NOW + 20_000;
         assert!(matches!(
-            claim(Some(&mut record), &claim_args(Some(2)), later, LIFETIMES, &mut token).0,
+            claim(Some(&mut record), &claim_args(Some(2)), later, LIFETIMES, &mut token).unwrap().0,
             ClaimReply::Retry { attempt: 2, .. }
         ));
         let dead = later + 20_000;
         assert_eq!(
-            claim(Some(&mut record), &claim_args(Some(2)), dead, LIFETIMES, &mut token).0,
+            claim(Some(&mut record), &claim_args(Some(2)), dead, LIFETIMES, &mut token).unwrap().0,
             ClaimReply::Exhausted { attempt: 2 }
         );
+        assert_eq!(record.owner.as_deref(), Some(&b"worker-1"[..]), "a dead letter shows who had it last");
         let held = record.token;
         assert_eq!(
             requeue(Some(&mut record), dead, LIFETIMES),
             (RequeueReply::Requeued, Write::Update { expire_at: dead + 3_600_000 })
         );
         assert_eq!(
-            (record.state_at(dead), record.attempt, record.tries(), record.changed_at()),
-            (State::Released, 2, 0, dead)
+            (record.state_at(dead), record.attempt, record.tries(), record.changed_at(), record.owner.as_deref()),
+            (State::Released, 2, 0, dead, None),
+            "given back: the latest holder's owner dropped with its token"
         );
         // The latest holder's token no longer works.
         assert_eq!(done(Some(&mut record.clone()), Some(held), None, 1000, dead).0, DoneReply::Stale);
@@ -213,12 +217,12 @@ mod tests {
         assert!(!release(Some(&mut record.clone()), Some(held), dead, LIFETIMES).0);
         assert_eq!(done(Some(&mut record.clone()), Some(Token::default()), None, 1000, dead).0, DoneReply::Stale);
         // Two more tries, with attempts above any before.
-        let reply = claim(Some(&mut record), &claim_args(Some(2)), dead, LIFETIMES, &mut token).0;
+        let reply = claim(Some(&mut record), &claim_args(Some(2)), dead, LIFETIMES, &mut token).unwrap().0;
         assert!(matches!(reply, ClaimReply::Retry { attempt: 3, .. }), "{reply:?}");
         assert_eq!(record.tries(), 1);
-        let reply = claim(Some(&mut record), &claim_args(Some(2)), dead + 20_000, LIFETIMES, &mut token).0;
+        let reply = claim(Some(&mut record), &claim_args(Some(2)), dead + 20_000, LIFETIMES, &mut token).unwrap().0;
         assert!(matches!(reply, ClaimReply::Retry { attempt: 4, .. }), "{reply:?}");
-        let reply = claim(Some(&mut record), &claim_args(Some(2)), dead + 40_000, LIFETIMES, &mut token).0;
+        let reply = claim(Some(&mut record), &claim_args(Some(2)), dead + 40_000, LIFETIMES, &mut token).unwrap().0;
         assert_eq!(reply, ClaimReply::Exhausted { attempt: 4 });
         // A done record gives its work back too, its result dropped.
         let mut completed = Record::done_without_claim(NOW, Some(b"result"));
@@ -228,7 +232,7 @@ mod tests {
             (Phase::Released, 0, 0, None)
         );
         assert!(matches!(
-            claim(Some(&mut completed), &claim_args(None), NOW + 6, LIFETIMES, &mut token).0,
+            claim(Some(&mut completed), &claim_args(None), NOW + 6, LIFETIMES, &mut token).unwrap().0,
             ClaimReply::Retry { attempt: 1, .. }
         ));
     }
@@ -247,6 +251,7 @@ mod tests {
             result: None,
             tries_base: 5,
             extended_at: NOW + 10,
+            owner: Some(Box::from(&b"worker-7"[..])),
         };
         let mut bytes = Vec::new();
         codec::encode(&record, &mut bytes);
@@ -254,6 +259,7 @@ mod tests {
         assert_eq!(codec::pack(&record), None, "rare records stay boxed");
         record.tries_base = 0;
         record.extended_at = 0;
+        record.owner = None;
         assert!(codec::pack(&record).is_some(), "the common record packs as before");
         // A released record as 0.1 (format 2) wrote it: attempt 2, claimed
         // and released at known times, with its token.

@@ -45,7 +45,7 @@ impl Store {
 
     fn claim(&mut self, args: ClaimArgs, now: Millis) -> ClaimReply {
         let token = self.next_token();
-        let (reply, write) = claim(self.live(now), &args, now, LIFETIMES, || token);
+        let (reply, write) = claim(self.live(now), &args, now, LIFETIMES, || token).expect("no attempt limit");
         self.apply(write);
         reply
     }
@@ -229,6 +229,84 @@ fn max_tries_exhausts_only_records_waiting_for_a_retry() {
     assert!(matches!(store.claim(lease(1), T0 + 2_000), ClaimReply::Retry { attempt: 3, .. }));
 }
 
+/// Replies carry the attempt as a signed 64-bit integer: the largest one
+/// is claimed no more (an error, nothing changed) instead of wrapping or
+/// repeating a fence, and a payload with a larger one is corrupt.
+#[test]
+fn the_attempt_stops_at_the_largest_a_reply_can_carry() {
+    for give_up in [false, true] {
+        let mut store = Store::default();
+        let token = granted_token(store.claim(lease(1), T0));
+        assert!(store.release(token, T0 + 1));
+        store.live(T0 + 1).unwrap().attempt = MAX_ATTEMPT - 1;
+        let last = store.claim(lease(1), T0 + 2);
+        assert!(matches!(last, ClaimReply::Retry { attempt: MAX_ATTEMPT, .. }), "{last:?}");
+        assert_eq!(store.claim(lease(1), T0 + 3), ClaimReply::Busy { lease_left: 999, attempt: MAX_ATTEMPT });
+        // Released, or expired: a claim would need attempt 2^63.
+        let now = if give_up { T0 + 4 } else { T0 + 1_002 };
+        assert_eq!(store.release(granted_token(last), now), give_up);
+        let before = store.live(now).unwrap().clone();
+        let error = claim(store.live(now), &lease(1), now, LIFETIMES, || Token([0xaa; 16])).unwrap_err();
+        assert_eq!(error.message(), ATTEMPT_LIMIT.message());
+        assert_eq!(store.live(now), Some(&mut before.clone()), "nothing changed");
+        // What needs no new attempt answers as ever.
+        let max1 = ClaimArgs { max_tries: Some(1), ..lease(1) };
+        assert_eq!(store.claim(max1, now), ClaimReply::Exhausted { attempt: MAX_ATTEMPT });
+        assert_eq!(store.done(granted_token(last), None, 1000, now), DoneReply::Completed);
+        assert_eq!(store.claim(lease(1), now), ClaimReply::Done { attempt: MAX_ATTEMPT });
+    }
+
+    let encoded = |attempt: u64| {
+        let mut bytes = Vec::new();
+        codec::encode(&Record { attempt, ..sample_records()[1].clone() }, &mut bytes);
+        codec::decode(&bytes).map(|record| record.attempt)
+    };
+    assert_eq!(encoded(MAX_ATTEMPT), Ok(MAX_ATTEMPT));
+    for attempt in [MAX_ATTEMPT + 1, u64::MAX] {
+        assert_eq!(encoded(attempt), Err(DecodeError("attempt out of range")));
+    }
+}
+
+fn owned(seconds: i64, name: &[u8]) -> ClaimArgs {
+    ClaimArgs { owner: Some(Owner::new(name).unwrap()), ..lease(seconds) }
+}
+
+fn owner_at(store: &mut Store, now: Millis) -> Option<Vec<u8>> {
+    store.live(now).unwrap().owner.as_deref().map(<[u8]>::to_vec)
+}
+
+/// The owner is the latest granted claim's: a refused claim changes
+/// nothing, a claim without one clears it; it stays while processing,
+/// released or expired, and goes with DONE.
+#[test]
+fn the_owner_is_the_latest_granted_claims_until_done() {
+    let mut store = Store::default();
+    let first = granted_token(store.claim(owned(1, b"a"), T0));
+    assert_eq!(owner_at(&mut store, T0), Some(b"a".to_vec()));
+    assert!(matches!(store.claim(owned(1, b"b"), T0 + 1), ClaimReply::Busy { .. }));
+    assert_eq!(owner_at(&mut store, T0 + 1), Some(b"a".to_vec()), "a refused claim changes nothing");
+    assert_eq!(store.extend(first, 1_000, T0 + 2), Ok(()));
+    assert_eq!(owner_at(&mut store, T0 + 1_002), Some(b"a".to_vec()), "kept while expired");
+    let binary = [0u8, 0xff, b'\r', b'\n', 0x80];
+    let second = granted_token(store.claim(owned(1, &binary), T0 + 1_002));
+    assert_eq!(owner_at(&mut store, T0 + 1_002), Some(binary.to_vec()), "replaced by the new holder's");
+    assert!(store.release(second, T0 + 1_003));
+    assert_eq!(owner_at(&mut store, T0 + 1_003), Some(binary.to_vec()), "kept while released");
+    let max1 = ClaimArgs { max_tries: Some(2), ..owned(1, b"c") };
+    assert!(matches!(store.claim(max1, T0 + 1_004), ClaimReply::Exhausted { .. }));
+    assert_eq!(owner_at(&mut store, T0 + 1_004), Some(binary.to_vec()), "EXHAUSTED changes nothing");
+    let third = granted_token(store.claim(lease(1), T0 + 1_005));
+    assert_eq!(owner_at(&mut store, T0 + 1_005), None, "a claim without OWNER clears it");
+    assert_eq!(store.claim(owned(1, b"d"), T0 + 1_006), ClaimReply::Busy { lease_left: 999, attempt: 3 });
+    assert_eq!(owner_at(&mut store, T0 + 1_006), None);
+    let fourth = store.claim(owned(1, b"e"), T0 + 2_005);
+    assert_eq!(owner_at(&mut store, T0 + 2_005), Some(b"e".to_vec()));
+    assert_eq!(store.done(third, None, 1_000, T0 + 2_006), DoneReply::Stale);
+    assert_eq!(store.done(granted_token(fourth), None, 1_000, T0 + 2_006), DoneReply::Completed);
+    assert_eq!(owner_at(&mut store, T0 + 2_006), None, "dropped by DONE");
+    assert_eq!(codec::pack(store.live(T0 + 2_006).unwrap()).map(|p| matches!(p, Packed::Done(_))), Some(true));
+}
+
 #[test]
 fn once_marks_absent_keys_only() {
     let (created, write) = once(None, 5_000, T0);
@@ -244,11 +322,20 @@ fn once_marks_absent_keys_only() {
 fn sample_records() -> Vec<Record> {
     let processing = Record::claimed(T0, &lease(5), Token([3; 16]), 4);
     let released = Record { phase: Phase::Released, lease_end: T0 + 7, ..processing.clone() };
-    let mut done_full = Record { fingerprint: Some(u128::MAX - 5), ..processing.clone() };
+    let mut done_full = Record { fingerprint: Some(Fingerprint::from(u128::MAX - 5)), ..processing.clone() };
     done_full.complete(T0 + 9, Some(b"\0binary\xff"));
     let mut done_packed = processing.clone();
     done_packed.complete(T0 + 9, None);
-    vec![processing, released, done_full, done_packed, Record::done_without_claim(T0, None)]
+    let longest: Vec<u8> = (0..MAX_OWNER as u8).map(|i| i.wrapping_mul(37)).collect();
+    let owned = Record { owner: Some(longest.into()), fingerprint: Some(Fingerprint::from(9)), ..released.clone() };
+    vec![processing, released, done_full, done_packed, Record::done_without_claim(T0, None), owned]
+}
+
+/// A boxed record is one allocation of Redis's 128-byte size class: each
+/// field added must fit what is left of it.
+#[test]
+fn a_boxed_record_fits_128_bytes() {
+    assert!(size_of::<Record>() <= 128, "{} bytes", size_of::<Record>());
 }
 
 #[test]
@@ -276,12 +363,15 @@ fn packing_keeps_plain_records_in_16_or_32_bytes_and_round_trips() {
     assert_eq!(packed[2], None, "done with result and fingerprint");
     assert!(matches!(packed[3], Some(Packed::Done(_))), "done");
     assert!(matches!(packed[4], Some(Packed::Done(_))), "done without claim");
+    assert_eq!(packed[5], None, "with an owner");
+    let owner_only = Record { owner: Some(Box::from(&b"w"[..])), ..records[0].clone() };
+    assert_eq!(codec::pack(&owner_only), None);
     for (record, packed) in records.iter().zip(packed) {
         if let Some(packed) = packed {
             assert_eq!(&codec::unpack(packed), record);
         }
     }
-    let with_fingerprint = Record { fingerprint: Some(7), ..records[0].clone() };
+    let with_fingerprint = Record { fingerprint: Some(Fingerprint::from(7)), ..records[0].clone() };
     assert_eq!(codec::pack(&with_fingerprint), None);
     let far_future = Record { done_at: 1 << 44, ..Record::done_without_claim(0, None) };
     assert_eq!(codec::pack(&far_future), None);
@@ -320,13 +410,48 @@ fn decoding_refuses_corrupt_payloads() {
     // by the fuzzer: decoded, its bits dropped, it encoded differently).
     let too_wide = [2, 0, 0, 252, 255, 255, 255, 183, 255, 248, 255, 254, 2, 0, 0, 0];
     assert_eq!(codec::decode(&too_wide), Err(DecodeError("bad varint")));
-    let widest = [&[2, 0, 0][..], &[0xff; 9], &[1, 1, 0, 0]].concat();
-    assert_eq!(codec::decode(&widest).map(|r| r.attempt), Ok(u64::MAX));
+    let widest = [&[0xff; 9][..], &[1]].concat();
+    assert_eq!(crate::decode::Reader(&widest).varint(), Ok(u64::MAX));
+    owner_fields_are_checked();
     let mut zero_token = Vec::new();
     codec::encode(&sample_records()[0], &mut zero_token);
     let token_at = zero_token.len() - 16;
     zero_token[token_at..].fill(0);
     assert_eq!(codec::decode(&zero_token), Err(DecodeError("empty token marked present")));
+}
+
+/// An owner's bytes decode only where the state machine puts one: 1 to 64
+/// bytes, on a record with a claim's token, in format 4.
+fn owner_fields_are_checked() {
+    let with_owner = |owner: &[u8], record: &Record| {
+        let mut bytes = Vec::new();
+        codec::encode(&Record { owner: Some(owner.into()), ..record.clone() }, &mut bytes);
+        bytes
+    };
+    let processing = &sample_records()[0];
+    let good = with_owner(b"w", processing);
+    assert_eq!(codec::decode(&good).map(|r| r.owner), Ok(Some(Box::from(&b"w"[..]))));
+    // The owner follows the token; its length byte is before its one byte.
+    let len_at = good.len() - 2;
+    assert_eq!(good[len_at], 1);
+    let empty = [&good[..len_at], &[0]].concat();
+    assert_eq!(codec::decode(&empty), Err(DecodeError("owner length out of range")));
+    let mut too_long = with_owner(&[b'w'; MAX_OWNER], processing);
+    too_long[len_at] = MAX_OWNER as u8 + 1;
+    too_long.push(b'w');
+    assert_eq!(codec::decode(&too_long), Err(DecodeError("owner length out of range")));
+    let mut format_3 = good.clone();
+    format_3[0] = 3;
+    assert_eq!(codec::decode(&format_3), Err(DecodeError("unknown record flags")));
+    format_3[2] &= !32;
+    format_3.truncate(len_at);
+    assert_eq!(codec::decode(&format_3).map(|r| r.owner), Ok(None), "format 3 has no owner");
+    for unclaimed in [&sample_records()[3], &sample_records()[4]] {
+        let bytes = with_owner(b"w", unclaimed);
+        assert!(codec::decode(&bytes).is_err(), "an owner on a record no claim holds: {unclaimed:?}");
+    }
+    let requeued = Record { phase: Phase::Released, token: Token::default(), ..processing.clone() };
+    assert_eq!(codec::decode(&with_owner(b"w", &requeued)), Err(DecodeError("owner without a claim")));
 }
 
 proptest! {
@@ -355,6 +480,23 @@ proptest! {
             }
         }
     }
+
+    #[test]
+    fn decoding_mutated_owned_records_never_panics(index in 0usize..120, byte in any::<u8>()) {
+        let mut bytes = Vec::new();
+        codec::encode(&sample_records()[5], &mut bytes);
+        let index = index % bytes.len();
+        bytes[index] = byte;
+        if let Ok(record) = codec::decode(&bytes) {
+            let mut again = Vec::new();
+            codec::encode(&record, &mut again);
+            if bytes[0] == codec::FORMAT_VERSION {
+                prop_assert_eq!(again, bytes);
+            } else {
+                prop_assert_eq!(codec::decode(&again), Ok(record));
+            }
+        }
+    }
 }
 
 // ---- Model-based test -------------------------------------------------------
@@ -364,9 +506,29 @@ proptest! {
 #[derive(Clone, Debug)]
 enum ModelKey {
     Absent,
-    Held { token: Token, lease_end: Millis, attempt: u64, fp: Option<u128>, claimed_at: Millis },
-    Released { token: Token, at: Millis, attempt: u64, fp: Option<u128>, claimed_at: Millis },
-    Done { result: Option<Vec<u8>>, attempt: u64, fp: Option<u128>, claimed_at: Millis, at: Millis },
+    Held {
+        token: Token,
+        lease_end: Millis,
+        attempt: u64,
+        fp: Option<Fingerprint>,
+        claimed_at: Millis,
+        owner: Option<u8>,
+    },
+    Released {
+        token: Token,
+        at: Millis,
+        attempt: u64,
+        fp: Option<Fingerprint>,
+        claimed_at: Millis,
+        owner: Option<u8>,
+    },
+    Done {
+        result: Option<Vec<u8>>,
+        attempt: u64,
+        fp: Option<Fingerprint>,
+        claimed_at: Millis,
+        at: Millis,
+    },
 }
 
 struct Model {
@@ -390,6 +552,7 @@ enum Op {
         lease_s: i64,
         payload: Option<u8>,
         max_tries: Option<u64>,
+        owner: Option<u8>,
     },
     /// Which token: 0 = the latest issued, n = the n-th most recent.
     Done {
@@ -413,8 +576,8 @@ fn op() -> impl Strategy<Value = Op> {
         // expiry times, where off-by-one mistakes live.
         (0i64..9).prop_map(|halves| Op::Wait(halves * 500)),
         (0i64..HISTORY / 500 * 2).prop_map(|halves| Op::Wait(halves * 500)),
-        (1i64..4, proptest::option::of(0u8..2), proptest::option::of(1u64..4))
-            .prop_map(|(lease_s, payload, max_tries)| Op::Claim { lease_s, payload, max_tries }),
+        (1i64..4, proptest::option::of(0u8..2), proptest::option::of(1u64..4), proptest::option::of(0u8..3))
+            .prop_map(|(lease_s, payload, max_tries, owner)| Op::Claim { lease_s, payload, max_tries, owner }),
         (0usize..3, proptest::option::of(any::<u8>()), 1i64..5000).prop_map(|(which, result, retain_s)| Op::Done {
             which,
             result,
@@ -445,9 +608,10 @@ proptest! {
                     store.entry = None;
                     model.key = ModelKey::Absent;
                 }
-                Op::Claim { lease_s, payload, max_tries } => {
+                Op::Claim { lease_s, payload, max_tries, owner } => {
                     let fp = payload.map(|p| fingerprint(&[p]));
-                    let args = ClaimArgs { lease: lease_s * 1000, fingerprint: fp, max_tries, maybe_seen: false, wait: 0 };
+                    let owner_arg = owner.map(|o| Owner::new(&[o; 3]).unwrap());
+                    let args = ClaimArgs { lease: lease_s * 1000, fingerprint: fp, max_tries, maybe_seen: false, wait: 0, owner: owner_arg };
                     let reply = store.claim(args, now);
                     let lease_end = now + lease_s * 1000;
                     let next_attempt = |attempt: u64| attempt + 1;
@@ -489,7 +653,7 @@ proptest! {
                                 ClaimReply::Retry { attempt: got, .. } => prop_assert_eq!(got, attempt),
                                 other => prop_assert!(false, "unexpected {:?}", other),
                             }
-                            model.key = ModelKey::Held { token, lease_end, attempt, fp: stored_fp.or(fp), claimed_at: now };
+                            model.key = ModelKey::Held { token, lease_end, attempt, fp: stored_fp.or(fp), claimed_at: now, owner };
                             model.expire_at = lease_end + HISTORY;
                         }
                     }
@@ -523,8 +687,8 @@ proptest! {
                     let token = pick(&issued, which);
                     let released = store.release(token, now);
                     let expected = match model.at(now).clone() {
-                        ModelKey::Held { token: t, lease_end, attempt, fp, claimed_at } if t == token && now < lease_end => {
-                            model.key = ModelKey::Released { token, at: now, attempt, fp, claimed_at };
+                        ModelKey::Held { token: t, lease_end, attempt, fp, claimed_at, owner } if t == token && now < lease_end => {
+                            model.key = ModelKey::Released { token, at: now, attempt, fp, claimed_at, owner };
                             model.expire_at = now + HISTORY;
                             true
                         }
@@ -553,21 +717,23 @@ proptest! {
                 (None, ModelKey::Absent) => {}
                 (Some(record), key) => {
                     prop_assert_eq!(store.expire_at(), expire_at);
-                    let view = (record.state_at(now), record.attempt, record.claimed_at, record.fingerprint);
+                    let owner = record.owner.as_deref().map(<[u8]>::to_vec);
+                    let view = (record.state_at(now), record.attempt, record.claimed_at, record.fingerprint, owner);
+                    let owned = |owner: Option<u8>| owner.map(|o| vec![o; 3]);
                     let expected = match key {
-                        ModelKey::Held { lease_end, attempt, fp, claimed_at, .. } => {
+                        ModelKey::Held { lease_end, attempt, fp, claimed_at, owner, .. } => {
                             let state = if now < lease_end { State::Processing } else { State::Expired };
                             prop_assert_eq!(record.lease_end, lease_end);
-                            (state, attempt, claimed_at, fp)
+                            (state, attempt, claimed_at, fp, owned(owner))
                         }
-                        ModelKey::Released { at, attempt, fp, claimed_at, .. } => {
+                        ModelKey::Released { at, attempt, fp, claimed_at, owner, .. } => {
                             prop_assert_eq!(record.lease_end, at);
-                            (State::Released, attempt, claimed_at, fp)
+                            (State::Released, attempt, claimed_at, fp, owned(owner))
                         }
                         ModelKey::Done { ref result, attempt, fp, claimed_at, at } => {
                             prop_assert_eq!(record.result.as_deref(), result.as_deref());
                             prop_assert_eq!(record.done_at, at);
-                            (State::Done, attempt, claimed_at, fp)
+                            (State::Done, attempt, claimed_at, fp, None)
                         }
                         ModelKey::Absent => {
                             prop_assert!(false, "store holds a record the model forgot");
@@ -610,6 +776,27 @@ fn wait_option_parses_milliseconds_from_0_to_an_hour() {
 }
 
 #[test]
+fn owner_option_takes_1_to_64_bytes_of_anything() {
+    let owner = |value: &[u8]| {
+        let args: Vec<&[u8]> = vec![b"IDEM.CLAIM", b"k", b"10", b"owner", value];
+        parse_claim(&args[..], T0).map(|(claim, _)| claim.owner.map(|o| o.as_bytes().to_vec())).map_err(|e| e.message())
+    };
+    for good in [&b"w"[..], b"host:4242", b"BLOOM", b"\0\xff\r\n\x80 binary", &[b'x'; MAX_OWNER]] {
+        assert_eq!(owner(good), Ok(Some(good.to_vec())), "{good:?}");
+    }
+    for bad in [&b""[..], &[b'x'; MAX_OWNER + 1]] {
+        assert_eq!(owner(bad), Err("ERR OWNER must be 1 to 64 bytes".to_string()), "{bad:?}");
+    }
+    assert_eq!(parse(&["IDEM.CLAIM", "k", "10"]).unwrap().0.owner, None);
+    assert!(parse(&["IDEM.CLAIM", "k", "10", "OWNER"]).unwrap_err().contains("option OWNER needs a value"));
+    assert!(parse(&["IDEM.CLAIM", "k", "10", "OWNER", "a", "Owner", "b"]).unwrap_err().contains("given twice"));
+    // A value spelling another option is a value, for the parser and for
+    // the key positions alike.
+    let (claim, bloom) = parse(&["IDEM.CLAIM", "k", "10", "OWNER", "BLOOM", "PAYLOAD", "OWNER", "BLOOM", "f"]).unwrap();
+    assert_eq!((claim.owner.map(|o| o.as_bytes().to_vec()), bloom), (Some(b"BLOOM".to_vec()), Some(8)));
+}
+
+#[test]
 fn wait_option_refuses_what_is_not_an_integer_in_range() {
     for bad in ["-1", "3600001", "1.5", "abc", "", " 5", "01", "99999999999999999999"] {
         let error = parse(&["IDEM.CLAIM", "k", "10", "WAIT", bad]).unwrap_err();
@@ -631,6 +818,9 @@ fn bloom_key_position_is_where_the_parser_takes_the_option() {
     assert_eq!(at(&claim, CLAIM_OPTIONS), Some(8));
     assert_eq!(parse(&claim).unwrap().1, Some(8));
     assert_eq!(at(&["IDEM.CLAIM", "k", "10", "PAYLOAD", "BLOOM"], CLAIM_OPTIONS), None);
+    assert_eq!(at(&["IDEM.CLAIM", "k", "10", "OWNER", "BLOOM", "BLOOM", "f"], CLAIM_OPTIONS), Some(6));
+    assert_eq!(at(&["IDEM.CLAIM", "k", "10", "PAYLOAD", "OWNER", "BLOOM", "f"], CLAIM_OPTIONS), Some(6));
+    assert_eq!(at(&["IDEM.CLAIM", "k", "10", "OWNER", "BLOOM"], CLAIM_OPTIONS), None);
     assert_eq!(at(&["IDEM.DONE", "k", "t", "RESULT", "BLOOM", "BLOOM", "RESULT"], DONE_OPTIONS), Some(6));
     assert_eq!(at(&["IDEM.DONE", "k", "t", "RETAIN", "5"], DONE_OPTIONS), None);
 }

@@ -14,6 +14,7 @@ pub enum Cmd {
         payload: Option<Vec<u8>>,
         maxtries: Option<i64>,
         bloom: Option<String>,
+        owner: Option<Vec<u8>>,
     },
     Done {
         key: String,
@@ -28,7 +29,7 @@ pub enum Cmd {
     },
     /// IDEM.MCLAIM, IDEM.MDONE or IDEM.MRELEASE: its parts are the single
     /// commands it stands for, in key order, all CLAIMs (one lease,
-    /// MAXTRIES, payloads on all or none), all DONEs (one RETAIN, results
+    /// MAXTRIES and OWNER, payloads on all or none), all DONEs (one RETAIN, results
     /// on all or none) or all RELEASEs, none with BLOOM. Checked part by
     /// part against the reply's elements (tests/stateful.rs).
     Batch(Vec<Cmd>),
@@ -185,7 +186,7 @@ impl Cmd {
         let mut a: Vec<Vec<u8>> = Vec::new();
         let mut s = |x: &str| a.push(x.as_bytes().to_vec());
         match self {
-            Claim { key, lease, payload, maxtries, bloom } => {
+            Claim { key, lease, payload, maxtries, bloom, owner } => {
                 s("IDEM.CLAIM");
                 s(key);
                 s(&lease.to_string());
@@ -201,6 +202,10 @@ impl Cmd {
                 if let Some(b) = bloom {
                     s("BLOOM");
                     s(b);
+                }
+                if let Some(name) = owner {
+                    s("OWNER");
+                    a.push(name.clone());
                 }
             }
             Done { key, token, result, retain, bloom } => {
@@ -417,7 +422,7 @@ fn batch_argv(parts: &[Cmd]) -> Vec<Vec<u8>> {
     let n = parts.len().to_string();
     let text = |x: &str| x.as_bytes().to_vec();
     match &parts[0] {
-        Cmd::Claim { lease, payload, maxtries, .. } => {
+        Cmd::Claim { lease, payload, maxtries, owner, .. } => {
             a.extend([text("IDEM.MCLAIM"), text(&lease.to_string()), text(&n)]);
             a.extend(parts.iter().map(|p| text(p.keys()[0])));
             if payload.is_some() {
@@ -429,6 +434,9 @@ fn batch_argv(parts: &[Cmd]) -> Vec<Vec<u8>> {
             }
             if let Some(n) = maxtries {
                 a.extend([text("MAXTRIES"), text(&n.to_string())]);
+            }
+            if let Some(name) = owner {
+                a.extend([text("OWNER"), name.clone()]);
             }
         }
         Cmd::Done { result, retain, .. } => {

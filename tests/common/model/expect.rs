@@ -2,6 +2,8 @@
 
 use redis::Value;
 
+use crate::common::reply::GET_FIELDS;
+
 // ---------------------------------------------------------------------------
 // Expected replies
 // ---------------------------------------------------------------------------
@@ -28,6 +30,7 @@ pub struct GetExp {
     pub result: Option<Vec<u8>>,
     pub fingerprint: Option<String>,
     pub tries: i64,
+    pub owner: Option<Vec<u8>>,
     /// The key's TTL and the module's clock are two readings of the clock,
     /// each anywhere in the step's bracket: `pttl` may be off by up to
     /// (below, above) ms from its value at the module's time.
@@ -246,10 +249,7 @@ pub fn matches(exp: &Exp, v: &Value, m: &mut Matched) -> Result<(), String> {
             Ok(())
         }
         Exp::Get(g) => {
-            let f = fields(
-                v,
-                &["state", "attempt", "lease_ms", "pttl", "claimed_at", "done_at", "result", "fingerprint", "tries"],
-            )?;
+            let f = fields(v, &GET_FIELDS)?;
             let state = text_of(&f[0]).ok_or("state not a string")?;
             let got = GetExp {
                 state: match state.as_str() {
@@ -267,6 +267,7 @@ pub fn matches(exp: &Exp, v: &Value, m: &mut Matched) -> Result<(), String> {
                 result: bytes_of(&f[6])?,
                 fingerprint: bytes_of(&f[7])?.map(|b| String::from_utf8_lossy(&b).into_owned()),
                 tries: int_of(&f[8])?,
+                owner: bytes_of(&f[9])?,
                 pttl_slack: g.pttl_slack,
             };
             let pttl_ok = if g.pttl < 0 {

@@ -118,7 +118,7 @@ fn apply_documented(w: &World, db: usize, cmd: &Cmd, t: i64, cfg: &Cfg) -> Vec<(
     let same = |e: Exp| vec![(e, w.clone())];
     match cmd {
         Batch(_) => unreachable!("tests/stateful.rs checks a batch part by part"),
-        Claim { key, lease, payload, maxtries, bloom } => {
+        Claim { key, lease, payload, maxtries, bloom, owner } => {
             let fp = payload.as_deref().map(fingerprint);
             let bloom_key = bloom.as_deref().map(|b| fkey(w, db, b));
             let bloom_wrong = matches!(bloom_key, Some(FKey::Other));
@@ -139,6 +139,8 @@ fn apply_documented(w: &World, db: usize, cmd: &Cmd, t: i64, cfg: &Cfg) -> Vec<(
                     fingerprint,
                     token: Some(PENDING.to_string()),
                     tries_base: old.map_or(0, |r| r.tries_base),
+                    // The claim's, replacing the last holder's; none clears it.
+                    owner: owner.clone(),
                 };
                 let mut w2 = w.clone();
                 put_rec(&mut w2, db, key, r, Some(t + lease_ms + cfg.history_ms));
@@ -206,11 +208,17 @@ fn apply_documented(w: &World, db: usize, cmd: &Cmd, t: i64, cfg: &Cfg) -> Vec<(
                     fingerprint: None,
                     token: None,
                     tries_base: 0,
+                    owner: None,
                 }),
                 Some(r) if r.phase == Phase::Done => None,
-                Some(r) if r.token.as_deref() == Some(token.as_str()) => {
-                    Some(Rec { phase: Phase::Done, lease_end: 0, done_at: t, result: result.clone(), ..r.clone() })
-                }
+                Some(r) if r.token.as_deref() == Some(token.as_str()) => Some(Rec {
+                    phase: Phase::Done,
+                    lease_end: 0,
+                    done_at: t,
+                    result: result.clone(),
+                    owner: None,
+                    ..r.clone()
+                }),
                 Some(_) => None,
             };
             let not_done = if rec.is_some_and(|r| r.phase == Phase::Done) { Exp::Int(0) } else { Exp::Err("STALE") };
@@ -262,6 +270,7 @@ fn apply_documented(w: &World, db: usize, cmd: &Cmd, t: i64, cfg: &Cfg) -> Vec<(
                     result: None,
                     token: None,
                     tries_base: r.attempt,
+                    owner: None,
                     ..r.clone()
                 };
                 put_rec(&mut w2, db, key, r2, Some(t + cfg.history_ms));
@@ -301,6 +310,7 @@ fn apply_documented(w: &World, db: usize, cmd: &Cmd, t: i64, cfg: &Cfg) -> Vec<(
                     result: if r.phase == Phase::Done { r.result.clone() } else { None },
                     fingerprint: r.fingerprint.clone(),
                     tries: r.attempt - r.tries_base,
+                    owner: r.owner.clone(),
                     pttl_slack: (0, 0),
                 })))
             }
@@ -320,6 +330,7 @@ fn apply_documented(w: &World, db: usize, cmd: &Cmd, t: i64, cfg: &Cfg) -> Vec<(
                     fingerprint: None,
                     token: None,
                     tries_base: 0,
+                    owner: None,
                 };
                 put_rec(&mut w2, db, key, r, Some(t + retain * 1000));
                 vec![(Exp::Int(1), w2)]

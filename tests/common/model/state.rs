@@ -33,6 +33,8 @@ pub struct Rec {
     /// The attempt at the latest IDEM.REQUEUE (0 if never): MAXTRIES
     /// counts the claims since.
     pub tries_base: i64,
+    /// The latest granted claim's OWNER, until DONE or REQUEUE.
+    pub owner: Option<Vec<u8>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 
 use super::*;
-use crate::record::{self, Phase};
+use crate::record::{self, MAX_OWNER, Owner, Phase};
 
 const LIFETIMES: Lifetimes = Lifetimes { history: 3_600_000 };
 const T0: Millis = 1_800_000_000_000;
@@ -173,6 +173,14 @@ fn arguments_are_checked_before_any_key() {
     assert!(mclaim("IDEM.MCLAIM 30 1 a WAIT 10").unwrap_err().contains("unknown option"));
     assert!(mclaim("IDEM.MCLAIM 30 1 a BLOOM f bloom g").unwrap_err().contains("given twice"));
     assert_eq!(mclaim("IDEM.MCLAIM 30 2 a b payloads BLOOM MAXTRIES maxtries 2 bloom f"), Ok(()));
+    let long = "w".repeat(MAX_OWNER + 1);
+    assert_eq!(mclaim(&format!("IDEM.MCLAIM 30 1 a OWNER {long}")), Err("ERR OWNER must be 1 to 64 bytes".into()));
+    assert_eq!(mclaim("IDEM.MCLAIM 30 1 a OWNER "), Err("ERR OWNER must be 1 to 64 bytes".into()));
+    assert!(mclaim("IDEM.MCLAIM 30 1 a OWNER w1 owner w2").unwrap_err().contains("option OWNER given twice"));
+    assert!(mclaim("IDEM.MCLAIM 30 1 a OWNER").unwrap_err().contains("option OWNER needs a value"));
+    let w = words(&format!("IDEM.MCLAIM 30 2 a b OWNER {} PAYLOADS OWNER BLOOM", &long[1..]));
+    let parsed = parse_mclaim(&argv(&w)[..], T0).unwrap();
+    assert_eq!(parsed.claim.owner.map(|o| o.as_bytes().to_vec()), Some(long.as_bytes()[1..].to_vec()));
 
     let mdone = |text: &str| {
         let w = words(text);
@@ -202,6 +210,10 @@ fn key_positions_come_from_the_parsers_walker() {
     };
     // A payload spelling BLOOM is a payload; the filter is the option's value.
     assert_eq!(at("IDEM.MCLAIM 30 2 BLOOM b PAYLOADS BLOOM x BLOOM f", Command::MClaim), (vec![3, 4], Some(9)));
+    // So is an owner, and a payload spelling OWNER.
+    assert_eq!(at("IDEM.MCLAIM 30 1 a OWNER BLOOM BLOOM f", Command::MClaim), (vec![3], Some(7)));
+    assert_eq!(at("IDEM.MCLAIM 30 1 a PAYLOADS OWNER BLOOM f", Command::MClaim), (vec![3], Some(7)));
+    assert_eq!(at("IDEM.MCLAIM 30 1 a OWNER BLOOM", Command::MClaim), (vec![3], None));
     assert_eq!(at("IDEM.MDONE 2 a BLOOM b t RESULTS BLOOM r RETAIN 5", Command::MDone), (vec![2, 4], None));
     assert_eq!(at("IDEM.MDONE 1 a t BLOOM f", Command::MDone), (vec![2], Some(5)));
     assert_eq!(at("IDEM.MRELEASE 2 a t b u", Command::MRelease), (vec![2, 4], None));
@@ -236,13 +248,19 @@ enum Prep {
     Exhausted,
     Fingerprinted,
     WrongType,
+    /// Released at the largest attempt: a claim answers an error.
+    AtLastAttempt,
 }
 
 fn prepare(store: &mut Store, key: &[u8], prep: Prep, tokens: &mut impl FnMut() -> Token) {
     let now = T0 - 100_000;
-    let args = |fingerprint| ClaimArgs { lease: 10_000, fingerprint, ..ClaimArgs::default() };
+    // Held by an owner that a batch's claim replaces (or, without OWNER,
+    // clears).
+    let args =
+        |fingerprint| ClaimArgs { lease: 10_000, fingerprint, owner: Owner::new(b"prev"), ..ClaimArgs::default() };
     let mut claim_it = |store: &mut Store, fingerprint| {
-        let (reply, write) = claim(store.live(key, now), &args(fingerprint), now, LIFETIMES, &mut *tokens);
+        let (reply, write) =
+            claim(store.live(key, now), &args(fingerprint), now, LIFETIMES, &mut *tokens).expect("a claim");
         store.apply(key, write);
         match reply {
             ClaimReply::New { token } | ClaimReply::Retry { token, .. } => token,
@@ -253,9 +271,10 @@ fn prepare(store: &mut Store, key: &[u8], prep: Prep, tokens: &mut impl FnMut() 
         Prep::Absent => {}
         Prep::WrongType => store.strings.push(key.to_vec()),
         Prep::Lapsed => drop(claim_it(store, None)),
-        Prep::Fingerprinted => drop(claim_it(store, Some(7))),
+        Prep::Fingerprinted => drop(claim_it(store, Some(Fingerprint::from(7)))),
         Prep::Busy => {
-            let (_, write) = claim(None, &ClaimArgs { lease: 1_000_000, ..args(None) }, now, LIFETIMES, &mut *tokens);
+            let (_, write) =
+                claim(None, &ClaimArgs { lease: 1_000_000, ..args(None) }, now, LIFETIMES, &mut *tokens).expect("NEW");
             store.apply(key, write);
         }
         Prep::Released | Prep::Exhausted => {
@@ -273,6 +292,12 @@ fn prepare(store: &mut Store, key: &[u8], prep: Prep, tokens: &mut impl FnMut() 
             let (_, write) = done(store.live(key, now), Some(token), Some(b"kept"), RETAIN, now);
             store.apply(key, write);
         }
+        Prep::AtLastAttempt => {
+            let token = claim_it(store, None);
+            let (_, write) = release(store.live(key, now), Some(token), now, LIFETIMES);
+            store.apply(key, write);
+            store.live(key, now).expect("released").attempt = record::MAX_ATTEMPT;
+        }
     }
 }
 
@@ -286,11 +311,18 @@ fn prep() -> impl Strategy<Value = Prep> {
         Just(Prep::Exhausted),
         Just(Prep::Fingerprinted),
         Just(Prep::WrongType),
+        Just(Prep::AtLastAttempt),
     ]
 }
 
 /// Single commands in key order on `store`; WRONGTYPE keys answer Err.
-fn singles_claim(store: &mut Store, keys: &[Vec<u8>], payloads: &[u8], max: Option<u64>, seen: &[bool]) -> Vec<String> {
+fn singles_claim(
+    store: &mut Store,
+    keys: &[Vec<u8>],
+    payloads: &[u8],
+    (max, owner): (Option<u64>, Option<Owner>),
+    seen: &[bool],
+) -> Vec<String> {
     let mut next = tokens();
     keys.iter()
         .enumerate()
@@ -306,10 +338,15 @@ fn singles_claim(store: &mut Store, keys: &[Vec<u8>], payloads: &[u8], max: Opti
                 max_tries: max,
                 maybe_seen,
                 wait: 0,
+                owner,
             };
-            let (reply, write) = claim(record, &args, T0, LIFETIMES, &mut next);
-            store.apply(key, write);
-            format!("{reply:?}")
+            match claim(record, &args, T0, LIFETIMES, &mut next) {
+                Ok((reply, write)) => {
+                    store.apply(key, write);
+                    format!("{reply:?}")
+                }
+                Err(error) => error.message()[..9].to_string(),
+            }
         })
         .collect()
 }
@@ -320,6 +357,7 @@ proptest! {
         preps in proptest::collection::vec(prep(), 4),
         picks in proptest::collection::vec((0..4usize, 0..2u8, any::<bool>()), 1..12),
         max in proptest::option::of(1..4u64),
+        owner in proptest::option::of(0..2u8),
     ) {
         let mut base = Store::default();
         let mut setup_tokens = || Token([0xee; 16]);
@@ -331,13 +369,16 @@ proptest! {
         let seen: Vec<bool> = picks.iter().map(|(_, _, s)| *s).collect();
 
         let mut singles = base.clone();
-        let want = singles_claim(&mut singles, &keys, &payloads, max, &seen);
+        let owner_name = owner.map(|o| format!("worker-{o}"));
+        let owner_arg = owner_name.as_ref().map(|name| Owner::new(name.as_bytes()).unwrap());
+        let want = singles_claim(&mut singles, &keys, &payloads, (max, owner_arg), &seen);
 
         let mut text = format!("IDEM.MCLAIM 30 {}", keys.len());
         for key in &keys { text += &format!(" {}", String::from_utf8_lossy(key)); }
         text += " PAYLOADS";
         for p in &payloads { text += &format!(" {}", *p as char); }
         if let Some(max) = max { text += &format!(" MAXTRIES {max}"); }
+        if let Some(name) = &owner_name { text += &format!(" OWNER {name}"); }
         text += " BLOOM filter";
         let w = words(&text);
         let args = argv(&w);
