@@ -20,9 +20,10 @@ fn the_same_api_on_the_functions_edition() {
     assert!(idem.process("f", |_: &Job| Err::<u64, _>("not run")).unwrap().is_replay());
     let record = idem.get("f").unwrap().unwrap();
     assert_eq!((record.state, record.result.as_deref()), (RecordState::Done, Some(&b"1"[..])));
-    // The record is the library's hash, not the module's type.
+    // The record is the library's packed string (docs/functions.md, "A
+    // record"), not the module's type.
     let kind: String = redis::cmd("TYPE").arg("f").query(&mut server.conn()).unwrap();
-    assert_eq!(kind, "hash");
+    assert_eq!(kind, "string");
 
     // A copy in flight polls until the holder is done.
     let (first, copy) = std::thread::scope(|scope| {
