@@ -246,7 +246,7 @@ fn a_done_whose_replies_are_lost_leaves_the_entry_pending() {
     let settled = poll_until(&consumer, |_, _| Ok("v".into()), |s| !s.is_empty());
     assert!(matches!(settled[0].action, Action::HeldBack { .. }), "{settled:?}");
     assert!(settled[0].error.as_deref().unwrap().contains("could not be confirmed"));
-    assert_eq!(pending(&server, "s6").iter().map(|p| p.0.clone()).collect::<Vec<_>>(), [id.clone()]);
+    assert_eq!(pending(&server, "s6").iter().map(|p| p.0.clone()).collect::<Vec<_>>(), std::slice::from_ref(&id));
     // Its redelivery replays, and acknowledges it.
     proxy.arm("done", server.functions, true, Some(0));
     let _: i64 = redis::cmd("XCLAIM")
@@ -286,8 +286,13 @@ fn the_heartbeat_keeps_an_entry_at_work_from_being_taken_over() {
         let at_work = Arc::new(AtomicU32::new(0));
         let flag = at_work.clone();
         let watching = scope.spawn(move || {
-            let mut seen = Vec::new();
-            while flag.load(Ordering::SeqCst) < 2 {
+            // Only once the worker has the entry: XREADGROUP must not hand
+            // it to the watcher first (only XAUTOCLAIM could take it then).
+            let (mut seen, deadline) = (Vec::new(), Instant::now() + Duration::from_secs(30));
+            while flag.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            while flag.load(Ordering::SeqCst) == 1 && Instant::now() < deadline {
                 seen.extend(watcher.poll(&mut |_: &StreamEntry, _: &Job| -> Work { Ok("taken".into()) }).unwrap());
             }
             seen

@@ -2,7 +2,7 @@
 //! drivers: the commands it sends, what their replies say, and what the end
 //! of a process() call means for an entry (docs/clients.md, "Consumers of
 //! brokers").
-use super::{Action, KeyFn, PayloadFn, Settled, StreamEntry, StreamOptions, StreamStats};
+use super::{Action, Fields, KeyFn, PayloadFn, Settled, StreamEntry, StreamOptions, StreamStats};
 use crate::error::{Error, ProcessError};
 use crate::options::{Outcome, Stats};
 use crate::ride::{Ridden, Ride};
@@ -53,6 +53,8 @@ pub(crate) struct StreamCore {
     retry_delay: Duration,
     max_retry_delay: Duration,
     pub create_group: bool,
+    /// The tokio consumer's (the sync one works one entry at a time).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub concurrency: usize,
     cluster: bool,
     reader: Mutex<Reader>,
@@ -475,8 +477,8 @@ fn bytes(value: Value) -> Result<Vec<u8>, Error> {
     }
 }
 
-fn pairs(flat: Vec<Value>) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
-    if flat.len() % 2 != 0 {
+fn pairs(flat: Vec<Value>) -> Result<Fields, Error> {
+    if !flat.len().is_multiple_of(2) {
         return Err(unexpected("a stream entry's fields"));
     }
     let mut out = Vec::with_capacity(flat.len() / 2);

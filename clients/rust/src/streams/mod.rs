@@ -39,13 +39,16 @@ pub use sync::StreamConsumer;
 /// The field where the default key function finds an entry's key.
 pub const KEY_FIELD: &str = "idem-key";
 
+/// An entry's fields, names and values.
+type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// One entry of the stream, as the work gets it: its id and its fields, in
 /// the stream's order, as bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamEntry {
     stream: String,
     id: String,
-    fields: Vec<(Vec<u8>, Vec<u8>)>,
+    fields: Fields,
 }
 
 impl StreamEntry {
