@@ -13,6 +13,9 @@ RUST_CLIENT_TEST_FILES := $(patsubst clients/rust/tests/%.rs,--test %,$(wildcard
 # only, and a lint can fire in one set alone (a unit `let` without
 # `cluster`). --lib: what a user's build compiles.
 RUST_CLIENT_FEATURE_SETS := $(foreach json,json _,$(foreach sentinel,sentinel _,$(foreach rest,_ tokio cluster tokio+cluster cluster-async,$(json)+$(sentinel)+$(rest))))
+# streams adds no dependency: checked alone (sync, no cluster), with tokio,
+# and with everything, not in every combination (each set is a clippy run).
+RUST_CLIENT_FEATURE_SETS += _+_+streams _+_+tokio+streams json+sentinel+cluster-async+streams
 .PHONY: lint-client-rust test-client-rust
 lint-client-rust:
 	@for set in $(RUST_CLIENT_FEATURE_SETS); do \
@@ -24,3 +27,11 @@ lint-client-rust:
 test-client-rust: build valkey
 	REDIS_SERVER="$(REDIS7_SERVER)" REDIS_IDEM_EDITION=functions $(WORKSPACE_TESTS) $(RUST_CLIENT_TEST_FILES) $(ON_ONE_SERVER_ONLY)
 	REDIS_SERVER="$(VALKEY_SERVER)" REDIS_IDEM_EDITION=functions $(WORKSPACE_TESTS) $(RUST_CLIENT_TEST_FILES) $(ON_ONE_SERVER_ONLY)
+
+# brokers/scenario.py's consumer program of the Streams adapter (clients/
+# conformance/brokers.json's rust-streams row), in the tests' profile, so
+# that it shares their build.
+.PHONY: brokers-consumers-rust
+BROKERS_CONSUMER_TARGETS += brokers-consumers-rust
+brokers-consumers-rust:
+	$(CARGO) build --profile test-release -p redis-idem-client --example brokers-streams --features streams

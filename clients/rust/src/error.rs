@@ -47,6 +47,10 @@ pub enum Error {
     /// the record is completed.
     #[error("a hook failed on {key:?}: {message}")]
     Hook { key: String, message: String },
+    /// A broker adapter found no key in the message (`what` says where it
+    /// looked): dead-lettered, never processed unclaimed.
+    #[error("the message has no key ({what})")]
+    MissingKey { what: String },
     /// `DONE` could not be confirmed after `done_retries` sends. Do not
     /// acknowledge the message: its redelivery replays or retries.
     #[error("the completion of {key:?} could not be confirmed: {cause}")]

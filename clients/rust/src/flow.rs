@@ -107,6 +107,12 @@ impl<C> Core<C> {
         format!("{}{key}", self.options.prefix)
     }
 
+    /// Whether commands on `route` may share a pipeline with the record's
+    /// (a cluster routes a pipeline by one key: both must share its slot).
+    pub fn same_slot(&self, record: &str, route: &str) -> bool {
+        !self.cluster || crate::plan::slot(record.as_bytes()) == crate::plan::slot(route.as_bytes())
+    }
+
     /// The claims' `OWNER`; the default one made again in a forked child.
     pub fn owner(&self) -> std::borrow::Cow<'_, str> {
         if self.options.owner.is_none() && self.owner.1 != std::process::id() {
@@ -413,7 +419,6 @@ impl<T> Settle<T> {
     }
 
     /// Whether the next send is a DONE (not the GET checking one).
-    #[cfg(feature = "tokio")]
     pub fn sends_done(&self) -> bool {
         !self.checking
     }

@@ -6,6 +6,7 @@
 //! never meets it; nothing is spawned per message.
 use crate::cmd::{self, Edition};
 use crate::options::Job;
+use crate::ride::Ride;
 use redis::Cmd;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -16,6 +17,17 @@ struct Beat {
     job: Job,
     token: String,
     due: Instant,
+    /// What rides with each EXTEND (a broker adapter's; none by default).
+    ride: Ride,
+}
+
+/// One EXTEND due now.
+pub(crate) struct Due {
+    pub id: u64,
+    pub job: Job,
+    pub extend: Cmd,
+    /// The job's [`Ride::with_extend`] commands, to send with `extend`.
+    pub ride: Ride,
 }
 
 pub(crate) struct Beats {
@@ -41,7 +53,8 @@ impl Beats {
 
     /// Adds the jobs; true the first time, when the caller starts the
     /// instance's thread or task. Without a heartbeat, nothing.
-    pub fn add<'a>(&self, jobs: impl IntoIterator<Item = (&'a Job, &'a str)>) -> (Ticket, bool) {
+    /// `ride`'s `with_extend` goes with each of their EXTENDs.
+    pub fn add<'a>(&self, jobs: impl IntoIterator<Item = (&'a Job, &'a str)>, ride: &Ride) -> (Ticket, bool) {
         if self.every.is_zero() {
             return (Ticket::default(), false);
         }
@@ -50,7 +63,7 @@ impl Beats {
         if let Ok(mut map) = self.jobs.lock() {
             for (job, token) in jobs {
                 let id = self.next.fetch_add(1, Ordering::Relaxed);
-                map.insert(id, Beat { job: job.clone(), token: token.to_string(), due });
+                map.insert(id, Beat { job: job.clone(), token: token.to_string(), due, ride: ride.for_extend() });
                 ids.push(id);
             }
         }
@@ -77,9 +90,8 @@ impl Beats {
         }
     }
 
-    /// The EXTENDs due now (each job's next one moved on by `heartbeat`):
-    /// `(entry, job, record key, command)`.
-    pub fn due(&self, edition: Edition, lease: Duration) -> Vec<(u64, Job, Cmd)> {
+    /// The EXTENDs due now (each job's next one moved on by `heartbeat`).
+    pub fn due(&self, edition: Edition, lease: Duration) -> Vec<Due> {
         let now = Instant::now();
         let Ok(mut map) = self.jobs.lock() else { return Vec::new() };
         map.iter_mut()
@@ -87,7 +99,7 @@ impl Beats {
             .filter_map(|(id, beat)| {
                 beat.due = now + self.every;
                 let extend = cmd::extend(edition, &beat.job.record, &beat.token, lease).ok()?;
-                Some((*id, beat.job.clone(), extend))
+                Some(Due { id: *id, job: beat.job.clone(), extend, ride: beat.ride.clone() })
             })
             .collect()
     }

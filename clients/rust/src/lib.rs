@@ -24,8 +24,11 @@ mod many;
 mod options;
 mod plan;
 mod reply;
+mod ride;
 mod scan;
 mod source;
+#[cfg(feature = "streams")]
+pub mod streams;
 mod sync;
 #[cfg(feature = "tokio")]
 mod tokio_client;

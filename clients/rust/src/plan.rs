@@ -213,18 +213,18 @@ impl<C> Core<C> {
 }
 
 #[cfg(feature = "cluster")]
-type Slot = Option<redis::cluster_routing::Slot>;
+pub(crate) type Slot = Option<redis::cluster_routing::Slot>;
 #[cfg(feature = "cluster")]
-fn slot(key: &[u8]) -> Slot {
+pub(crate) fn slot(key: &[u8]) -> Slot {
     Some(redis::cluster_routing::Slot::for_key(key))
 }
 
 /// Without the `cluster` feature there are no slots (an `Option`, not
 /// `()`, so that every feature set builds the same code lint-free).
 #[cfg(not(feature = "cluster"))]
-type Slot = Option<()>;
+pub(crate) type Slot = Option<()>;
 #[cfg(not(feature = "cluster"))]
-fn slot(_key: &[u8]) -> Slot {
+pub(crate) fn slot(_key: &[u8]) -> Slot {
     None
 }
 

@@ -9,6 +9,7 @@ use crate::many::BatchItem;
 use crate::options::{Job, Options, Outcome, ProcessOptions, ReleaseReason, Stats};
 use crate::plan::{Answer, DoneItem, Plan, ReleaseItem, Replies};
 use crate::reply::{Claim, Done, Record};
+use crate::ride::{Ridden, Ride};
 use crate::scan::{Scan, ScanOptions, Walk};
 use crate::source::ConnectionSource;
 use redis::{Cmd, FromRedisValue, RedisResult, Value};
@@ -110,6 +111,25 @@ impl<S: ConnectionSource, C> Idem<S, C> {
         C: Codec<T> + 'static,
         F: FnOnce(&Job) -> Result<T, E>,
     {
+        let mut ridden = None;
+        self.process_riding(key, call, &Ride::default(), &mut ridden, work)
+    }
+
+    /// [`process_with`](Self::process_with) with `ride`'s commands sent with
+    /// its DONEs and EXTENDs; `ridden` gets the replies of those sent with
+    /// the latest DONE.
+    pub(crate) fn process_riding<T, E, F>(
+        &self,
+        key: &str,
+        call: &ProcessOptions,
+        ride: &Ride,
+        ridden: &mut Ridden,
+        work: F,
+    ) -> Result<Outcome<T>, ProcessError<T, E>>
+    where
+        C: Codec<T> + 'static,
+        F: FnOnce(&Job) -> Result<T, E>,
+    {
         let (inner, core) = (&*self.inner, &self.inner.core);
         let record = core.key(key);
         let mut backoff = Backoff::new(core.options.wait);
@@ -134,7 +154,7 @@ impl<S: ConnectionSource, C> Idem<S, C> {
             self.give_back(&job, &token, ReleaseReason::Hook);
             return Err(hook.into());
         }
-        let beat = self.beat(&[(&job, &token)]);
+        let beat = self.beat(&[(&job, &token)], ride);
         let ran = catch_unwind(AssertUnwindSafe(|| work(&job)));
         core.beats.remove(beat);
         let value = match ran {
@@ -148,14 +168,22 @@ impl<S: ConnectionSource, C> Idem<S, C> {
                 resume_unwind(panic)
             }
         };
+        let rides = !ride.with_done.is_empty() && core.same_slot(&job.record, &ride.route);
         let (mut settle, mut next) = core.settle(job, token, value);
         loop {
             match next {
                 Next::Send(cmd, pause, durable) => {
                     std::thread::sleep(pause);
-                    let (reply, ack) = match durable {
-                        true => inner.send_write(&cmd, settle.record(), false),
-                        false => (self.send(&cmd, settle.record()), None),
+                    let (reply, ack) = match (rides && settle.sends_done(), durable) {
+                        (true, _) => {
+                            let cmds: Vec<Cmd> = std::iter::once(cmd).chain(ride.with_done.iter().cloned()).collect();
+                            let (mut replies, ack) = inner.send_group(&cmds, settle.record(), durable, false);
+                            let theirs = replies.split_off(1.min(replies.len()));
+                            *ridden = Some(theirs);
+                            (replies.pop().unwrap_or(Ok(Value::Nil)), ack)
+                        }
+                        (false, true) => inner.send_write(&cmd, settle.record(), false),
+                        (false, false) => (self.send(&cmd, settle.record()), None),
                     };
                     next = settle.on_reply(core, reply, ack);
                 }
@@ -166,11 +194,11 @@ impl<S: ConnectionSource, C> Idem<S, C> {
 
     /// Registers the jobs with the instance's heartbeat, starting its
     /// thread with the first job.
-    fn beat(&self, jobs: &[(&Job, &String)]) -> crate::heartbeat::Ticket
+    fn beat(&self, jobs: &[(&Job, &String)], ride: &Ride) -> crate::heartbeat::Ticket
     where
         C: Send + Sync + 'static,
     {
-        let (ticket, start) = self.inner.core.beats.add(jobs.iter().map(|(job, token)| (*job, token.as_str())));
+        let (ticket, start) = self.inner.core.beats.add(jobs.iter().map(|(job, token)| (*job, token.as_str())), ride);
         if start {
             let (inner, tick) = (Arc::downgrade(&self.inner), self.inner.core.beats.tick());
             let _ =
@@ -325,7 +353,7 @@ impl<S: ConnectionSource, C> Idem<S, C> {
         let claims = self.run(core.plan_claims(&records, core.options.lease, payloads)?, true);
         let mut many = core.many(keys, claims);
         let jobs = many.take_jobs();
-        let beat = self.beat(&jobs.iter().map(|(_, job, token)| (job, token)).collect::<Vec<_>>());
+        let beat = self.beat(&jobs.iter().map(|(_, job, token)| (job, token)).collect::<Vec<_>>(), &Ride::default());
         let mut todo = jobs.into_iter();
         let mut panic = None;
         while let Some(job) = todo.next() {
@@ -360,7 +388,47 @@ impl<S: ConnectionSource, C> Idem<S, C> {
     }
 }
 
+/// What the broker adapters send besides the loop's own commands.
+#[cfg(feature = "streams")]
+impl<S: ConnectionSource, C> Idem<S, C> {
+    pub(crate) fn core(&self) -> &Core<C> {
+        &self.inner.core
+    }
+
+    /// `cmd` to `route`'s node, on a pooled connection.
+    pub(crate) fn send_cmd(&self, cmd: &Cmd, route: &str) -> RedisResult<Value> {
+        self.inner.send(cmd, route)
+    }
+
+    /// A command that blocks (`XREADGROUP ... BLOCK`), on a connection for
+    /// waiting.
+    pub(crate) fn send_blocking(&self, cmd: &Cmd, route: &str) -> RedisResult<Value> {
+        self.inner.send_waiting(cmd, route)
+    }
+
+    /// `cmds` to `route`'s node in one pipeline: one reply each.
+    pub(crate) fn send_cmds(&self, cmds: &[Cmd], route: &str) -> Vec<RedisResult<Value>> {
+        self.inner.send_group(cmds, route, false, false).0
+    }
+}
+
 impl<S: ConnectionSource, C> Inner<S, C> {
+    /// An EXTEND with its job's riding commands: one pipeline where they
+    /// share the record's slot, else each to its own node after it.
+    fn extend_riding(&self, extend: Cmd, record: &str, ride: &Ride) -> RedisResult<Value> {
+        if !self.core.same_slot(record, &ride.route) {
+            let reply = self.send(&extend, record);
+            for cmd in &ride.with_extend {
+                let _ = self.send(cmd, &ride.route);
+            }
+            return reply;
+        }
+        let cmds: Vec<Cmd> = std::iter::once(extend).chain(ride.with_extend.iter().cloned()).collect();
+        let (mut replies, _) = self.send_group(&cmds, record, false, false);
+        replies.truncate(1);
+        replies.pop().unwrap_or(Ok(Value::Nil))
+    }
+
     /// Sends `cmd` to `key`'s node on a pooled connection; a connection
     /// that failed is dropped, so the next command gets a fresh one.
     fn send(&self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
@@ -447,9 +515,13 @@ fn heartbeat<S: ConnectionSource, C>(inner: Weak<Inner<S, C>>, tick: Duration) {
         std::thread::sleep(tick);
         let Some(inner) = inner.upgrade() else { return };
         let core = &inner.core;
-        for (id, job, extend) in core.beats.due(core.edition, core.options.lease) {
-            if !core.on_extend(&job, inner.send(&extend, &job.record)) {
-                core.beats.forget(id);
+        for due in core.beats.due(core.edition, core.options.lease) {
+            let reply = match due.ride.with_extend.is_empty() {
+                true => inner.send(&due.extend, &due.job.record),
+                false => inner.extend_riding(due.extend, &due.job.record, &due.ride),
+            };
+            if !core.on_extend(&due.job, reply) {
+                core.beats.forget(due.id);
             }
         }
     }

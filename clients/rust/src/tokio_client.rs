@@ -11,6 +11,7 @@ use crate::many::BatchItem;
 use crate::options::{Job, Options, Outcome, ProcessOptions, ReleaseReason, Stats};
 use crate::plan::{Answer, DoneItem, Plan, ReleaseItem, Replies};
 use crate::reply::{Claim, Done, Record};
+use crate::ride::{Ridden, Ride};
 use crate::scan::{AsyncScan, ScanOptions, Walk};
 use crate::source::AsyncConnectionSource;
 use redis::{Cmd, FromRedisValue, RedisResult, Value};
@@ -120,6 +121,22 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
         reply
     }
 
+    /// An EXTEND with its job's riding commands: one pipeline where they
+    /// share the record's slot, else each to its own node after it.
+    async fn extend_riding(&self, extend: Cmd, record: &str, ride: &Ride) -> RedisResult<Value> {
+        if !self.inner.core.same_slot(record, &ride.route) {
+            let reply = self.send(extend, record).await;
+            for cmd in &ride.with_extend {
+                let _ = self.send(cmd.clone(), &ride.route).await;
+            }
+            return reply;
+        }
+        let cmds: Vec<Cmd> = std::iter::once(extend).chain(ride.with_extend.iter().cloned()).collect();
+        let (mut replies, _) = self.send_group(cmds, record, false, false).await;
+        replies.truncate(1);
+        replies.pop().unwrap_or(Ok(Value::Nil))
+    }
+
     /// The shared connection, made when there is none.
     async fn shared(&self) -> RedisResult<S::Connection> {
         if let Some(con) = self.inner.shared.lock().ok().and_then(|con| con.clone()) {
@@ -227,6 +244,26 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
         F: FnOnce(Job) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
+        let mut ridden = None;
+        self.process_riding(key, call, &Ride::default(), &mut ridden, work).await
+    }
+
+    /// As [`Idem::process_riding`](crate::Idem): `ride`'s commands sent
+    /// with the call's DONEs (which then do not join a shared batch) and
+    /// EXTENDs; `ridden` gets the replies of those sent with the latest DONE.
+    pub(crate) async fn process_riding<T, E, F, Fut>(
+        &self,
+        key: &str,
+        call: &ProcessOptions,
+        ride: &Ride,
+        ridden: &mut Ridden,
+        work: F,
+    ) -> Result<Outcome<T>, ProcessError<T, E>>
+    where
+        C: Codec<T>,
+        F: FnOnce(Job) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
         let core = &self.inner.core;
         let record = core.key(key);
         let mut backoff = Backoff::new(core.options.wait);
@@ -254,7 +291,7 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
             self.give_back(&job, &token, ReleaseReason::Hook).await;
             return Err(hook.into());
         }
-        let beat = Beat { idem: self, ticket: Some(self.beat(&[(&job, &token)])) };
+        let beat = Beat { idem: self, ticket: Some(self.beat(&[(&job, &token)], ride)) };
         let ran = caught(work(job.clone())).await;
         drop(beat);
         let value = match ran {
@@ -268,6 +305,7 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
                 resume_unwind(panic)
             }
         };
+        let rides = !ride.with_done.is_empty() && core.same_slot(&job.record, &ride.route);
         let (mut settle, mut next) = core.settle(job, token, value);
         loop {
             match next {
@@ -275,10 +313,22 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
                     if !pause.is_zero() {
                         tokio::time::sleep(pause).await;
                     }
+                    if rides && settle.sends_done() {
+                        let cmds: Vec<Cmd> = std::iter::once(cmd).chain(ride.with_done.iter().cloned()).collect();
+                        let (mut replies, ack) = self.send_group(cmds, settle.record(), durable, false).await;
+                        let theirs = replies.split_off(1.min(replies.len()));
+                        *ridden = Some(theirs);
+                        next = settle.on_reply(core, replies.pop().unwrap_or(Ok(Value::Nil)), ack);
+                        continue;
+                    }
                     let shared = pause.is_zero() && settle.sends_done() && self.batching();
                     let (reply, ack) = match (durable, shared) {
                         (true, _) => self.send_write(cmd, settle.record(), false).await,
-                        (false, true) => (self.shared_done(cmd, &settle).await, None),
+                        (false, true) => {
+                            let (token, result) = settle.done_args();
+                            let args = (token.to_string(), result.map(<[u8]>::to_vec));
+                            (self.shared_done(cmd, settle.record(), args).await, None)
+                        }
                         (false, false) => (self.send(cmd, settle.record()).await, None),
                     };
                     next = settle.on_reply(core, reply, ack);
@@ -307,13 +357,14 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
     }
 
     /// A DONE of the loop, as [`shared_claim`](Self::shared_claim).
-    async fn shared_done<T>(&self, cmd: Cmd, settle: &crate::flow::Settle<T>) -> RedisResult<Value> {
-        let (token, result) = settle.done_args();
-        match self.inner.dones.enter(settle.record(), (token.to_string(), result.map(<[u8]>::to_vec))) {
+    /// (It takes the DONE's arguments, not the `Settle`, so that the call's
+    /// future is `Send` whatever the value's type.)
+    async fn shared_done(&self, cmd: Cmd, record: &str, args: DoneArgs) -> RedisResult<Value> {
+        match self.inner.dones.enter(record, args) {
             Turn::Wait(answer) => answer.await.unwrap_or_else(|_| Err(dropped())),
             Turn::Lead => {
                 let _handoff = Handoff { idem: self, claims: false };
-                self.send(cmd, settle.record()).await
+                self.send(cmd, record).await
             }
         }
     }
@@ -364,8 +415,8 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
 
     /// Registers the jobs with the instance's heartbeat, starting its task
     /// with the first job.
-    fn beat(&self, jobs: &[(&Job, &String)]) -> crate::heartbeat::Ticket {
-        let (ticket, start) = self.inner.core.beats.add(jobs.iter().map(|(job, token)| (*job, token.as_str())));
+    fn beat(&self, jobs: &[(&Job, &String)], ride: &Ride) -> crate::heartbeat::Ticket {
+        let (ticket, start) = self.inner.core.beats.add(jobs.iter().map(|(job, token)| (*job, token.as_str())), ride);
         if start {
             let (inner, tick) = (Arc::downgrade(&self.inner), self.inner.core.beats.tick());
             tokio::spawn(heartbeat(inner, tick));
@@ -506,7 +557,7 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
         let claims = self.run(core.plan_claims(&records, core.options.lease, payloads)?, true).await;
         let mut many = core.many(keys, claims);
         let jobs = many.take_jobs();
-        let ticket = self.beat(&jobs.iter().map(|(_, job, token)| (job, token)).collect::<Vec<_>>());
+        let ticket = self.beat(&jobs.iter().map(|(_, job, token)| (job, token)).collect::<Vec<_>>(), &Ride::default());
         let beat = Beat { idem: self, ticket: Some(ticket) };
         let mut todo = jobs.into_iter();
         let mut panic = None;
@@ -542,6 +593,30 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
             Some(panic) => resume_unwind(panic),
             None => Ok(many.finish()),
         }
+    }
+}
+
+/// What the broker adapters send besides the loop's own commands.
+#[cfg(feature = "streams")]
+impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
+    pub(crate) fn core(&self) -> &Core<C> {
+        &self.inner.core
+    }
+
+    /// `cmd` to `route`'s node, on the shared connection.
+    pub(crate) async fn send_cmd(&self, cmd: Cmd, route: &str) -> RedisResult<Value> {
+        self.send(cmd, route).await
+    }
+
+    /// A command that blocks (`XREADGROUP ... BLOCK`), on a connection of
+    /// its own (the shared one would wait behind it).
+    pub(crate) async fn send_blocking(&self, cmd: Cmd, route: &str) -> RedisResult<Value> {
+        self.send_waiting(cmd, route).await
+    }
+
+    /// `cmds` to `route`'s node in one pipeline: one reply each.
+    pub(crate) async fn send_cmds(&self, cmds: Vec<Cmd>, route: &str) -> Vec<RedisResult<Value>> {
+        self.send_group(cmds, route, false, false).await.0
     }
 }
 
@@ -597,9 +672,13 @@ async fn heartbeat<S: AsyncConnectionSource, C: Send + Sync + 'static>(inner: We
         let Some(inner) = inner.upgrade() else { return };
         let idem = AsyncIdem { inner };
         let core = &idem.inner.core;
-        for (id, job, extend) in core.beats.due(core.edition, core.options.lease) {
-            if !core.on_extend(&job, idem.send(extend, &job.record).await) {
-                core.beats.forget(id);
+        for due in core.beats.due(core.edition, core.options.lease) {
+            let reply = match due.ride.with_extend.is_empty() {
+                true => idem.send(due.extend, &due.job.record).await,
+                false => idem.extend_riding(due.extend, &due.job.record, &due.ride).await,
+            };
+            if !core.on_extend(&due.job, reply) {
+                core.beats.forget(due.id);
             }
         }
     }

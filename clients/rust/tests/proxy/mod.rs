@@ -4,7 +4,9 @@
 //! closes the library's connection before the reply reaches it
 //! (`cut_reply`), or closes it without forwarding (`cut_request`: the
 //! server never sees the command). It keeps listening, so that the library
-//! can reconnect.
+//! can reconnect. It can also keep what the library sends, chunk by chunk
+//! (`record`), to see which commands went in one round trip.
+#![allow(dead_code)] // each test binary uses part of it
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,6 +24,7 @@ struct Cut {
 pub struct Proxy {
     port: u16,
     cut: Arc<Mutex<Option<Cut>>>,
+    sent: Arc<Mutex<Option<Vec<String>>>>,
 }
 
 /// The names a conformance command takes in the bytes the library sends
@@ -45,7 +48,8 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let cut: Arc<Mutex<Option<Cut>>> = Arc::new(Mutex::new(None));
-        let armed = cut.clone();
+        let sent: Arc<Mutex<Option<Vec<String>>>> = Arc::new(Mutex::new(None));
+        let (armed, log) = (cut.clone(), sent.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { return };
@@ -53,10 +57,13 @@ impl Proxy {
                 let closed = Arc::new(AtomicBool::new(false));
                 let (mut c_in, mut c_out) = (client.try_clone().unwrap(), client);
                 let (mut s_in, mut s_out) = (server.try_clone().unwrap(), server);
-                let (armed, closed_) = (armed.clone(), closed.clone());
+                let (armed, closed_, log) = (armed.clone(), closed.clone(), log.clone());
                 std::thread::spawn(move || {
                     let mut buf = [0u8; 65536];
                     while let Ok(n @ 1..) = c_in.read(&mut buf) {
+                        if let Some(chunks) = log.lock().unwrap().as_mut() {
+                            chunks.push(String::from_utf8_lossy(&buf[..n]).to_lowercase());
+                        }
                         let forward = match take(&armed, &buf[..n]) {
                             None => {
                                 if s_out.write_all(&buf[..n]).is_err() {
@@ -86,7 +93,18 @@ impl Proxy {
                 });
             }
         });
-        Proxy { port, cut }
+        Proxy { port, cut, sent }
+    }
+
+    /// Keeps what the library sends from now on, one string per chunk read
+    /// (a pipeline written at once is one chunk on loopback), lowercased.
+    pub fn record(&self) {
+        *self.sent.lock().unwrap() = Some(Vec::new());
+    }
+
+    /// The chunks kept since `record`.
+    pub fn recorded(&self) -> Vec<String> {
+        self.sent.lock().unwrap().clone().unwrap_or_default()
     }
 
     pub fn url(&self) -> String {
