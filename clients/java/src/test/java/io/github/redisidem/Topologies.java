@@ -54,7 +54,12 @@ final class Topologies {
             for (Map.Entry<String, String> e : p.entrySet()) {
                 if (e.getKey().matches("slave\\d+") && e.getValue().contains("port=" + replica + ",") && e.getValue().contains("state=online")
                         && e.getValue().contains("offset=" + p.get("master_repl_offset") + ",")) {
-                    return "up".equals(info(replica).get("master_link_status"));
+                    // And acknowledging a write: Redis 7 lists a replica online before it
+                    // streams it commands (docs/clients.md, the runners' replicas).
+                    if (!"up".equals(info(replica).get("master_link_status"))) return false;
+                    try (Jedis j = new Jedis("127.0.0.1", primary)) {
+                        return j.waitReplicas(1, 100) >= 1;
+                    }
                 }
             }
             return false;
