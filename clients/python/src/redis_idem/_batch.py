@@ -58,7 +58,12 @@ def process_many(loop: Loop, keys: Sequence[KeyT], payloads: Optional[Sequence[A
         item.attempt = reply.attempt
         try:
             if reply.status is Status.DONE:
-                replay = loop.replay(item.key, reply, s)
+                try:
+                    replay = loop.replay(item.key, reply, s, acks[i])
+                except NotDurableError as e:  # the stored result, not acknowledged by the replicas
+                    item.status, item.error, item.value = BatchStatus.NOT_DURABLE, e, e.result
+                    item.result_stored = reply.result is not None
+                    continue
                 item.status, item.value, item.result_stored = BatchStatus.REPLAYED, replay.value, replay.result_stored
             elif reply.status is Status.BUSY:  # not waited for
                 loop.stats.add("busy")

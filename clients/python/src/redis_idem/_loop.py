@@ -76,7 +76,7 @@ class Loop:
         if reply.status is Status.BUSY:
             reply, acked = yield from self._wait(key, s, claim, deadline, reply)
         if reply.status is Status.DONE:
-            return self.replay(key, reply, s)
+            return self.replay(key, reply, s, acked)
         self.refuse(key, reply)
         job = yield from self.granted(key, reply, s, payload, acked)
         try:
@@ -161,11 +161,21 @@ class Loop:
             return None
         return None if record is None else record.owner
 
-    def replay(self, key: KeyT, reply: ClaimReply, s: Settings) -> Outcome:
-        self.stats.add("replays")
+    def replay(self, key: KeyT, reply: ClaimReply, s: Settings, acked: Any = None) -> Outcome:
+        """The stored result; under `durable` only once the claim's WAIT
+        acknowledged it too (the completion read may not have reached the
+        replicas: a primary that has just lost its role keeps answering):
+        fewer is NotDurableError at the done stage, carrying the result."""
         stored = reply.result
-        quiet(self.hooks.on_replay, key, reply.attempt)
         value = None if stored is None else s.codec.decode(stored)
+        if s.durable is not None:
+            enough, count = s.durable.acknowledged(acked)
+            if not enough:
+                self.stats.add("not_durable")
+                raise NotDurableError(key, "done", count, s.durable.replicas, result=value, attempt=reply.attempt,
+                                      cause=acked if isinstance(acked, BaseException) else None)
+        self.stats.add("replays")
+        quiet(self.hooks.on_replay, key, reply.attempt)
         return Outcome(key, value, True, None, reply.attempt, stored is not None)
 
     def refuse(self, key: KeyT, reply: ClaimReply) -> None:
