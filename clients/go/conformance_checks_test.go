@@ -130,7 +130,7 @@ func (r *runner) checkCall(at string, e map[string]any, c *bgCall) {
 			r.t.Fatalf("%s: unknown expectation %s", at, k)
 		}
 		if !jsonEqual(got, want) {
-			r.t.Errorf("%s: %s = %v, want %v", at, k, got, want)
+			r.t.Errorf("%s: %s = %v, want %v (the call's error: %v)", at, k, got, want, c.err)
 		}
 	}
 }
