@@ -142,13 +142,7 @@ final class ProcessFlow<T> {
                 return new Step.Run(job);
             }
             case DONE -> {
-                if (!a.durableOk()) {
-                    // A completion replayed by a primary no replica acknowledges (one deposed by a failover, say)
-                    // may be gone from the next one: not a replay to acknowledge the message on.
-                    core.counters.notDurable.increment();
-                    return finish(BatchStatus.NOT_DURABLE, null,
-                            new NotDurableException(NotDurableException.Stage.CLAIM, Math.max(0, a.acknowledged()), null), c.attempt(), false);
-                }
+                if (!a.durableOk()) return replayNotDurable(c, a);
                 core.counters.replays.increment();
                 core.quietly(() -> core.options.hooks().onReplay(key, c.attempt()));
                 T decoded;
@@ -184,6 +178,28 @@ final class ProcessFlow<T> {
                         c.attempt(), false);
             }
         }
+    }
+
+    /**
+     * A completion replayed by a primary fewer replicas acknowledge (one deposed by a failover keeps answering
+     * for a while) may be gone from the next one: NotDurable at the done stage with the stored result, not a
+     * replay to acknowledge the message on. A replay holds no claim: nothing to release. A result that does not
+     * decode is carried as null (the answer is NotDurable either way).
+     */
+    private Step replayNotDurable(Claim c, Answer a) {
+        core.counters.notDurable.increment();
+        T decoded = null;
+        boolean stored = false;
+        if (c.result() != null) {
+            try {
+                decoded = codec.decode(c.result());
+                stored = true;
+            } catch (Exception ignored) {
+                // the result is a courtesy here: the redelivery reads the record again from whoever is primary
+            }
+        }
+        return finish(BatchStatus.NOT_DURABLE, decoded, new NotDurableException(NotDurableException.Stage.DONE, Math.max(0, a.acknowledged()), decoded),
+                c.attempt(), stored);
     }
 
     /** Busy at the end: who holds the key, read once on this path only (null when the read fails). */

@@ -1,7 +1,10 @@
 package io.github.redisidem;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.github.redisidem.exceptions.NotDurableException;
 import io.github.redisidem.transport.Transport;
@@ -10,12 +13,16 @@ import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.Arguments;
 import org.junit.jupiter.params.provider.EnumSource;
+import org.junit.jupiter.params.provider.MethodSource;
 import redis.clients.jedis.Jedis;
 
-/** durable beyond the table: a server that refuses WAITAOF, and the WAIT on the cluster node that ran the command. */
+/** durable beyond the table: a server that refuses WAITAOF, the WAIT on the cluster node that ran the command, a replay not acknowledged. */
 class DurableTest {
     private static long waits(int port) {
         try (Jedis j = new Jedis("127.0.0.1", port)) {
@@ -65,6 +72,86 @@ class DurableTest {
                 int port = server.ports.get(n);
                 assertEquals(n == owner ? 4 : 0, waits(port) - before.get(port), "node " + n + " (the key's: " + owner + ")");
             }
+        }
+    }
+
+    static List<Arguments> clientsAndEditions() {
+        List<Arguments> out = new ArrayList<>();
+        for (CaseRunner.Client client : CaseRunner.Client.values()) {
+            for (Edition edition : Edition.values()) out.add(Arguments.of(client, edition));
+        }
+        return out;
+    }
+
+    private static NotDurableException notDurable(Throwable t) {
+        return assertInstanceOf(NotDurableException.class, t instanceof ExecutionException ? t.getCause() : t);
+    }
+
+    /**
+     * A replay waits for its replicas too (docs/clients.md, Durability): on a primary with none, keys done by the
+     * typed commands (which send no WAIT) replay as NotDurable at the done stage with the stored result, the work
+     * not run, nothing released; sync and async, process and processMany.
+     */
+    @ParameterizedTest
+    @MethodSource("clientsAndEditions")
+    void aReplayNotAcknowledgedIsNotDurable(CaseRunner.Client client, Edition edition) throws Exception {
+        Servers.Server server = Servers.forLibraryTests("REDIS7_SERVER", edition, false);
+        IdemOptions options = IdemOptions.builder().prefix("replay" + client + System.nanoTime() + ":")
+                .durable(Durable.replicas(1).timeout(Duration.ofMillis(50))).build();
+        try (Transport transport = Clients.transport(server, client, server.port());
+             Idem idem = new Idem(transport, options);
+             AsyncIdem async = new AsyncIdem(transport, options)) {
+            for (String key : List.of("k", "ka", "m", "ma")) {
+                Claim c = idem.commands().claim(key, Duration.ofMinutes(1));
+                assertTrue(idem.commands().done(key, c.token(), "\"stored\"".getBytes(java.nio.charset.StandardCharsets.UTF_8), null).completed());
+            }
+            AtomicInteger runs = new AtomicInteger();
+
+            NotDurableException e = assertThrows(NotDurableException.class, () -> idem.process("k", String.class, job -> {
+                runs.incrementAndGet();
+                return "again";
+            }));
+            assertEquals(NotDurableException.Stage.DONE, e.stage());
+            assertEquals("stored", e.result());
+            assertEquals(0, e.acknowledged());
+
+            CompletableFuture<Outcome<String>> pending = async.process("ka", String.class, job -> {
+                runs.incrementAndGet();
+                return CompletableFuture.completedFuture("again");
+            });
+            e = notDurable(assertThrows(ExecutionException.class, pending::get));
+            assertEquals(NotDurableException.Stage.DONE, e.stage());
+            assertEquals("stored", e.result());
+
+            BatchItem<String> item = idem.processMany(List.of("m"), String.class, job -> {
+                runs.incrementAndGet();
+                return "again";
+            }).get(0);
+            assertEquals(BatchStatus.NOT_DURABLE, item.status());
+            assertEquals("stored", item.value());
+            assertTrue(item.resultStored());
+            assertEquals(NotDurableException.Stage.DONE, notDurable(item.error()).stage());
+
+            item = async.processMany(List.of("ma"), String.class, job -> {
+                runs.incrementAndGet();
+                return CompletableFuture.completedFuture("again");
+            }).get().get(0);
+            assertEquals(BatchStatus.NOT_DURABLE, item.status());
+            assertEquals("stored", item.value());
+            assertEquals(NotDurableException.Stage.DONE, notDurable(item.error()).stage());
+
+            assertEquals(0, runs.get(), "the work never ran");
+            for (String key : List.of("k", "ka", "m", "ma")) {
+                Record r = idem.commands().get(key);
+                assertEquals(RecordState.DONE, r.state(), key + " stays done: nothing released");
+                assertEquals(1, r.attempt());
+            }
+            for (Stats s : List.of(idem.stats(), async.stats())) {
+                assertEquals(2, s.notDurable());
+                assertEquals(0, s.replays());
+                assertEquals(0, s.released());
+            }
+            assertFalse(idem.stats().firstRuns() + async.stats().firstRuns() > 0);
         }
     }
 }

@@ -141,4 +141,32 @@ class FilterTest {
             filter.destroy();
         }
     }
+
+    /** durable on a primary without replicas: a replay not acknowledged serves its stored response; one with none kept answers 503. */
+    @Test
+    void aReplayNotDurable() throws Exception {
+        Servers.Server server = Servers.forLibraryTests(Edition.MODULE);
+        String prefix = "filterdurable" + System.nanoTime() + ":";
+        try (RedisClient jedis = RedisClient.create("127.0.0.1", server.port());
+             Idem idem = new Idem(JedisTransport.of(jedis), IdemOptions.builder().prefix(prefix)
+                     .durable(Durable.replicas(1).timeout(Duration.ofMillis(50))).build());
+             HttpHarness http = new HttpHarness(name -> new CountDownLatch(0))) {
+            IdempotencyFilter filter = IdempotencyFilter.builder(idem).scope("shop").methods("POST").build();
+            http.filter = filter;
+            byte[] fingerprint = IdempotencyFilter.fingerprint("POST", "/orders", new byte[0]).getBytes(StandardCharsets.US_ASCII);
+            String kept = "{\"v\":1,\"status\":202,\"headers\":[],\"body\":\"" + Base64.getEncoder().encodeToString("stored".getBytes(StandardCharsets.UTF_8)) + "\"}";
+            Claim a = idem.commands().claim("http:shop:a", Duration.ofSeconds(30), ClaimOptions.none().payload(fingerprint));
+            idem.commands().done("http:shop:a", a.token(), kept.getBytes(StandardCharsets.UTF_8), null);
+            Claim b = idem.commands().claim("http:shop:b", Duration.ofSeconds(30), ClaimOptions.none().payload(fingerprint));
+            idem.commands().done("http:shop:b", b.token(), null, null);
+            int runs = http.runs.get();
+            HttpHarness.Result replay = http.request(request("a", "/orders", "", 201, "fresh"));
+            assertEquals(202, replay.status());
+            assertEquals("stored", replay.body());
+            assertEquals(503, http.request(request("b", "/orders", "", 201, "fresh")).status(), "no response kept: send again");
+            assertEquals(runs, http.runs.get(), "the handler never ran");
+            assertEquals(2, filter.stats().notDurable());
+            filter.destroy();
+        }
+    }
 }

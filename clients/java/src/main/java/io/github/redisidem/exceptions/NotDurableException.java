@@ -4,8 +4,9 @@ package io.github.redisidem.exceptions;
  * {@code durable}: the {@code WAIT} (or {@code WAITAOF}) after a write
  * answered fewer replicas than asked. At {@link Stage#CLAIM} the claim was
  * released and the work never ran; at {@link Stage#DONE} the record is done
- * on the primary, but a failover could lose it. Either way: do not
- * acknowledge the message.
+ * on the primary, but a failover could lose it (a replay's too: the stored
+ * completion it read may not have reached the replicas yet). Either way: do
+ * not acknowledge the message.
  */
 public class NotDurableException extends IdemException {
     private static final long serialVersionUID = 1L;
@@ -14,7 +15,7 @@ public class NotDurableException extends IdemException {
     public enum Stage {
         /** The claim: released at once, the work did not run. */
         CLAIM,
-        /** The completion: the record is done on the primary; {@link #result()} is the work's value. */
+        /** The completion: the record is done on the primary; {@link #result()} is the work's value, or a replay's stored result. */
         DONE
     }
 
@@ -25,7 +26,7 @@ public class NotDurableException extends IdemException {
     /**
      * @param stage the write not acknowledged
      * @param acknowledged how many replicas acknowledged it (fsyncs with {@code WAITAOF}; 0 when WAIT failed)
-     * @param result the work's value at {@link Stage#DONE}, else null
+     * @param result the work's value (or a replay's stored result) at {@link Stage#DONE}, else null
      */
     public NotDurableException(Stage stage, long acknowledged, Object result) {
         super("not durable: the " + stage.name().toLowerCase(java.util.Locale.ROOT) + " was acknowledged by " + acknowledged
@@ -45,7 +46,7 @@ public class NotDurableException extends IdemException {
         return acknowledged;
     }
 
-    /** @return the work's value ({@link Stage#DONE}), or null */
+    /** @return the work's value or a replay's stored, decoded result ({@link Stage#DONE}), or null */
     public Object result() {
         return result;
     }

@@ -222,8 +222,9 @@ public final class IdempotencyFilter implements Filter {
             // The handler's response exists: the client gets it; the record is completed or its claim lapses.
             send(response, (StoredResponse) e.result(), false);
         } catch (NotDurableException e) {
-            if (e.stage() == NotDurableException.Stage.DONE) {
-                send(response, (StoredResponse) e.result(), false);
+            // DONE: this handler's response, or a replay's stored one (a replay with none kept: send again, as for a claim).
+            if (e.stage() == NotDurableException.Stage.DONE && e.result() instanceof StoredResponse kept) {
+                send(response, kept, false);
                 return;
             }
             response.setHeader("Retry-After", "1");
