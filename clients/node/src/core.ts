@@ -278,7 +278,13 @@ export class ClaimLoop {
   }
 }
 
-/** A claim's answer other than BUSY, counted (process() and processMany() alike). */
+/** A replay handed to the caller: counted, and onReplay told. */
+export function countReplay(key: string, attempt: number, stats: Stats, hooks: Hooks): void {
+  stats.replays++;
+  notify(hooks, 'onReplay', key, attempt);
+}
+
+/** A claim's answer other than BUSY, counted (process() and processMany() alike; a replay by countReplay). */
 export function claimed(reply: Exclude<ClaimReply, { status: 'BUSY' }>, key: string, stats: Stats, hooks: Hooks): Exclude<ClaimStep, { next: 'claim' | 'busy' }> {
   switch (reply.status) {
     case 'NEW':
@@ -286,8 +292,8 @@ export function claimed(reply: Exclude<ClaimReply, { status: 'BUSY' }>, key: str
     case 'RETRY':
       return { next: 'run', job: new Job(key, reply.attempt, reply.status, reply.token) };
     case 'DONE':
-      stats.replays++;
-      notify(hooks, 'onReplay', key, reply.attempt);
+      // Counted by countReplay once the caller knows it is one (under
+      // durable, a replay not acknowledged is NotDurable instead).
       return { next: 'replay', attempt: reply.attempt, result: reply.result };
     case 'MISMATCH':
       stats.mismatches++;

@@ -13,6 +13,7 @@ import {
   type Stats,
   busyError,
   claimed,
+  countReplay,
   completed,
   countRun,
   doneBackoff,
@@ -121,6 +122,7 @@ export async function process<T>(rt: Runtime, key: string, work: Work<T>, option
         rt.stats.notDurable++;
         throw new NotDurableError(key, 'done', ack?.count ?? -1, value);
       }
+      countReplay(key, step.attempt, rt.stats, rt.hooks);
       return { value, replayed: true, attempt: step.attempt, status: 'DONE', resultStored: step.result !== null, waited };
     }
   }

@@ -13,6 +13,7 @@ import {
   lostReason,
   busyError,
   claimed,
+  countReplay,
   completed,
   countRun,
   doneBackoff,
@@ -103,7 +104,10 @@ export async function processMany<T>(rt: Runtime, keys: string[], work: Work<T>,
             // as process(): a replay whose primary's writes are not acknowledged is not to be acknowledged yet
             rt.stats.notDurable++;
             out[i] = { key, status: 'not_durable', value, attempt: step.attempt, error: new NotDurableError(key, 'done', acks[i]!.count, value) };
-          } else out[i] = { key, status: 'replayed', value, attempt: step.attempt, resultStored: step.result !== null };
+          } else {
+            countReplay(key, step.attempt, rt.stats, rt.hooks);
+            out[i] = { key, status: 'replayed', value, attempt: step.attempt, resultStored: step.result !== null };
+          }
         } catch (error) {
           out[i] = { key, status: 'error', attempt: step.attempt, error };
         }
