@@ -111,27 +111,25 @@ timed-%:
 test-rust: deps build pyenv clients
 	$(CARGO) test --profile test-release --no-fail-fast --workspace
 
-# Redis's own test suite (tests/redis-suite/run.py): Redis 7.0.15's
-# unmodified tests/ from ../shared/redis-tests-7.0.15 (beside the checkout),
-# copied under target/ at run time, run against Debian's redis-server
-# without the module, with it loaded, and with it armed (wait-hooks-at-load
-# yes); a test that fails only with the module fails the target, listed.
-# Needs tclsh (Debian's tcl, installed with apt-get where missing). About
-# 3.5 minutes on 2 quiet cores (8 units at a time, ports 2000-6800).
-REDIS_SUITE ?= ../shared/redis-tests-7.0.15
+# Redis's own test suite (tests/redis-suite/run.py): the units it runs of
+# Redis 7.0.15's unmodified tests/, kept in tests/redis-suite/redis-7.0.15
+# (BSD-3, its COPYING; the same files as ../shared/redis-tests-7.0.15, so
+# that a clone alone runs them), copied under target/ at run time, run
+# against Debian's redis-server without the module, with it loaded, and
+# with it armed (wait-hooks-at-load yes); a test that fails only with the
+# module fails the target, listed. Needs tclsh (Debian's tcl, installed
+# with apt-get where missing). About 3.5 minutes on 2 quiet cores (6 units
+# at a time, ports 2000-6800). REDIS_SUITE=<dir> runs another copy.
+REDIS_SUITE ?= tests/redis-suite/redis-7.0.15
 REDIS_SUITE_WORKERS ?= 6
 redis-suite-tools:
 	@command -v tclsh >/dev/null 2>&1 || { \
 		echo "test-redis-suite: installing tcl"; \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends tcl; }
-# The suite is not part of this repository: a checkout without it beside
-# says so loudly and runs the rest.
 test-redis-suite: deps build redis-suite-tools
-	@if [ ! -d $(REDIS_SUITE)/tests ]; then \
-		echo "test-redis-suite: NOT RUN: $(REDIS_SUITE) (Redis 7.0.15's tests/) is missing; set REDIS_SUITE=<dir>"; \
-	else python3 tests/redis-suite/run.py --module $(MODULE) --suite $(REDIS_SUITE) \
-		--work target/redis-suite --workers $(REDIS_SUITE_WORKERS); fi
+	python3 tests/redis-suite/run.py --module $(MODULE) --suite $(REDIS_SUITE) \
+		--work target/redis-suite --workers $(REDIS_SUITE_WORKERS)
 
 # Every cargo command of `make test` selects the whole workspace, so that
 # cargo resolves the dependencies' features once and builds them once (a

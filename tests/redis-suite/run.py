@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Redis's own test suite, with and without the module: `make test-redis-suite`.
 
-Runs units of Redis 7.0.15's test suite (../shared/redis-tests-7.0.15, the
-release's unmodified tests/, copied under target/redis-suite/) against
+Runs units of Redis 7.0.15's test suite (tests/redis-suite/redis-7.0.15:
+the release's unmodified files these units need, as in
+../shared/redis-tests-7.0.15; copied under target/redis-suite/) against
 Debian's redis-server in three variants:
 
   plain   without the module: the baseline, run now, never a stored list;
