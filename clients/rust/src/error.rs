@@ -63,8 +63,9 @@ pub enum Error {
     /// asked (or `WAITAOF` fewer fsyncs, or refused it). At
     /// [`DurableStage::Claim`] the claim was released and the work never
     /// ran; at [`DurableStage::Done`] the record is done on the primary (the
-    /// value comes back in [`ProcessError::Completed`]). Do not acknowledge
-    /// the message.
+    /// value comes back in [`ProcessError::Completed`], or for a replay the
+    /// stored one in [`ProcessError::Replayed`]). Do not acknowledge the
+    /// message.
     #[error("the {stage} of {key:?} was acknowledged by {acknowledged} replicas, fewer than asked")]
     NotDurable { key: String, stage: DurableStage, acknowledged: u64 },
     /// `STALE` from `EXTEND` or `DONE`: the token no longer holds the claim.
@@ -202,6 +203,14 @@ pub enum ProcessError<T, E> {
     /// record was not completed). Do not acknowledge the message.
     #[error("{error}")]
     Unsettled { value: T, error: Error },
+    /// The key was done already (the work did not run), but the replicas
+    /// did not acknowledge the completion read (`NotDurable` at
+    /// [`DurableStage::Done`]: a primary that has just lost its role keeps
+    /// answering for a while). `value` is the stored result decoded (`None`
+    /// when none was kept or it did not decode), `attempt` the record's. Do
+    /// not acknowledge the message: its redelivery reads the record again.
+    #[error("{error}")]
+    Replayed { value: Option<T>, attempt: u64, error: Error },
 }
 
 impl<T, E> ProcessError<T, E> {
@@ -210,7 +219,8 @@ impl<T, E> ProcessError<T, E> {
         match self {
             ProcessError::Idem(e)
             | ProcessError::Completed { error: e, .. }
-            | ProcessError::Unsettled { error: e, .. } => Some(e),
+            | ProcessError::Unsettled { error: e, .. }
+            | ProcessError::Replayed { error: e, .. } => Some(e),
             ProcessError::Work(_) => None,
         }
     }

@@ -42,6 +42,13 @@ pub(crate) enum Step<T> {
     Busy(Duration),
     /// Granted but not durable: RELEASE the claim (not counted), then fail.
     Release(Job, String, Error),
+    /// A replay whose `WAIT` fell short: the stored value (decoded when it
+    /// can be) with `NotDurable` at the done stage; nothing to release.
+    Undurable {
+        value: Option<T>,
+        attempt: u64,
+        error: Error,
+    },
 }
 
 /// The time a duplicate waits for a busy key, and its polling where WAIT
@@ -195,7 +202,16 @@ impl<C> Core<C> {
                     }
                 }
             }
-            Claim::Done { result, attempt } => Ok(Step::Return(self.replay(key, result, attempt)?)),
+            // A replay too: the completion read may not have reached the
+            // replicas yet (a primary that has just lost its role keeps
+            // answering). Counted as not durable, not as a replay.
+            Claim::Done { result, attempt } => match self.not_durable(key, DurableStage::Done, ack) {
+                Some(error) => {
+                    let value = result.and_then(|bytes| self.codec.decode(&bytes).ok());
+                    Ok(Step::Undurable { value, attempt, error })
+                }
+                None => Ok(Step::Return(self.replay(key, result, attempt)?)),
+            },
             Claim::Busy { lease_left, .. } => {
                 if backoff.remaining().is_zero() {
                     return Ok(Step::Busy(lease_left));
@@ -433,6 +449,7 @@ impl<T> Settle<T> {
         Next::Finish(outcome.map_err(|e| match e {
             ProcessError::Completed { value, error } => ProcessError::Completed { value, error },
             ProcessError::Unsettled { value, error } => ProcessError::Unsettled { value, error },
+            ProcessError::Replayed { value, attempt, error } => ProcessError::Replayed { value, attempt, error },
             ProcessError::Idem(e) | ProcessError::Work(e) => ProcessError::Idem(e),
         }))
     }
@@ -537,3 +554,6 @@ impl<T> Settle<T> {
         self.finish(outcome)
     }
 }
+
+#[cfg(test)]
+mod tests;

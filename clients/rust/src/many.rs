@@ -28,7 +28,9 @@ pub enum BatchStatus {
     Exhausted,
     /// [`Durable`](crate::Durable): the claim was not acknowledged (released,
     /// the work did not run) or the completion was not (done on the
-    /// primary, the value carried): do not acknowledge the message.
+    /// primary, the value carried), or a replay's `WAIT` fell short (the
+    /// stored value carried, the work did not run, nothing released): do
+    /// not acknowledge the message.
     NotDurable,
     /// Any other error for this key (`WrongType`, a connection error, ...).
     Error,
@@ -40,7 +42,8 @@ pub struct BatchItem<T, E> {
     /// The key as given (without the prefix).
     pub key: String,
     pub status: BatchStatus,
-    /// The work's value (processed) or the stored one decoded (replayed).
+    /// The work's value (processed) or the stored one decoded (replayed, or
+    /// a replay not durable).
     pub value: Option<T>,
     /// The work's failure, or this crate's error for the key; for a
     /// processed key whose result could not be stored where
@@ -222,6 +225,7 @@ impl<T, E> Many<T, E> {
             Err(ProcessError::Completed { value, error } | ProcessError::Unsettled { value, error }) => {
                 (Some(value), Some(error))
             }
+            Err(ProcessError::Replayed { value, error, .. }) => (value, Some(error)),
             Err(ProcessError::Idem(e) | ProcessError::Work(e)) => (None, Some(e)),
         };
         let item = self.answer(index, status, job.attempt);
@@ -268,6 +272,10 @@ impl<C> Core<C> {
                 Ok(Step::Release(job, token, error)) => {
                     many.answer(index, BatchStatus::NotDurable, attempt).error = Some(KeyError::Idem(error));
                     many.releases.push((job, token, None));
+                }
+                Ok(Step::Undurable { value, attempt, error }) => {
+                    let item = many.answer(index, BatchStatus::NotDurable, attempt);
+                    (item.value, item.error) = (value, Some(KeyError::Idem(error)));
                 }
                 Ok(Step::Return(Outcome::Replayed { value, attempt })) => {
                     many.answer(index, BatchStatus::Replayed, attempt).value = value;

@@ -139,6 +139,9 @@ impl<S: ConnectionSource, C> Idem<S, C> {
             match core.on_claim(key, decode(reply), ack, &mut backoff)? {
                 Step::Work(job, token) => break (job, token),
                 Step::Return(outcome) => return Ok(outcome),
+                Step::Undurable { value, attempt, error } => {
+                    return Err(ProcessError::Replayed { value, attempt, error });
+                }
                 Step::Again(pause) => std::thread::sleep(pause),
                 Step::Busy(lease_left) => {
                     let holder = decode(self.send(&cmd::get(core.edition, &record), &record));

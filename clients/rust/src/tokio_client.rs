@@ -276,6 +276,9 @@ impl<S: AsyncConnectionSource, C: Send + Sync + 'static> AsyncIdem<S, C> {
             match core.on_claim(key, decode(reply), ack, &mut backoff)? {
                 Step::Work(job, token) => break (job, token),
                 Step::Return(outcome) => return Ok(outcome),
+                Step::Undurable { value, attempt, error } => {
+                    return Err(ProcessError::Replayed { value, attempt, error });
+                }
                 Step::Again(pause) => tokio::time::sleep(pause).await,
                 Step::Busy(lease_left) => {
                     let holder = decode(self.send(cmd::get(core.edition, &record), &record).await);

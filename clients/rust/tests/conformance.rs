@@ -393,9 +393,9 @@ fn run_steps(
                 .map_err(|e| match e {
                     ProcessError::Work(e) => ProcessError::Work(e),
                     ProcessError::Idem(e) => ProcessError::Idem(e),
-                    ProcessError::Completed { error, .. } | ProcessError::Unsettled { error, .. } => {
-                        ProcessError::Idem(error)
-                    }
+                    ProcessError::Completed { error, .. }
+                    | ProcessError::Unsettled { error, .. }
+                    | ProcessError::Replayed { error, .. } => ProcessError::Idem(error),
                 });
         }
         idem.process(key, &call, &|job| work(&step["work"], &gates, ran, job))

@@ -348,7 +348,8 @@ impl StreamCore {
             Err(ProcessError::Work(e)) => return hold(self.failure_delay(attempt), e),
             Err(ProcessError::Idem(e))
             | Err(ProcessError::Completed { error: e, .. })
-            | Err(ProcessError::Unsettled { error: e, .. }) => e,
+            | Err(ProcessError::Unsettled { error: e, .. })
+            | Err(ProcessError::Replayed { error: e, .. }) => e,
         };
         match (result, error) {
             // The record is done: a result or a hook's trouble does not undo it.

@@ -1,0 +1,67 @@
+//! `durable` on a primary without replicas: a replay waits for its
+//! replicas too (docs/clients.md, "Durability"). The key is completed with
+//! the typed commands, which send no WAIT; the loop's replay then finds
+//! none of the replicas it asks for.
+mod common;
+
+use common::*;
+use redis_idem_client::*;
+use std::time::Duration;
+
+fn durable() -> Options {
+    Options::new().durable(Durable::replicas(1).timeout(Duration::from_millis(100)))
+}
+
+/// Completes `key` with `result`, without WAIT.
+fn complete(idem: &Idem<redis::Client>, key: &str, result: &str) {
+    let claim = idem.claim(key, Duration::from_secs(30), &ClaimOptions::default()).unwrap();
+    let Claim::New { token, .. } = claim else { panic!("{claim:?}") };
+    let done = DoneOptions { result: Some(format!("{result:?}").into_bytes()), ..DoneOptions::default() };
+    assert!(matches!(idem.done(key, &token, &done).unwrap(), Done::Completed { .. }));
+}
+
+fn is_done_not_durable(error: &Error) -> bool {
+    matches!(error, Error::NotDurable { stage: DurableStage::Done, acknowledged: 0, .. })
+}
+
+#[test]
+fn a_replay_the_replicas_did_not_acknowledge_is_not_durable() {
+    let server = Server::start();
+    let idem = Idem::with_options(server.client(), durable()).unwrap();
+    complete(&idem, "r", "stored");
+    let error = idem.process("r", |_: &Job| -> Result<String, String> { panic!("a replay runs no work") }).unwrap_err();
+    let ProcessError::Replayed { value, attempt: 1, error } = error else { panic!("{error:?}") };
+    assert_eq!(value.as_deref(), Some("stored"));
+    assert!(is_done_not_durable(&error), "{error:?}");
+
+    complete(&idem, "b", "kept");
+    let items = idem.process_many(&["b"], |_: &Job| -> Result<String, String> { panic!("no work") }).unwrap();
+    let [item] = &items[..] else { panic!("one key") };
+    assert_eq!((item.status, item.value.as_deref(), item.attempt), (BatchStatus::NotDurable, Some("kept"), 1));
+    assert!(matches!(&item.error, Some(KeyError::Idem(e)) if is_done_not_durable(e)), "{item:?}");
+
+    let stats = idem.stats();
+    assert_eq!((stats.not_durable, stats.replays, stats.released, stats.first_runs), (2, 0, 0, 0));
+    // Nothing was released: the records are still done.
+    for key in ["r", "b"] {
+        assert_eq!(idem.get(key).unwrap().unwrap().state, RecordState::Done);
+    }
+}
+
+#[tokio::test]
+async fn an_async_replay_the_replicas_did_not_acknowledge_is_not_durable() {
+    let server = Server::start();
+    complete(&Idem::new(server.client()).unwrap(), "r", "stored");
+    complete(&Idem::new(server.client()).unwrap(), "b", "kept");
+    let idem = AsyncIdem::with_options(server.client(), durable()).await.unwrap();
+    let error = idem.process("r", |_| async { Err::<String, _>("a replay runs no work") }).await.unwrap_err();
+    let ProcessError::Replayed { value, attempt: 1, error } = error else { panic!("{error:?}") };
+    assert_eq!(value.as_deref(), Some("stored"));
+    assert!(is_done_not_durable(&error), "{error:?}");
+
+    let items = idem.process_many(&["b"], |_| async { Err::<String, _>("no work") }).await.unwrap();
+    let [item] = &items[..] else { panic!("one key") };
+    assert_eq!((item.status, item.value.as_deref(), item.attempt), (BatchStatus::NotDurable, Some("kept"), 1));
+    assert!(matches!(&item.error, Some(KeyError::Idem(e)) if is_done_not_durable(e)), "{item:?}");
+    assert_eq!((idem.stats().not_durable, idem.stats().replays), (2, 0));
+}
