@@ -369,6 +369,12 @@ func sentinelFailover(ctx context.Context, sentinel, oldPrimary, newPrimary stri
 	s := redis.NewSentinelClient(&redis.Options{Addr: sentinel})
 	defer s.Close()
 	deadline := time.Now().Add(60 * time.Second)
+	// The replica has everything the case wrote: a Sentinel failover promotes
+	// the replica as it is (asynchronous replication, which the case is not
+	// about), and what it never acknowledged is lost.
+	if err := waitAcknowledged(ctx, oldPrimary, deadline); err != nil {
+		return err
+	}
 	for {
 		err := s.Failover(ctx, "mymaster").Err()
 		if err == nil {
@@ -391,10 +397,37 @@ func sentinelFailover(ctx context.Context, sentinel, oldPrimary, newPrimary stri
 		f := infoFields(info)
 		if len(addr) == 2 && net.JoinHostPort(addr[0], addr[1]) == newPrimary && len(role) > 0 && role[0] == "master" &&
 			f["role"] == "slave" && f["master_port"] == port && f["master_link_status"] == "up" {
-			return nil
+			return waitAcknowledged(ctx, newPrimary, deadline)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the failover did not complete: sentinel %v, role %v, old primary %v", addr, role, f)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitAcknowledged waits until primary's replica acknowledges a write made
+// on it now (a SET, then WAIT 1 on the same connection): only then has it
+// loaded its full sync and received everything written before. Listed
+// online at the primary's offset is not that (both are 0 after a full sync
+// until the first write, while the replica may still be loading it), and a
+// WAIT after no write of its connection's own answers at once.
+func waitAcknowledged(ctx context.Context, primary string, deadline time.Time) error {
+	c := redis.NewClient(&redis.Options{Addr: primary})
+	defer c.Close()
+	for {
+		conn := c.Conn()
+		err := conn.Set(ctx, "topology:acknowledged", time.Now().UnixNano(), 0).Err()
+		var acked int64
+		if err == nil {
+			acked, err = conn.Do(ctx, "WAIT", 1, 1000).Int64()
+		}
+		_ = conn.Close()
+		if err == nil && acked >= 1 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the replica of %s does not acknowledge a write: %v", primary, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -181,6 +181,25 @@ def wait_for(ok, what: str, timeout: float = 30) -> None:  # type: ignore[no-unt
         time.sleep(0.05)
 
 
+def acknowledged(primary: Server) -> None:
+    """Waits until the primary's replica acknowledges a write made on it
+    now (a SET, then WAIT 1 on the same connection): only then has it
+    loaded its full sync and received everything written before. Listed
+    `online` at the primary's offset is not that: after a full sync both
+    offsets are 0 until the first write, while the replica may still be
+    loading the RDB (Valkey 9 reads it in a background thread and loads it
+    up to a second later under load), and a replica promoted then comes up
+    empty. A WAIT without a write of the connection's own answers at once."""
+    client = primary.client(single_connection_client=True)
+    try:
+        def acks() -> bool:
+            client.set("topology:acknowledged", str(time.time()))
+            return client.execute_command("WAIT", 1, 1000) >= 1
+        wait_for(acks, "the replica does not acknowledge a write")
+    finally:
+        client.close()
+
+
 def _replica_online(primary: Server, replica: Server, caught_up: bool = True) -> bool:
     """The primary lists the replica online (and, `caught_up`, at its own offset: no traffic meanwhile)."""
     info = primary.client().info("replication")
@@ -229,10 +248,7 @@ class Replicated:
         self.replica.client().execute_command("REPLICAOF", "127.0.0.1", self.primary.port)
         wait_for(lambda: replica_in_sync(self.replica) and _replica_online(self.primary, self.replica),
                  "the replica did not come in sync")
-        # And it acknowledges: a write of the primary's own, waited for.
-        primary = self.primary.client()
-        primary.execute_command("PING")
-        wait_for(lambda: primary.execute_command("WAIT", 1, 1000) == 1, "the replica does not acknowledge")
+        acknowledged(self.primary)
         self.attached = True
 
     def restore(self) -> None:
@@ -247,7 +263,8 @@ class Replicated:
 class Sentineled:
     """A primary, one replica and one Sentinel monitoring them as
     `mymaster` with quorum 1 (the `sentinel` topology): `failover` is
-    SENTINEL FAILOVER, waited for until the roles have swapped, in sync."""
+    SENTINEL FAILOVER once the replica acknowledged a write, waited for
+    until the roles have swapped and the old primary acknowledges too."""
 
     NAME = "mymaster"
 
@@ -260,6 +277,7 @@ class Sentineled:
         try:
             self.servers[1].client().execute_command("REPLICAOF", "127.0.0.1", self.servers[0].port)
             wait_for(lambda: _replica_online(self.servers[0], self.servers[1]), "the replica did not sync")
+            acknowledged(self.servers[0])
             self._start_sentinel()
         except BaseException:
             self.stop()
@@ -301,11 +319,16 @@ class Sentineled:
     def failover(self) -> None:
         old = self.primary()
         new = next(s for s in self.servers if s is not old)
+        # The replica has everything the case wrote: a Sentinel failover
+        # promotes the replica as it is (asynchronous replication, not what
+        # the case is about), and writes it never acknowledged are lost.
+        acknowledged(old)
         self._sentinel().execute_command("SENTINEL", "FAILOVER", self.NAME)
         wait_for(lambda: self.primary() is new, "the Sentinel did not name the replica primary")
         wait_for(lambda: new.client().execute_command("ROLE")[0] in (b"master", "master"), "no new primary")
         wait_for(lambda: replica_in_sync(old) and _replica_online(new, old, caught_up=False),
                  "the old primary is not the new one's replica with the link up")
+        acknowledged(new)
 
     def restore(self) -> None:
         pass

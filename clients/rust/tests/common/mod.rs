@@ -270,11 +270,29 @@ pub fn eventually(within: Duration, what: &str, mut condition: impl FnMut() -> b
 
 impl Server {
     /// Makes this server a replica of `primary` and waits until the
-    /// primary lists it online with the primary's offset.
+    /// primary lists it online with the primary's offset and it
+    /// acknowledges a write.
     pub fn replicate(&self, primary: &Server) {
         let _: () =
             redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port).query(&mut self.conn()).expect("REPLICAOF");
         primary.wait_replica_synced(self.port);
+        primary.wait_acknowledged();
+    }
+
+    /// Waits until this primary's replica acknowledges a write made on it
+    /// now (a SET, then WAIT 1 on the same connection): only then has the
+    /// replica loaded its full sync and received everything written
+    /// before. Listed online at the primary's offset is not that: after a
+    /// full sync both offsets are 0 until the first write while the
+    /// replica may still be loading, and a replica promoted then comes up
+    /// without the writes made meanwhile. (A WAIT after no write of its
+    /// connection's own answers at once.)
+    pub fn wait_acknowledged(&self) {
+        let mut con = self.conn();
+        eventually(Duration::from_secs(30), "the replica acknowledges a write", || {
+            let _: () = redis::cmd("SET").arg("topology:acknowledged").arg(self.port).query(&mut con).unwrap();
+            redis::cmd("WAIT").arg(1).arg(1000).query::<i64>(&mut con).unwrap() >= 1
+        });
     }
 
     /// Waits until the replica on `port` is online with this server's offset.
@@ -385,10 +403,14 @@ impl Sentineled {
         self.servers.iter().find(|s| s.port != primary).unwrap()
     }
 
-    /// `SENTINEL FAILOVER mymaster`, then waits until the Sentinel names
-    /// the other server, which answers ROLE as master, and the old primary
-    /// is its replica with the link up.
+    /// `SENTINEL FAILOVER mymaster` once the replica acknowledged a write,
+    /// then waits until the Sentinel names the other server, which answers
+    /// ROLE as master, and the old primary is its replica, acknowledging.
     pub fn failover(&self) {
+        // The replica has everything the case wrote: a Sentinel failover
+        // promotes the replica as it is (asynchronous replication, which
+        // the case is not about), and what it never acknowledged is lost.
+        self.primary().wait_acknowledged();
         let (old, new) = (self.primary().port, self.replica().port);
         let mut con = redis::Client::open(self.sentinel_url()).unwrap().get_connection().unwrap();
         let _: () = redis::cmd("SENTINEL").arg("FAILOVER").arg("mymaster").query(&mut con).unwrap();
@@ -397,6 +419,7 @@ impl Sentineled {
         eventually(Duration::from_secs(30), "the new primary", || new.role() == "master");
         eventually(Duration::from_secs(30), "the old primary its replica", || old.role() == "slave");
         new.wait_replica_synced(old.port);
+        new.wait_acknowledged();
     }
 
     /// The Sentinel client the libraries are made from.
