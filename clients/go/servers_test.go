@@ -208,11 +208,14 @@ func waitReplicaOnline(t testing.TB, primary, replica string) {
 		info, _ := p.Info(context.Background(), "replication").Result()
 		fields := infoFields(info)
 		for k, v := range fields {
-			// Online, and acknowledging a write (Redis 7 lists a replica
-			// online before it streams it commands: docs/clients.md).
+			// Online, and acknowledging a write of its own connection
+			// (waitAcknowledged: a replica listed online may still be
+			// loading; docs/clients.md).
 			if strings.HasPrefix(k, "slave") && strings.Contains(v, "port="+port+",") && strings.Contains(v, "state=online") &&
-				strings.Contains(v, "offset="+fields["master_repl_offset"]+",") &&
-				p.Do(context.Background(), "WAIT", 1, 100).Val() == int64(1) {
+				strings.Contains(v, "offset="+fields["master_repl_offset"]+",") {
+				if err := waitAcknowledged(context.Background(), primary, deadline); err != nil {
+					t.Fatal(err)
+				}
 				return
 			}
 		}

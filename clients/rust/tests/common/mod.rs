@@ -301,10 +301,7 @@ impl Server {
             let info: String = redis::cmd("INFO").arg("replication").query(&mut self.conn()).unwrap();
             let offset = info.lines().find_map(|l| l.strip_prefix("master_repl_offset:")).unwrap_or("-").trim();
             let want = format!("port={port},state=online,offset={offset},");
-            // Online, and acknowledging a write: Redis 7 lists a replica
-            // online before it streams it commands (docs/clients.md).
             info.lines().any(|l| l.starts_with("slave") && l.contains(&want))
-                && redis::cmd("WAIT").arg(1).arg(100).query::<i64>(&mut self.conn()).unwrap_or(0) >= 1
         });
     }
 

@@ -54,11 +54,13 @@ final class Topologies {
             for (Map.Entry<String, String> e : p.entrySet()) {
                 if (e.getKey().matches("slave\\d+") && e.getValue().contains("port=" + replica + ",") && e.getValue().contains("state=online")
                         && e.getValue().contains("offset=" + p.get("master_repl_offset") + ",")) {
-                    // And acknowledging a write: Redis 7 lists a replica online before it
-                    // streams it commands (docs/clients.md, the runners' replicas).
+                    // And acknowledging a write of this connection's own: a replica listed
+                    // online may still be loading its full sync, and a WAIT after no write
+                    // answers at once (clients/conformance/README.md).
                     if (!"up".equals(info(replica).get("master_link_status"))) return false;
                     try (Jedis j = new Jedis("127.0.0.1", primary)) {
-                        return j.waitReplicas(1, 100) >= 1;
+                        j.set("topology:acknowledged", String.valueOf(System.nanoTime()));
+                        return j.waitReplicas(1, 1000) >= 1;
                     }
                 }
             }
