@@ -306,9 +306,10 @@ impl Server {
     }
 
     /// `ROLE`'s first element: master, slave or sentinel.
+    /// "" while it cannot answer (a failover kills its clients).
     pub fn role(&self) -> String {
-        let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut self.conn()).unwrap();
-        redis::from_redis_value(role[0].clone()).unwrap()
+        let Ok(role) = redis::cmd("ROLE").query::<Vec<redis::Value>>(&mut self.conn()) else { return String::new() };
+        redis::from_redis_value(role[0].clone()).unwrap_or_default()
     }
 }
 
