@@ -83,9 +83,10 @@ build: deps
 #   test-clients              each library on every server and edition
 #   test-brokers              every broker adapter against its real broker
 #   test-crash                primaries SIGKILLed under durable claims
-# The suites that take longest start first. Six at once loaded 2 cores to a
-# load average of 17, where leases of a second lapsed between two commands.
-TEST_JOBS ?= 3
+# The suites that take longest start first. Six at once (with other work on
+# the machine) loaded 2 cores to a load average of 17, where leases of a
+# second lapsed between two commands; three kept it near 2.
+TEST_JOBS ?= 4
 TEST_SUITES := test-clients test-brokers test-rust test-redis8 test-valkey \
 	test-redis-suite test-crash test-prometheus
 test: test-prepare
