@@ -408,11 +408,15 @@ fn a_filter_never_outlives_its_window() {
     assert_eq!(ttl, -2, "the filter is gone");
 
     // Untouched one-second filters: each one either has a TTL or is gone,
-    // at every millisecond (the shard's end is the key's expiry).
+    // at every millisecond (the shard's end is the key's expiry). RESERVE
+    // and ADD go in one MULTI: a filter reserved in a second's last
+    // millisecond may expire before a separate ADD, which would then make
+    // a new filter with the defaults (a 7-day window, rightly kept).
     let deadline = Instant::now() + Duration::from_secs(4);
     let mut made = 0;
     while Instant::now() < deadline {
         let mut pipe = redis::pipe();
+        pipe.atomic();
         for i in 0..50 {
             let key = format!("s{}", made + i);
             pipe.cmd("IDEM.BF.RESERVE").arg(&key).arg(0.01).arg(10).arg("WINDOW").arg(1).arg("SHARD").arg(1).ignore();
