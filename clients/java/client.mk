@@ -36,3 +36,29 @@ test-client-java: $(if $(REDIS_IDEM_MODULE),,build) redis8 valkey client-java-to
 	REDIS_IDEM_MODULE="$(JAVA_CLIENT_MODULE)" REDIS7_SERVER="$(REDIS7_SERVER)" \
 	REDIS8_SERVER="$(REDIS8_SERVER)" VALKEY_SERVER="$(VALKEY_SERVER)" \
 		mvn -q -B -Dmaven.repo.local=$(JAVA_CLIENT_M2) -f clients/java/pom.xml verify
+
+# The broker adapters (clients/java/adapters/<broker>, one Maven module
+# each) build against the library installed into the tests' repository.
+# Each module's scenario program lives in its test sources; its classpath
+# is written to target/brokers/java/<module>.classpath for
+# clients/java/adapters/run, which clients/conformance/brokers.json's java
+# rows call.
+JAVA_LIBRARY_INSTALLED := $(JAVA_CLIENT_M2)/.redis-idem-installed
+JAVA_LIBRARY_SOURCES   := clients/java/pom.xml $(shell find clients/java/src/main -type f 2>/dev/null)
+JAVA_ADAPTER_MODULES   := $(shell sed -n 's:.*<module>\([a-z-]*\)</module>.*:\1:p' clients/java/adapters/pom.xml)
+MVN_JAVA := mvn -q -B -Dmaven.repo.local=$(JAVA_CLIENT_M2)
+
+.PHONY: client-java-installed brokers-consumers-java
+client-java-installed: $(JAVA_LIBRARY_INSTALLED)
+$(JAVA_LIBRARY_INSTALLED): $(JAVA_LIBRARY_SOURCES) | client-java-tools
+	$(MVN_JAVA) -f clients/java/pom.xml install -DskipTests
+	@touch $@
+
+BROKERS_CONSUMER_TARGETS += brokers-consumers-java
+brokers-consumers-java: client-java-installed
+	@mkdir -p target/brokers/java
+	$(if $(JAVA_ADAPTER_MODULES),$(MVN_JAVA) -f clients/java/adapters/pom.xml test-compile)
+	@for m in $(JAVA_ADAPTER_MODULES); do \
+		$(MVN_JAVA) -f clients/java/adapters/$$m/pom.xml dependency:build-classpath \
+			-Dmdep.includeScope=test -Dmdep.outputFile=$(abspath target/brokers/java)/$$m.classpath || exit 1; \
+	done
