@@ -139,6 +139,30 @@ func (c *core) verdict(key string, r ClaimReply, ack acked) (*Job, BatchStatus, 
 	return nil, BatchBusy, nil
 }
 
+// replayed decodes the stored result of a claim answered DONE into v, in
+// Process and ProcessMany alike; stored says one was there and decoded.
+// verdict is the claim's error from verdict: nil for a replay, whose
+// error is then the codec's; a *NotDurableError for a replay the
+// replicas did not acknowledge, which carries the value too and stays
+// the answer (a value that does not decode is then left out).
+func replayed[T any](c Codec, r ClaimReply, verdict error, v *T) (stored bool, err error) {
+	var undurable *NotDurableError
+	errors.As(verdict, &undurable)
+	if r.Result == nil {
+		return false, verdict
+	}
+	if err := c.Decode(r.Result, v); err != nil {
+		if undurable != nil {
+			return false, verdict
+		}
+		return false, err
+	}
+	if undurable != nil {
+		undurable.Result = *v
+	}
+	return true, verdict
+}
+
 // busy counts a key that ends busy.
 func (c *core) busy(key string, r ClaimReply) *BusyError {
 	c.stats.busy.Add(1)

@@ -50,21 +50,13 @@ func ProcessMany[T any](ctx context.Context, i *Idem, keys []string, work Work[T
 			jobs, at = append(jobs, job), append(at, j)
 		case status == BatchBusy:
 			it.Status, it.Err = BatchBusy, i.core.busy(keys[j], a.reply)
-		case status == BatchReplayed:
-			it.Status = BatchReplayed
-			if a.reply.Result != nil {
-				it.Err = i.core.codec.Decode(a.reply.Result, &it.Value)
-				it.ResultStored = it.Err == nil
-			}
+		case a.reply.Status == StatusDone:
+			// A replay, BatchReplayed or (not acknowledged) BatchNotDurable.
+			it.Status = status
+			it.ResultStored, it.Err = replayed(i.core.codec, a.reply, err, &it.Value)
 		default:
 			it.Status, it.Err = status, err
-			var replay *NotDurableError
-			if a.reply.Status == StatusDone && errors.As(err, &replay) {
-				// A replay not acknowledged: the stored result with the error.
-				if a.reply.Result != nil && i.core.codec.Decode(a.reply.Result, &it.Value) == nil {
-					it.ResultStored, replay.Result = true, it.Value
-				}
-			} else if status == BatchNotDurable {
+			if status == BatchNotDurable {
 				undurable = append(undurable, &Job{key: keys[j], token: a.reply.Token})
 			}
 		}

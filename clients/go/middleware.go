@@ -173,7 +173,12 @@ func writeOutcome(w http.ResponseWriter, res Outcome[[]byte], err error) {
 		http.Error(w, "this request failed too often: send it again with a new Idempotency-Key", http.StatusInternalServerError)
 	case errors.As(err, &notStored):
 		writeStored(w, notStored.Result.([]byte), false)
-	case errors.As(err, &lost), errors.As(err, &hook) && hook.Result != nil, errors.As(err, &unconfirmed), errors.As(err, &notDurable) && notDurable.Stage == StageDone:
+	case errors.As(err, &notDurable) && notDurable.Stage == StageDone && res.Replayed && res.Value != nil:
+		// A repeat whose read the replicas did not acknowledge: the
+		// stored response, as any replay (none kept: 503, send again).
+		writeStored(w, res.Value, true)
+	case errors.As(err, &lost), errors.As(err, &hook) && hook.Result != nil, errors.As(err, &unconfirmed),
+		errors.As(err, &notDurable) && notDurable.Stage == StageDone && !res.Replayed:
 		// The handler ran: its own response, though another is the one kept.
 		writeStored(w, res.Value, false)
 	case err != nil:

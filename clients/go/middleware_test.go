@@ -167,3 +167,44 @@ func TestMiddlewareTakesTheIdemsSettings(t *testing.T) {
 		}
 	})
 }
+
+// durable on a primary without replicas: a repeat whose read of the
+// stored response was not acknowledged gets that response with
+// Idempotent-Replayed: true, as any replay; one with none kept is 503.
+// The handler never runs.
+func TestMiddlewareReplayNotDurable(t *testing.T) {
+	forEachEdition(t, func(t *testing.T, addr string) {
+		ctx := context.Background()
+		i := newIdem(t, addr, idem.Options{Prefix: fresh("mw-durable"), Durable: &idem.Durable{Replicas: 1, Timeout: 50 * time.Millisecond}})
+		mw, err := i.Middleware(idem.MiddlewareOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var runs atomic.Int64
+		srv := httptest.NewServer(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			w.WriteHeader(http.StatusCreated)
+		})))
+		defer srv.Close()
+		stored := `{"v":1,"status":202,"headers":[],"body":"` + base64.StdEncoding.EncodeToString([]byte("stored")) + `"}`
+		for key, result := range map[string][]byte{"http:a": []byte(stored), "http:b": nil} {
+			c, err := i.Claim(ctx, key, time.Minute, idem.ClaimArgs{Payload: []byte(idem.Fingerprint("POST", "/orders", []byte("{}")))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := i.Done(ctx, key, c.Token, idem.DoneArgs{Result: result}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		resp, body := post(t, srv.URL+"/orders", "a", "{}")
+		if resp.StatusCode != 202 || body != "stored" || resp.Header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("a replay not acknowledged: %d %q %v", resp.StatusCode, body, resp.Header)
+		}
+		if resp, _ := post(t, srv.URL+"/orders", "b", "{}"); resp.StatusCode != 503 {
+			t.Errorf("a replay not acknowledged, none kept: %d, want 503", resp.StatusCode)
+		}
+		if s := mw.Stats(); runs.Load() != 0 || s.NotDurable != 2 {
+			t.Errorf("runs %d, stats %+v: want the handler never run, two not durable", runs.Load(), s)
+		}
+	})
+}

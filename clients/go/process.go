@@ -75,25 +75,15 @@ func Process[T any](ctx context.Context, i *Idem, key string, work Work[T], opts
 	if errors.As(step.err, &busy) {
 		busy.Owner = i.holder(ctx, key)
 	}
-	var undurable *NotDurableError
-	if r.reply.Status == StatusDone && errors.As(step.err, &undurable) {
-		// A replay not acknowledged by the replicas: its stored result
-		// with the error (do not acknowledge the message).
+	if r.err == nil && r.reply.Status == StatusDone {
+		// A replay; not acknowledged by the replicas, its stored result
+		// comes with the NotDurableError (do not acknowledge the message).
 		out.Status, out.Attempt, out.Replayed = StatusDone, r.reply.Attempt, true
-		if r.reply.Result != nil && i.core.codec.Decode(r.reply.Result, &out.Value) == nil {
-			out.ResultStored, undurable.Result = true, out.Value
-		}
+		out.ResultStored, err = replayed(i.core.codec, r.reply, step.err, &out.Value)
+		return out, err
 	}
 	if step.err != nil {
 		return out, step.err
-	}
-	if step.replay {
-		out.Status, out.Attempt, out.Replayed = StatusDone, r.reply.Attempt, true
-		if r.reply.Result != nil {
-			err = i.core.codec.Decode(r.reply.Result, &out.Value)
-			out.ResultStored = err == nil
-		}
-		return out, err
 	}
 	job := step.job
 	job.ack, job.beat = c.ack, c.beat

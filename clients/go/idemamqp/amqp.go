@@ -49,7 +49,10 @@ type Options struct {
 	// (set the channel's Qos prefetch to at least as many).
 	Concurrency int
 	// OnError is told what the consumer could not do (an ack, a retry
-	// copy). Default: nothing.
+	// copy), and why a delivery was given back when neither the handler
+	// nor Busy, a lost lease, an unconfirmed DONE or NotDurable was the
+	// cause: a claim or DONE the server refused (NOPERM, WRONGTYPE), a
+	// lost connection, an OnRun hook that failed. Default: nothing.
 	OnError func(err error)
 }
 
@@ -151,17 +154,23 @@ func (c *Consumer[T]) Run(ctx context.Context, deliveries <-chan amqp.Delivery) 
 // claim still waiting is given up and the delivery requeued.
 func (c *Consumer[T]) Handle(ctx context.Context, d amqp.Delivery) {
 	key, err := c.opts.Key(&d)
+	var failed error // the handler's own
 	if err == nil {
 		var opts []idem.CallOption
 		if c.opts.Payload != nil {
 			opts = append(opts, idem.WithPayload(c.opts.Payload(&d)))
 		}
-		_, err = idem.Process(ctx, c.idem, key, func(ctx context.Context, job *idem.Job) (T, error) {
-			return c.handle(ctx, job, &d)
+		_, err = idem.Process(ctx, c.idem, key, func(ctx context.Context, job *idem.Job) (v T, err error) {
+			v, err = c.handle(ctx, job, &d)
+			failed = err
+			return v, err
 		}, opts...)
 	}
 	retry := broker.Backoff(c.opts.RetryDelay, c.heldBefore(&d))
-	decision := broker.Decide(err, retry, ctx.Err() != nil)
+	decision := broker.Decide(err, failed, retry, ctx.Err() != nil)
+	if decision.Report {
+		c.report(fmt.Errorf("idemamqp: message %q given back: %w", d.MessageId, err))
+	}
 	switch decision.Verdict {
 	case broker.Ack:
 		err = d.Ack(false)

@@ -54,7 +54,11 @@ type Options struct {
 	// default 0, one per partition.
 	MaxInFlight int
 	// OnError is told what the consumer could not do and will try again
-	// (a commit, a dead letter). Default: nothing.
+	// (a commit, a dead letter), and why a record was held back when
+	// neither the handler nor Busy, a lost lease, an unconfirmed DONE or
+	// NotDurable was the cause: a claim or DONE the server refused
+	// (NOPERM, WRONGTYPE), a lost connection, an OnRun hook that failed.
+	// Default: nothing.
 	OnError func(err error)
 }
 

@@ -3,6 +3,7 @@ package idemkafka
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	idem "github.com/redis-idem/redis-idem/clients/go"
@@ -196,6 +197,7 @@ func (c *Consumer[T]) take(p *partition) *kgo.Record {
 // one runs a record through the Idem.
 func (c *Consumer[T]) one(p *partition, r *kgo.Record) broker.Decision {
 	key, err := c.opts.Key(r)
+	var failed error // the work's own: the handler's, or errStopping
 	if err == nil {
 		var opts []idem.CallOption
 		if c.opts.Payload != nil {
@@ -208,6 +210,7 @@ func (c *Consumer[T]) one(p *partition, r *kgo.Record) broker.Decision {
 			c.mu.Unlock()
 			if stopping {
 				var zero T
+				failed = errStopping
 				return zero, errStopping
 			}
 			defer func() {
@@ -215,19 +218,24 @@ func (c *Consumer[T]) one(p *partition, r *kgo.Record) broker.Decision {
 				p.working = false
 				c.mu.Unlock()
 			}()
-			return c.handle(ctx, job, r)
+			v, err := c.handle(ctx, job, r)
+			failed = err
+			return v, err
 		}, opts...)
 	}
 	retry := c.opts.RetryDelay
 	if r.Offset == p.heldAt {
 		retry = broker.Backoff(retry, p.holds)
 	}
-	return broker.Decide(err, retry, p.ctx.Err() != nil)
+	return broker.Decide(err, failed, retry, p.ctx.Err() != nil)
 }
 
 // settle does what the decision says: the record done (its offset
 // committable), dead-lettered then done, or held back.
 func (c *Consumer[T]) settle(p *partition, r *kgo.Record, d broker.Decision) {
+	if d.Report {
+		c.report(fmt.Errorf("idemkafka: record %s/%d@%d held back: %w", r.Topic, r.Partition, r.Offset, d.Err))
+	}
 	if d.Verdict == broker.DeadLetter {
 		if err := c.deadLetter(p, r, d.Err); err != nil {
 			c.report(err)

@@ -60,7 +60,11 @@ type Options struct {
 	// consumer's filter leave out).
 	DeadLetterSubject func(msg jetstream.Msg, meta *jetstream.MsgMetadata) string
 	// OnError is told what the consumer could not do (an ack, a Nak, a
-	// dead letter). Default: nothing.
+	// dead letter), and why a message was given back when neither the
+	// handler nor Busy, a lost lease, an unconfirmed DONE or
+	// NotDurable was the cause: a claim or DONE the server refused
+	// (NOPERM, WRONGTYPE), a lost connection, an OnRun hook that failed.
+	// Default: nothing.
 	OnError func(err error)
 }
 
@@ -120,20 +124,26 @@ func (c *Consumer[T]) MessageHandler(ctx context.Context) jetstream.MessageHandl
 // waiting is given up and the message Nak'd.
 func (c *Consumer[T]) Handle(ctx context.Context, msg jetstream.Msg) {
 	key, err := c.opts.Key(msg)
+	var failed error // the handler's own
 	if err == nil {
 		opts := []idem.CallOption{idem.WithBeat(func(*idem.Job) { _ = msg.InProgress() })}
 		if c.opts.Payload != nil {
 			opts = append(opts, idem.WithPayload(c.opts.Payload(msg)))
 		}
-		_, err = idem.Process(ctx, c.idem, key, func(ctx context.Context, job *idem.Job) (T, error) {
-			return c.handle(ctx, job, msg)
+		_, err = idem.Process(ctx, c.idem, key, func(ctx context.Context, job *idem.Job) (v T, err error) {
+			v, err = c.handle(ctx, job, msg)
+			failed = err
+			return v, err
 		}, opts...)
 	}
 	retry := c.opts.RetryDelay
 	if meta, err := msg.Metadata(); err == nil && meta.NumDelivered > 1 {
 		retry = broker.Backoff(retry, int(meta.NumDelivered-1))
 	}
-	decision := broker.Decide(err, retry, ctx.Err() != nil)
+	decision := broker.Decide(err, failed, retry, ctx.Err() != nil)
+	if decision.Report {
+		c.report(fmt.Errorf("idemnats: message on %s given back: %w", msg.Subject(), err))
+	}
 	settle, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
 	defer cancel()
 	switch decision.Verdict {
@@ -149,12 +159,16 @@ func (c *Consumer[T]) Handle(ctx context.Context, msg jetstream.Msg) {
 		err = msg.Nak()
 	}
 	if err != nil {
-		if c.opts.OnError != nil {
-			c.opts.OnError(fmt.Errorf("idemnats: message on %s: %w", msg.Subject(), err))
-		}
+		c.report(fmt.Errorf("idemnats: message on %s: %w", msg.Subject(), err))
 		return
 	}
 	c.counters.Count(decision.Verdict)
+}
+
+func (c *Consumer[T]) report(err error) {
+	if c.opts.OnError != nil {
+		c.opts.OnError(err)
+	}
 }
 
 // deadLetter publishes a copy of msg to its dead-letter subject (and waits

@@ -21,6 +21,7 @@ import (
 func (c *Consumer[T]) Handle(ctx context.Context, entry redis.XMessage) {
 	key, err := c.opts.Key(entry)
 	var out idem.Outcome[T]
+	var failed error // the handler's own
 	if err == nil {
 		opts := []idem.CallOption{
 			idem.WithAck(idem.AckCmd{Name: "XACK", Keys: []string{c.stream}, Args: []any{c.group, entry.ID}}),
@@ -29,11 +30,16 @@ func (c *Consumer[T]) Handle(ctx context.Context, entry redis.XMessage) {
 		if c.opts.Payload != nil {
 			opts = append(opts, idem.WithPayload(c.opts.Payload(entry)))
 		}
-		out, err = idem.Process(ctx, c.idem, key, func(ctx context.Context, job *idem.Job) (T, error) {
-			return c.handle(ctx, job, entry)
+		out, err = idem.Process(ctx, c.idem, key, func(ctx context.Context, job *idem.Job) (v T, err error) {
+			v, err = c.handle(ctx, job, entry)
+			failed = err
+			return v, err
 		}, opts...)
 	}
-	decision := broker.Decide(err, 0, ctx.Err() != nil)
+	decision := broker.Decide(err, failed, 0, ctx.Err() != nil)
+	if decision.Report {
+		c.report(fmt.Errorf("idemstreams: entry %s left pending: %w", entry.ID, err))
+	}
 	switch decision.Verdict {
 	case broker.Ack:
 		if !out.Acked {

@@ -57,7 +57,11 @@ type Options struct {
 	// stream + ":dlq" (in a cluster both need one hash tag: "{orders}").
 	DeadLetterStream func(stream string) string
 	// OnError is told what the consumer could not do and will try again
-	// (a read, an XACK, a dead letter). Default: nothing.
+	// (a read, an XACK, a dead letter), and why an entry was left pending
+	// when neither the handler nor Busy, a lost lease, an unconfirmed DONE or
+	// NotDurable was the cause: a claim or DONE the server refused
+	// (NOPERM, WRONGTYPE), a lost connection, an OnRun hook that failed.
+	// Default: nothing.
 	OnError func(err error)
 }
 

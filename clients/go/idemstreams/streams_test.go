@@ -154,3 +154,40 @@ func TestDeadLetters(t *testing.T) {
 		}
 	})
 }
+
+// A claim the server refuses (the record's key holds a string: WRONGTYPE)
+// is nobody's failure the handler could know of: OnError hears of it, and
+// the entry is left pending (not acknowledged, not run), to come again.
+func TestARefusedClaimIsReportedAndLeftPending(t *testing.T) {
+	forEachEdition(t, func(t *testing.T, rdb *redis.Client) {
+		i := newIdem(t, rdb, idem.Options{Lease: time.Second})
+		brokertest.Must(t, rdb.Set(context.Background(), "taken", "a string", 0).Err())
+		add(t, rdb, "taken")
+		var works atomic.Int64
+		reported := make(chan error, 16)
+		opts := idemstreams.Options{ClaimIdle: time.Hour, OnError: func(err error) {
+			select {
+			case reported <- err:
+			default:
+			}
+		}}
+		c := run(t, i, "a", opts, func(ctx context.Context, job *idem.Job, e redis.XMessage) (string, error) {
+			works.Add(1)
+			return "", nil
+		})
+		select {
+		case err := <-reported:
+			if !strings.Contains(err.Error(), "WRONGTYPE") {
+				t.Errorf("OnError told %v, want the server's WRONGTYPE", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("OnError was not told of the refused claim")
+		}
+		brokertest.WaitFor(t, "the entry held back", func() bool { return c.Stats().HeldBack > 0 })
+		p, err := rdb.XPending(context.Background(), "s", "g").Result()
+		brokertest.Must(t, err)
+		if s := c.Stats(); p.Count != 1 || works.Load() != 0 || s.Acknowledged != 0 || s.HeldBack != 1 {
+			t.Errorf("pending %d, works %d, stats %+v: want the entry pending, never run nor acknowledged", p.Count, works.Load(), s)
+		}
+	})
+}

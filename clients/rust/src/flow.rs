@@ -191,10 +191,11 @@ impl<C> Core<C> {
             other => other?,
         };
         let status = claim.granted();
+        let undurable = self.claim_not_durable(key, &claim, ack);
         match claim {
             Claim::New { token, attempt } | Claim::Seen { token, attempt } | Claim::Retry { token, attempt } => {
                 let job = self.job(key, attempt, status.expect("granted"));
-                match self.not_durable(&job.key, DurableStage::Claim, ack) {
+                match undurable {
                     Some(error) => Ok(Step::Release(job, token, error)),
                     None => {
                         self.granted(&job);
@@ -202,10 +203,8 @@ impl<C> Core<C> {
                     }
                 }
             }
-            // A replay too: the completion read may not have reached the
-            // replicas yet (a primary that has just lost its role keeps
-            // answering). Counted as not durable, not as a replay.
-            Claim::Done { result, attempt } => match self.not_durable(key, DurableStage::Done, ack) {
+            // Counted as not durable, not as a replay.
+            Claim::Done { result, attempt } => match undurable {
                 Some(error) => {
                     let value = result.and_then(|bytes| self.codec.decode(&bytes).ok());
                     Ok(Step::Undurable { value, attempt, error })
@@ -243,6 +242,21 @@ impl<C> Core<C> {
         bump(&self.counters.busy);
         let owner = record.ok().flatten().and_then(|r| r.owner);
         Error::Busy { key: key.to_string(), lease_left, owner }
+    }
+
+    /// With `durable`, the error when `ack` (the `WAIT` after a claim)
+    /// fell short of a claim that matters to it, in the loop and in
+    /// `claim_many` alike: a granted claim (stage claim: give it back) or
+    /// a replay (stage done: the completion read may not have reached the
+    /// replicas yet, a primary that has just lost its role keeps
+    /// answering). Busy and refused claims wrote and read nothing to keep.
+    pub fn claim_not_durable(&self, key: &str, claim: &Claim, ack: Option<RedisResult<Value>>) -> Option<Error> {
+        let stage = match claim {
+            Claim::New { .. } | Claim::Seen { .. } | Claim::Retry { .. } => DurableStage::Claim,
+            Claim::Done { .. } => DurableStage::Done,
+            Claim::Busy { .. } | Claim::Mismatch { .. } | Claim::Exhausted { .. } => return None,
+        };
+        self.not_durable(key, stage, ack)
     }
 
     /// With `durable`, the error when `ack` (the `WAIT`'s reply)

@@ -230,7 +230,8 @@ pub(crate) fn slot(_key: &[u8]) -> Slot {
 
 impl<C> Core<C> {
     /// With `durable`, a granted key whose group's `WAIT` fell short is
-    /// `NotDurable` (stage claim); its RELEASE is returned to send.
+    /// `NotDurable` (stage claim), its RELEASE returned to send; a key
+    /// answered done is `NotDurable` (stage done), as in the loop.
     pub fn durable_claims(
         &self,
         keys: &[&str],
@@ -242,9 +243,11 @@ impl<C> Core<C> {
             .into_iter()
             .enumerate()
             .map(|(i, (claim, ack))| match claim {
-                Ok(claim) if claim.granted().is_some() => match self.not_durable(keys[i], DurableStage::Claim, ack) {
+                Ok(claim) => match self.claim_not_durable(keys[i], &claim, ack) {
                     Some(error) => {
-                        releases.push(ReleaseItem::new(records[i].clone(), claim.token().unwrap_or_default()));
+                        if let Some(token) = claim.token() {
+                            releases.push(ReleaseItem::new(records[i].clone(), token));
+                        }
                         Err(error)
                     }
                     None => Ok(claim),

@@ -36,6 +36,14 @@ type Decision struct {
 	Verdict Verdict
 	Delay   time.Duration // HoldBack
 	Err     error
+	// Report: a HoldBack for a reason the user's OnError must hear of,
+	// since nobody else does: not the handler's own failure (it knows)
+	// nor one of the contract's routine outcomes (Busy, LeaseLost,
+	// DoneUnconfirmed, NotDurable), but what kept the loop itself from
+	// its work: a claim or DONE the server refused (NOPERM without the
+	// IDEM commands, WRONGTYPE), a lost connection, an OnRun hook that
+	// failed. Left unreported, such a message would only ever come back.
+	Report bool
 }
 
 // MinDelay is the least a message is held back: a holder's lease about to
@@ -59,12 +67,16 @@ func Backoff(base time.Duration, n int) time.Duration {
 	return min(d, MaxRetryDelay)
 }
 
-// Decide reads Process's error. retry is the delay of a failure (Backoff);
-// stopping says the consumer's own context ended (a cancelled claim is
-// then left to the broker).
-func Decide(err error, retry time.Duration, stopping bool) Decision {
+// Decide reads Process's error. failed is the handler's own error, as it
+// returned it (nil when it did not run or succeeded); retry is the delay
+// of a failure (Backoff); stopping says the consumer's own context ended
+// (a cancelled claim is then left to the broker).
+func Decide(err, failed error, retry time.Duration, stopping bool) Decision {
 	var busy *idem.BusyError
 	var hook *idem.HookError
+	var lost *idem.LeaseLostError
+	var unconfirmed *idem.DoneUnconfirmedError
+	var undurable *idem.NotDurableError
 	switch {
 	case err == nil, errors.Is(err, idem.ErrResultNotStored), errors.As(err, &hook) && hook.Hook == "on_done":
 		// The record is completed (a result or a hook's trouble does not
@@ -77,7 +89,9 @@ func Decide(err error, retry time.Duration, stopping bool) Decision {
 	case stopping && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		return Decision{Verdict: Leave, Err: err}
 	}
-	return Decision{Verdict: HoldBack, Delay: max(retry, MinDelay), Err: err}
+	routine := (failed != nil && err == failed) || errors.As(err, &lost) || errors.As(err, &unconfirmed) ||
+		errors.As(err, &undurable)
+	return Decision{Verdict: HoldBack, Delay: max(retry, MinDelay), Err: err, Report: !routine}
 }
 
 // MissingKey is the error of a message without a key: ErrMissingKey, with

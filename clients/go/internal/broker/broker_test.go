@@ -14,33 +14,38 @@ import (
 // "Consumers of brokers").
 func TestDecide(t *testing.T) {
 	retry := 2 * time.Second
+	boom := errors.New("boom")
 	cases := []struct {
 		name     string
 		err      error
+		failed   error // the handler's own
 		stopping bool
 		want     Verdict
 		delay    time.Duration
+		report   bool
 	}{
-		{"done", nil, false, Ack, 0},
-		{"done, result not stored", &idem.ResultNotStoredError{Key: "k"}, false, Ack, 0},
-		{"done, OnDone failed", &idem.HookError{Hook: "on_done", Cause: errors.New("x")}, false, Ack, 0},
-		{"OnRun failed", &idem.HookError{Hook: "on_run", Cause: errors.New("x")}, false, HoldBack, retry},
-		{"exhausted", &idem.ExhaustedError{Key: "k"}, false, DeadLetter, 0},
-		{"mismatch", &idem.MismatchError{Key: "k"}, false, DeadLetter, 0},
-		{"no key", MissingKey("no header"), false, DeadLetter, 0},
-		{"busy", &idem.BusyError{Key: "k", LeaseLeft: 1500 * time.Millisecond}, false, HoldBack, 1500 * time.Millisecond},
-		{"busy, about to end", &idem.BusyError{Key: "k", LeaseLeft: time.Millisecond}, false, HoldBack, MinDelay},
-		{"work failed", errors.New("boom"), false, HoldBack, retry},
-		{"lease lost", &idem.LeaseLostError{Key: "k"}, false, HoldBack, retry},
-		{"DONE unconfirmed", &idem.DoneUnconfirmedError{Key: "k"}, false, HoldBack, retry},
-		{"not durable", &idem.NotDurableError{Key: "k", Stage: idem.StageDone}, false, HoldBack, retry},
-		{"stopping", fmt.Errorf("claim: %w", context.Canceled), true, Leave, 0},
-		{"cancelled, not stopping", context.Canceled, false, HoldBack, retry},
+		{"done", nil, nil, false, Ack, 0, false},
+		{"done, result not stored", &idem.ResultNotStoredError{Key: "k"}, nil, false, Ack, 0, false},
+		{"done, OnDone failed", &idem.HookError{Hook: "on_done", Cause: errors.New("x")}, nil, false, Ack, 0, false},
+		{"OnRun failed", &idem.HookError{Hook: "on_run", Cause: errors.New("x")}, nil, false, HoldBack, retry, true},
+		{"exhausted", &idem.ExhaustedError{Key: "k"}, nil, false, DeadLetter, 0, false},
+		{"mismatch", &idem.MismatchError{Key: "k"}, nil, false, DeadLetter, 0, false},
+		{"no key", MissingKey("no header"), nil, false, DeadLetter, 0, false},
+		{"busy", &idem.BusyError{Key: "k", LeaseLeft: 1500 * time.Millisecond}, nil, false, HoldBack, 1500 * time.Millisecond, false},
+		{"busy, about to end", &idem.BusyError{Key: "k", LeaseLeft: time.Millisecond}, nil, false, HoldBack, MinDelay, false},
+		{"work failed", boom, boom, false, HoldBack, retry, false},
+		{"the server refused the claim", errors.New("NOPERM no permissions to run the 'idem.claim' command"), nil, false, HoldBack, retry, true},
+		{"the server refused DONE after the work", errors.New("WRONGTYPE"), nil, false, HoldBack, retry, true},
+		{"lease lost", &idem.LeaseLostError{Key: "k"}, nil, false, HoldBack, retry, false},
+		{"DONE unconfirmed", &idem.DoneUnconfirmedError{Key: "k"}, nil, false, HoldBack, retry, false},
+		{"not durable", &idem.NotDurableError{Key: "k", Stage: idem.StageDone}, nil, false, HoldBack, retry, false},
+		{"stopping", fmt.Errorf("claim: %w", context.Canceled), nil, true, Leave, 0, false},
+		{"cancelled, not stopping", context.Canceled, nil, false, HoldBack, retry, true},
 	}
 	for _, c := range cases {
-		d := Decide(c.err, retry, c.stopping)
-		if d.Verdict != c.want || d.Delay != c.delay || d.Err != c.err {
-			t.Errorf("%s: %+v, want verdict %d delay %v", c.name, d, c.want, c.delay)
+		d := Decide(c.err, c.failed, retry, c.stopping)
+		if d.Verdict != c.want || d.Delay != c.delay || d.Err != c.err || d.Report != c.report {
+			t.Errorf("%s: %+v, want verdict %d delay %v report %v", c.name, d, c.want, c.delay, c.report)
 		}
 	}
 }

@@ -142,7 +142,10 @@ class FilterTest {
         }
     }
 
-    /** durable on a primary without replicas: a replay not acknowledged serves its stored response; one with none kept answers 503. */
+    /**
+     * durable on a primary without replicas: a replay not acknowledged serves its stored response, with
+     * {@code Idempotent-Replayed: true} as any replay; one with none kept answers 503.
+     */
     @Test
     void aReplayNotDurable() throws Exception {
         Servers.Server server = Servers.forLibraryTests(Edition.MODULE);
@@ -163,6 +166,7 @@ class FilterTest {
             HttpHarness.Result replay = http.request(request("a", "/orders", "", 201, "fresh"));
             assertEquals(202, replay.status());
             assertEquals("stored", replay.body());
+            assertTrue(replay.replayed(), "a replay, acknowledged or not, says so");
             assertEquals(503, http.request(request("b", "/orders", "", 201, "fresh")).status(), "no response kept: send again");
             assertEquals(runs, http.runs.get(), "the handler never ran");
             assertEquals(2, filter.stats().notDurable());

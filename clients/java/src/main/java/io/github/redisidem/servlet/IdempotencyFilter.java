@@ -194,8 +194,11 @@ public final class IdempotencyFilter implements Filter {
         byte[] body = request.getInputStream().readAllBytes();
         String target = request.getRequestURI() + (request.getQueryString() != null ? "?" + request.getQueryString() : "");
         byte[] payload = fingerprint(request.getMethod(), target, body).getBytes(StandardCharsets.US_ASCII);
+        // Whether this request's handler ran: a NotDurable DONE without it is a replay.
+        boolean[] ran = {false};
         try {
             Outcome<StoredResponse> outcome = idem.process(scope + header, payload, StoredResponse.CODEC, job -> {
+                ran[0] = true;
                 Capture capture = new Capture(response);
                 chain.doFilter(new Body(request, body), capture);
                 StoredResponse kept = capture.kept();
@@ -222,9 +225,10 @@ public final class IdempotencyFilter implements Filter {
             // The handler's response exists: the client gets it; the record is completed or its claim lapses.
             send(response, (StoredResponse) e.result(), false);
         } catch (NotDurableException e) {
-            // DONE: this handler's response, or a replay's stored one (a replay with none kept: send again, as for a claim).
+            // DONE: this handler's response, or a replay's stored one, marked as any replay
+            // (a replay with none kept: send again, as for a claim).
             if (e.stage() == NotDurableException.Stage.DONE && e.result() instanceof StoredResponse kept) {
-                send(response, kept, false);
+                send(response, kept, !ran[0]);
                 return;
             }
             response.setHeader("Retry-After", "1");
