@@ -45,11 +45,11 @@ test-client-node: $(if $(REDIS_IDEM_MODULE),,build) redis8 valkey node-client-de
 	REDIS_SERVER="$(VALKEY_SERVER)" IDEM_CONFIGS=module,$(NODE_CLIENT_TOPOLOGIES),$(NODE_CLIENT_FUNCTIONS) $(NODE_CLIENT_RUN) $(NODE_CLIENT_TESTS)
 	cd $(NODE_CLIENT_DIR) && node scripts/check-pack.mjs
 
-# The consumer program brokers/scenario.py runs for node-streams and
-# node-amqp (clients/conformance/brokers.json): test/brokers/consumer.mjs,
+# The consumer program brokers/scenario.py runs for node-streams, node-amqp
+# and node-kafka (clients/conformance/brokers.json): test/brokers/consumer.mjs,
 # on dist/. `make test-client-node-brokers`: the adapters' own tests against
-# a real RabbitMQ (test/brokers/*.test.mjs, about 20 s; the Streams adapter's
-# tests are in the main suite).
+# a real RabbitMQ and a real Kafka (test/brokers/*.test.mjs, each file its
+# broker; the Streams adapter's tests are in the main suite).
 .PHONY: brokers-consumers-node test-client-node-brokers
 brokers-consumers-node: node-client-deps
 BROKERS_CONSUMER_TARGETS += brokers-consumers-node

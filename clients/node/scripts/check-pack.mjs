@@ -37,6 +37,12 @@ try {
   // redis-idem/amqp loads without amqplib (it only types the channel it is given)
   const amqp = run('node', ['--input-type=module', '-e', "import { AmqpConsumer, RETRIES_HEADER } from 'redis-idem/amqp'; console.log(typeof AmqpConsumer, RETRIES_HEADER)"]);
   if (amqp.trim() !== 'function x-idem-retries') throw new Error(`redis-idem/amqp gave: ${amqp}`);
+  // redis-idem/kafka loads without kafkajs, both ways (it only types the payloads it is given)
+  const kafka = [
+    run('node', ['--input-type=module', '-e', "import { KafkaIdem, recordKey } from 'redis-idem/kafka'; console.log(typeof KafkaIdem, recordKey({ message: { key: Buffer.from('k') } }))"]),
+    run('node', ['-e', "const { KafkaIdem, recordKey } = require('redis-idem/kafka'); console.log(typeof KafkaIdem, recordKey({ message: { key: Buffer.from('k') } }))"]),
+  ];
+  if (kafka.some((out) => out.trim() !== 'function k')) throw new Error(`redis-idem/kafka gave: ${kafka.join(' / ')}`);
   // The declarations, both ways (node16 resolution picks the exports map's types per condition).
   const use = "const idem = new Idem({} as never, { prefix: 't:' });\nconst p: Promise<Outcome<number>> = idem.process('k', (ctx) => ctx.attempt);\nvoid p;\n";
   writeFileSync(join(scratch, 'check.mts'), `import { Idem, type Outcome } from 'redis-idem';\n${use}`);

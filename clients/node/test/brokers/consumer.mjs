@@ -1,7 +1,7 @@
 // The Node adapters' consumer program for brokers/scenario.py
-// (brokers/README.md, "Writing a consumer program"): node-streams and
-// node-amqp, each written as clients/node/README.md shows, configured from
-// the environment the scenario gives. The records' client is ioredis on the
+// (brokers/README.md, "Writing a consumer program"): node-streams,
+// node-amqp and node-kafka, each written as clients/node/README.md shows,
+// configured from the environment the scenario gives. The records' client is ioredis on the
 // module and node-redis on the Functions edition, so that the scenario runs
 // each adapter over both clients.
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -10,7 +10,9 @@ import { createClient } from 'redis';
 import { Idem } from 'redis-idem';
 import { StreamConsumer } from 'redis-idem/streams';
 import { AmqpConsumer } from 'redis-idem/amqp';
+import { KafkaIdem } from 'redis-idem/kafka';
 import { connect } from 'amqplib';
+import { Kafka, logLevel } from 'kafkajs';
 
 const env = process.env;
 const MEMBER = env.IDEM_MEMBER;
@@ -50,7 +52,24 @@ async function amqp(idem) {
   await connection.close();
 }
 
-const adapters = { 'node-streams': streams, 'node-amqp': amqp };
+async function kafka(idem) {
+  const kafka = new Kafka({ clientId: `member-${MEMBER}`, brokers: [JSON.parse(env.BROKER).bootstrap], logLevel: logLevel.ERROR });
+  // The session no longer than the lease (as the Python program's): a member stopped past its lease has lost its partitions too.
+  const lease = Number(env.IDEM_LEASE_S) * 1000;
+  const consumer = kafka.consumer({ groupId: env.IDEM_GROUP, sessionTimeout: lease, heartbeatInterval: lease / 4, maxWaitTimeInMs: 100 });
+  const producer = kafka.producer();
+  await Promise.all([consumer.connect(), producer.connect()]);
+  await consumer.subscribe({ topics: [env.IDEM_SOURCE], fromBeginning: true });
+  const records = new KafkaIdem(idem, { producer });
+  // kafkajs restarts a crashed consumer itself (its STOP event comes then too): the program ends on SIGTERM alone.
+  consumer.on(consumer.events.CRASH, ({ payload }) => payload.restart || process.exit(1));
+  const stopped = new Promise((resolve) => process.once('SIGTERM', () => consumer.disconnect().then(resolve, resolve)));
+  await consumer.run(records.runConfig(({ message }, job) => work(JSON.parse(message.value), job)));
+  await stopped;
+  await producer.disconnect();
+}
+
+const adapters = { 'node-streams': streams, 'node-amqp': amqp, 'node-kafka': kafka };
 const run = adapters[env.IDEM_ADAPTER];
 if (!run) throw new Error(`consumer.mjs: no adapter ${env.IDEM_ADAPTER}`);
 const client = await records();
