@@ -134,6 +134,25 @@ def member_in_slow_work(side, members):
     return None
 
 
+def stop_in_slow_work(side, members, timeout):
+    """SIGSTOPs a member in the middle of a slow work and answers it. The
+    `working` entry is read again once the stop has landed: a member whose
+    effect was already on its way (its entry gone) stopped after the effect
+    and before DONE, where a redelivery's effect is rightly a second one
+    that no fence can refuse; it is resumed at once, well within its lease,
+    and another moment is picked."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sleeper = wait_for("a member in slow work to stop", lambda: member_in_slow_work(side, members),
+                           max(1, deadline - time.monotonic()), members)
+        entry = side.hget("working", str(sleeper.id))
+        sleeper.signal(signal.SIGSTOP)
+        time.sleep(0.3)  # a command sent before the stop has run by now
+        if entry is not None and side.hget("working", str(sleeper.id)) == entry:
+            return sleeper
+        sleeper.signal(signal.SIGCONT)
+
+
 def run_one(adapter, edition, broker, stores, spec, logdir, rng):
     """One adapter on one edition: a list of what failed (empty: passed)."""
     idem, side = stores[edition], stores["side"]
@@ -165,10 +184,8 @@ def run_one(adapter, edition, broker, stores, spec, logdir, rng):
         members.append(Member(adapter, env, len(members) + 1, logdir))
         wait_for("half the effects", lambda: applied() >= spec["stop_at_effects"] * len(wanted),
                  spec["settle_s"], members)
-        sleeper = wait_for("a member in slow work to stop", lambda: member_in_slow_work(side.client, members),
-                           spec["settle_s"], members)
-        sleeper.signal(signal.SIGSTOP)
-        time.sleep(spec["stop_for_s"])
+        sleeper = stop_in_slow_work(side.client, members, spec["settle_s"])
+        time.sleep(spec["stop_for_s"] - 0.3)
         sleeper.signal(signal.SIGCONT)
         poison_done = lambda: all(int(side.client.hget("tries", k) or 0) >= spec["max_tries"] for k in poison)
         wait_for("every effect and every poison message's tries",
