@@ -355,7 +355,9 @@ public final class IdempotentConsumer<K, V> {
         if (!force && now - commitAt < 0) {
             return;
         }
-        commitAt = now + options.commitInterval().toNanos();
+        if (which == parts) { // a forced commit of a few partitions does not put the others' off
+            commitAt = now + options.commitInterval().toNanos();
+        }
         Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
         for (PartitionState<K, V> p : which.values()) {
             if (p.doneTo != null && !p.doneTo.equals(p.committed)) {

@@ -9,11 +9,15 @@ import java.time.Duration;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Function;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.common.TopicPartition;
 import org.springframework.kafka.config.ContainerCustomizer;
 import org.springframework.kafka.listener.AbstractMessageListenerContainer;
 import org.springframework.kafka.listener.BackOffHandler;
 import org.springframework.kafka.listener.ConsumerRecordRecoverer;
+import org.springframework.kafka.listener.DefaultBackOffHandler;
 import org.springframework.kafka.listener.DefaultErrorHandler;
+import org.springframework.kafka.listener.ListenerContainerPauseService;
+import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.kafka.listener.MessageListener;
 import org.springframework.util.backoff.FixedBackOff;
 
@@ -33,7 +37,7 @@ import org.springframework.util.backoff.FixedBackOff;
  * commits as its {@code AckMode} says.</li>
  * <li>Busy, a failed work (released), DONE unconfirmed, a lost lease, not durable: the exception
  * goes to the error handler, which seeks the partition back to the record and backs off (Busy: the
- * holder's lease left); with a {@code ContainerPausingBackOffHandler} only that partition waits.</li>
+ * holder's lease left); with {@link #pausingPartitions} only that partition waits.</li>
  * <li>Exhausted, Mismatch, a record without a key: not retryable, so the recoverer (Spring's
  * {@code DeadLetterPublishingRecoverer}: {@code <topic>-dlt}, same partition, {@code kafka_dlt-*}
  * headers) publishes it, and the container commits it.</li>
@@ -41,6 +45,8 @@ import org.springframework.util.backoff.FixedBackOff;
  */
 public final class IdempotentKafkaListeners {
     private static final ThreadLocal<Job> CURRENT = new ThreadLocal<>();
+    /** The partition of the record a listener just held back, for the back-off on the same thread. */
+    private static final ThreadLocal<TopicPartition> HELD = new ThreadLocal<>();
 
     private final Idem idem;
     private final Function<ConsumerRecord<?, ?>, String> key;
@@ -132,8 +138,8 @@ public final class IdempotentKafkaListeners {
 
     /**
      * @param recoverer a {@code DeadLetterPublishingRecoverer}
-     * @param backOffHandler a {@code ContainerPausingBackOffHandler}: a partition held back is
-     *     paused while the container's other partitions go on (null: Spring's default)
+     * @param backOffHandler {@link #pausingPartitions}: a partition held back is paused while the
+     *     container's other partitions go on (null: Spring's default, the thread sleeps)
      * @return the error handler
      */
     public DefaultErrorHandler errorHandler(ConsumerRecordRecoverer recoverer, BackOffHandler backOffHandler) {
@@ -155,6 +161,44 @@ public final class IdempotentKafkaListeners {
             return new FixedBackOff(wait.toMillis(), FixedBackOff.UNLIMITED_ATTEMPTS);
         });
         return handler;
+    }
+
+    /**
+     * A back-off that pauses only the partition of the record held back, for the back-off's time,
+     * while the container's other partitions go on (Spring's {@code ContainerPausingBackOffHandler}
+     * pauses the whole container for a record listener); any other back-off sleeps, as Spring's
+     * default does.
+     *
+     * @param pauser Spring's pause service ({@code new ListenerContainerPauseService(registry, scheduler)})
+     * @return the back-off handler, for {@link #errorHandler(ConsumerRecordRecoverer, BackOffHandler)}
+     */
+    public static BackOffHandler pausingPartitions(ListenerContainerPauseService pauser) {
+        DefaultBackOffHandler sleeping = new DefaultBackOffHandler();
+        return new BackOffHandler() {
+            @Override
+            public void onNextBackOff(MessageListenerContainer container, Exception e, long millis) {
+                TopicPartition tp = HELD.get();
+                HELD.remove();
+                if (tp == null) {
+                    sleeping.onNextBackOff(container, e, millis);
+                } else {
+                    pauser.pausePartition(container, tp, Duration.ofMillis(millis));
+                }
+            }
+
+            @Override
+            public void onNextBackOff(MessageListenerContainer container, TopicPartition tp, long millis) {
+                pauser.pausePartition(container, tp, Duration.ofMillis(millis));
+            }
+        };
+    }
+
+    static void heldBack(TopicPartition tp) {
+        if (tp == null) {
+            HELD.remove();
+        } else {
+            HELD.set(tp);
+        }
     }
 
     // -- for IdempotentRecordListener ----------------------------------------------

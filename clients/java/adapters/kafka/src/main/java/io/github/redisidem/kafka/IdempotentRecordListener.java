@@ -4,6 +4,7 @@ import io.github.redisidem.Job;
 import java.time.Duration;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.common.TopicPartition;
 import org.springframework.kafka.listener.AcknowledgingConsumerAwareMessageListener;
 import org.springframework.kafka.listener.DelegatingMessageListener;
 import org.springframework.kafka.listener.MessageListener;
@@ -31,6 +32,7 @@ final class IdempotentRecordListener<K, V>
 
     @Override
     public void onMessage(ConsumerRecord<K, V> record, Acknowledgment ack, Consumer<?, ?> consumer) {
+        IdempotentKafkaListeners.heldBack(null);
         String key = listeners.keyOf(record); // MissingKeyException: not retryable, to the recoverer
         boolean[] returned = {false};
         try {
@@ -53,6 +55,9 @@ final class IdempotentRecordListener<K, V>
             listeners.count(d.verdict());
             if (d.verdict() == Decision.Verdict.ACK) {
                 return; // the record is done (a hook or the result's storing failed after the work)
+            }
+            if (d.verdict() == Decision.Verdict.HOLD) {
+                IdempotentKafkaListeners.heldBack(new TopicPartition(record.topic(), record.partition()));
             }
             throw e instanceof RuntimeException re ? re : new IllegalStateException(e.getMessage(), e);
         }

@@ -34,7 +34,10 @@ import org.springframework.kafka.config.ConcurrentKafkaListenerContainerFactory;
 import org.springframework.kafka.core.DefaultKafkaConsumerFactory;
 import org.springframework.kafka.core.DefaultKafkaProducerFactory;
 import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.listener.DeadLetterPublishingRecoverer;
+import org.springframework.kafka.listener.ListenerContainerPauseService;
+import org.springframework.scheduling.concurrent.ThreadPoolTaskScheduler;
 
 /**
  * A {@code @KafkaListener} made idempotent by its container factory's configuration alone, on the
@@ -58,12 +61,20 @@ class SpringListenerTest {
         }
 
         @Bean
-        ConcurrentKafkaListenerContainerFactory<String, String> kafkaListenerContainerFactory(KafkaTemplate<String, String> template) {
+        ThreadPoolTaskScheduler scheduler() {
+            return new ThreadPoolTaskScheduler();
+        }
+
+        @Bean
+        ConcurrentKafkaListenerContainerFactory<String, String> kafkaListenerContainerFactory(KafkaTemplate<String, String> template,
+                KafkaListenerEndpointRegistry registry, ThreadPoolTaskScheduler scheduler) {
             ConcurrentKafkaListenerContainerFactory<String, String> factory = new ConcurrentKafkaListenerContainerFactory<>();
             factory.setConsumerFactory(new DefaultKafkaConsumerFactory<>(Map.of(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap,
                     ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest"), new StringDeserializer(), new StringDeserializer()));
             factory.setContainerCustomizer(idempotent.customizer());
-            factory.setCommonErrorHandler(idempotent.errorHandler(new DeadLetterPublishingRecoverer(template)));
+            // A partition held back is paused; the container's other partitions go on.
+            factory.setCommonErrorHandler(idempotent.errorHandler(new DeadLetterPublishingRecoverer(template),
+                    IdempotentKafkaListeners.pausingPartitions(new ListenerContainerPauseService(registry, scheduler))));
             return factory;
         }
 
@@ -89,7 +100,7 @@ class SpringListenerTest {
         String topic = "java-kafka-spring-" + UUID.randomUUID();
         System.setProperty("idem.test.topic", topic);
         idem = new Idem(JedisTransport.of(Servers.redis()), IdemOptions.builder().prefix(topic + ":")
-                .lease(Duration.ofSeconds(2)).maxTries(2).build());
+                .lease(Duration.ofSeconds(2)).waitFor(Duration.ofMillis(200)).maxTries(2).build());
         idempotent = new IdempotentKafkaListeners(idem);
         Properties p = new Properties();
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -103,14 +114,26 @@ class SpringListenerTest {
         try (AnnotationConfigApplicationContext context = new AnnotationConfigApplicationContext(Config.class)) {
             IdempotentConsumerTest.eventually("the listeners' end", () -> idempotent.stats().acknowledged() >= 3
                     && idempotent.stats().deadLettered() >= 2);
+            // Then a key another worker holds, on partition 2, and a record of partition 1 after it.
+            idem.commands().claim("held", Duration.ofSeconds(3));
+            try (KafkaProducer<String, String> producer = new KafkaProducer<>(p, new StringSerializer(), new StringSerializer())) {
+                producer.send(new ProducerRecord<>(topic, 2, "held", "ok")).get();
+                producer.send(new ProducerRecord<>(topic, 2, "after", "ok")).get();
+                producer.send(new ProducerRecord<>(topic, 1, "c", "ok")).get();
+            }
+            IdempotentConsumerTest.eventually("the held key's end", () -> idempotent.stats().acknowledged() >= 6);
             IdempotentConsumerTest.eventually("the committed offsets", () ->
                     IdempotentConsumerTest.committed(bootstrap, topic + "-group", new TopicPartition(topic, 0)) == 3
-                            && IdempotentConsumerTest.committed(bootstrap, topic + "-group", new TopicPartition(topic, 1)) == 2);
+                            && IdempotentConsumerTest.committed(bootstrap, topic + "-group", new TopicPartition(topic, 1)) == 3
+                            && IdempotentConsumerTest.committed(bootstrap, topic + "-group", new TopicPartition(topic, 2)) == 2);
         }
-        assertEquals(List.of("a@1", "p@1", "p@2"), WORKED.stream().filter(w -> !w.startsWith("b@")).toList());
-        assertTrue(WORKED.contains("b@1"), WORKED.toString());
+        assertEquals(List.of("a@1", "p@1", "p@2"), WORKED.stream().filter(w -> w.startsWith("a@") || w.startsWith("p@")).toList());
+        assertEquals(List.of("held@2", "after@1"), WORKED.stream().filter(w -> w.startsWith("held@") || w.startsWith("after@")).toList(),
+                "the Busy record waited for the holder's lease, its partition in order");
+        assertTrue(WORKED.indexOf("c@1") < WORKED.indexOf("held@2"), "partition 1 went on while partition 2 was held: " + WORKED);
         KafkaStats stats = idempotent.stats();
-        assertEquals(3, stats.acknowledged(), stats.toString()); // a, its replay, b
+        assertEquals(6, stats.acknowledged(), stats.toString()); // a, its replay, b, held, after, c
+        assertTrue(stats.heldBack() >= 3 && stats.idem().busy() >= 1, stats.toString()); // p twice, held
         assertEquals(1, stats.idem().replays(), stats.toString());
         assertEquals(2, stats.deadLettered(), stats.toString());
         List<ConsumerRecord<String, String>> letters = IdempotentConsumerTest.read(bootstrap, topic + "-dlt", 2);
