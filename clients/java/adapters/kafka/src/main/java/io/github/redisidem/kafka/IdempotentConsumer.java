@@ -76,6 +76,7 @@ public final class IdempotentConsumer<K, V> {
     private long lastLoop = System.nanoTime();
     private ExecutorService pool;
     private RecordHandler<K, V> handler;
+    private Idem deadLetterIdem;
 
     /**
      * @param idem the Idem the records run through
@@ -137,6 +138,12 @@ public final class IdempotentConsumer<K, V> {
             commit(true, parts);
         } finally {
             pool.shutdown();
+            synchronized (this) {
+                if (deadLetterIdem != null) {
+                    deadLetterIdem.close();
+                    deadLetterIdem = null;
+                }
+            }
         }
     }
 
@@ -221,10 +228,14 @@ public final class IdempotentConsumer<K, V> {
     private Decision work(ConsumerRecord<K, V> record) {
         Decision d = process(record);
         if (d.verdict() == Verdict.DEAD) {
+            // The dead letter is itself a work run once, keyed by the record's coordinates: a member
+            // whose commit after it failed (a rebalance) leaves the record to a next owner, which
+            // then finds it done instead of dead-lettering it a second time.
+            String letter = "kafka-dead-letter:" + record.topic() + ":" + record.partition() + ":" + record.offset();
             try {
-                deadLetters.send(DeadLetters.letter(record, d.error(), groupId(),
+                deadLetterIdem().process(letter, job -> deadLetters.send(DeadLetters.letter(record, d.error(), groupId(),
                         options.deadLetterTopic().apply(record.topic())))
-                        .get(DEAD_LETTER_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS);
+                        .get(DEAD_LETTER_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS).offset());
             } catch (Exception e) { // not in the dead-letter topic: not done
                 if (e instanceof InterruptedException) {
                     Thread.currentThread().interrupt();
@@ -412,6 +423,14 @@ public final class IdempotentConsumer<K, V> {
             report(e);
             return false;
         }
+    }
+
+    /** The Idem of the dead letters: the records' own, without maxTries (a failed produce is tried again). */
+    private synchronized Idem deadLetterIdem() {
+        if (deadLetterIdem == null) {
+            deadLetterIdem = idem.with(o -> o.maxTries(null));
+        }
+        return deadLetterIdem;
     }
 
     private String groupId() {

@@ -88,11 +88,7 @@ class IdempotentConsumerTest {
         String group = topic + "-group";
         Idem idem = new Idem(JedisTransport.of(Servers.redis()), IdemOptions.builder().prefix(topic + ":")
                 .lease(Duration.ofSeconds(2)).waitFor(Duration.ofMillis(200)).build());
-        idem.commands().claim("held", Duration.ofSeconds(2)); // another worker's, lapsing in 2 s
         try (KafkaProducer<String, String> producer = producer(bootstrap)) {
-            producer.send(new ProducerRecord<>(topic, 0, "held", "first")).get();
-            producer.send(new ProducerRecord<>(topic, 0, "after", "second")).get();
-            producer.send(new ProducerRecord<>(topic, 1, "free", "other")).get();
             producer.send(new ProducerRecord<>(topic, 2, null, "keyless")).get();
         }
         List<String> worked = new CopyOnWriteArrayList<>();
@@ -106,8 +102,15 @@ class IdempotentConsumerTest {
                 return record.value();
             }));
             loop.start();
-            eventually("the three keyed records", () -> worked.size() >= 3);
             eventually("the dead letter", () -> consumer.stats().deadLettered() == 1);
+            // The member runs: a key another worker holds, then a record of another partition.
+            idem.commands().claim("held", Duration.ofSeconds(3));
+            try (KafkaProducer<String, String> producer = producer(bootstrap)) {
+                producer.send(new ProducerRecord<>(topic, 0, "held", "first")).get();
+                producer.send(new ProducerRecord<>(topic, 0, "after", "second")).get();
+                producer.send(new ProducerRecord<>(topic, 1, "free", "other")).get();
+            }
+            eventually("the three keyed records", () -> worked.size() >= 3);
             consumer.stop();
             loop.join();
             KafkaStats stats = consumer.stats();
@@ -127,6 +130,32 @@ class IdempotentConsumerTest {
         for (Map.Entry<Integer, Long> end : Map.of(0, 2L, 1, 1L, 2, 1L).entrySet()) {
             assertEquals(end.getValue(), committed(bootstrap, group, new TopicPartition(topic, end.getKey())),
                     "partition " + end.getKey() + " committed to its end");
+        }
+
+        // A member whose commit after a dead letter failed (a rebalance): the partition's next owner
+        // starts from the record again, and finds its dead letter done instead of sending it twice.
+        try (KafkaConsumer<String, String> rewind = new KafkaConsumer<>(consumerProps(bootstrap, group),
+                new StringDeserializer(), new StringDeserializer())) {
+            rewind.commitSync(Map.of(new TopicPartition(topic, 2), new OffsetAndMetadata(0)));
+        }
+        try (KafkaConsumer<String, String> kafka = new KafkaConsumer<>(consumerProps(bootstrap, group),
+                new StringDeserializer(), new StringDeserializer());
+             KafkaProducer<String, String> deadLetters = producer(bootstrap)) {
+            IdempotentConsumer<String, String> next = new IdempotentConsumer<>(idem, kafka, deadLetters,
+                    IdempotentConsumerOptions.defaults());
+            Thread loop = new Thread(() -> next.run(List.of(topic), (record, job) -> record.value()));
+            loop.start();
+            eventually("the record settled again", () -> next.stats().deadLettered() == 1);
+            next.stop();
+            loop.join();
+            assertEquals(0, next.stats().heldBack(), next.stats().toString());
+        }
+        assertEquals(1L, committed(bootstrap, group, new TopicPartition(topic, 2)));
+        try (KafkaConsumer<String, String> c = new KafkaConsumer<>(consumerProps(bootstrap, "check-" + UUID.randomUUID()),
+                new StringDeserializer(), new StringDeserializer())) {
+            List<TopicPartition> dlt = c.partitionsFor(topic + "-dlt").stream()
+                    .map(p -> new TopicPartition(p.topic(), p.partition())).toList();
+            assertEquals(1L, c.endOffsets(dlt).values().stream().mapToLong(Long::longValue).sum(), "one dead letter");
         }
         idem.close();
     }
