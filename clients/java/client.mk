@@ -62,3 +62,12 @@ brokers-consumers-java: client-java-installed
 		$(MVN_JAVA) -f clients/java/adapters/$$m/pom.xml dependency:build-classpath \
 			-Dmdep.includeScope=test -Dmdep.outputFile=$(abspath target/brokers/java)/$$m.classpath || exit 1; \
 	done
+
+# The adapters' own tests (each module starts the real broker it needs, once,
+# with brokers/launch.py) run in test-brokers.
+.PHONY: test-client-java-adapters
+BROKERS_LIBRARY_TESTS += test-client-java-adapters
+test-client-java-adapters: $(if $(REDIS_IDEM_MODULE),,build) brokers brokers-consumers-java
+	@echo "== clients/java/adapters: $(JAVA_ADAPTER_MODULES), each against its real broker"
+	REDIS_IDEM_MODULE="$(JAVA_CLIENT_MODULE)" REDIS7_SERVER="$(REDIS7_SERVER)" \
+		$(MVN_JAVA) -f clients/java/adapters/pom.xml verify
