@@ -191,11 +191,12 @@ public final class IdempotentListener implements ChannelAwareMessageListener {
         channel.basicAck(props.getDeliveryTag(), false);
     }
 
-    /** The message's properties and headers (x-death so far), without its user id and expiration. */
+    /** The message's properties and headers (x-death so far), without its user id, expiration and delivery count. */
     private AMQP.BasicProperties copyOf(MessageProperties props) {
         AMQP.BasicProperties p = converter.fromMessageProperties(props, "UTF-8");
         Map<String, Object> headers = p.getHeaders() == null ? new java.util.HashMap<>() : new java.util.HashMap<>(p.getHeaders());
         if (!headers.containsKey("x-death") && props.getXDeathHeader() != null) headers.put("x-death", props.getXDeathHeader());
+        headers.remove("x-delivery-count"); // the quorum queue's count of this delivery: the copy is a new message
         return p.builder().userId(null).expiration(null).headers(headers).build();
     }
 
