@@ -58,6 +58,7 @@ import java.util.function.Function;
 public final class StreamConsumer implements AutoCloseable {
     /** The entry's field where the default key function finds its key. */
     public static final String KEY_FIELD = "idem-key";
+    private static final Duration BUSY_BLOCK = Duration.ofMillis(100);
 
     private final AckingTransport transport;
     private final Idem idem;
@@ -202,8 +203,7 @@ public final class StreamConsumer implements AutoCloseable {
     }
 
     /**
-     * Up to n entries: those pending past claimIdle first (an XAUTOCLAIM round when one is due), else new ones
-     * (blocking only when nothing is in hand, so that a full round does not wait).
+     * Up to n entries: those pending past claimIdle first (an XAUTOCLAIM round when one is due), else new ones.
      */
     private List<StreamEntry> read(int n, boolean idle) {
         if (System.nanoTime() - lastRound >= block.toNanos()) {
@@ -214,10 +214,12 @@ public final class StreamConsumer implements AutoCloseable {
             List<StreamEntry> claimed = mine(Entries.parse((List<?>) reply.get(1)));
             if (!claimed.isEmpty()) return claimed;
         }
-        List<String> args = new ArrayList<>(List.of("GROUP", group, consumer, "COUNT", Integer.toString(n)));
-        if (idle) args.addAll(List.of("BLOCK", Long.toString(block.toMillis())));
-        args.addAll(List.of("STREAMS", stream, ">"));
-        Object reply = send(new RedisCommand("XREADGROUP", streamKey, Entries.args(args, stream, streamKey), idle ? block : null, null));
+        // Always a BLOCK, so that an empty stream is never polled in a loop; a short one while entries are in
+        // hand, so that a slot they free is filled soon after.
+        Duration wait = idle || block.compareTo(BUSY_BLOCK) < 0 ? block : BUSY_BLOCK;
+        List<String> args = new ArrayList<>(List.of("GROUP", group, consumer, "COUNT", Integer.toString(n),
+                "BLOCK", Long.toString(Math.max(1, wait.toMillis())), "STREAMS", stream, ">"));
+        Object reply = send(new RedisCommand("XREADGROUP", streamKey, Entries.args(args, stream, streamKey), wait, null));
         return mine(Entries.ofRead(reply));
     }
 
