@@ -1,7 +1,7 @@
 package io.github.redisidem.amqp;
 
 import io.github.redisidem.Idem;
-import io.github.redisidem.amqp.scenario.Scenario;
+import io.github.redisidem.scenario.Scenario;
 import io.github.redisidem.transport.JedisTransport;
 import java.net.URI;
 import java.util.concurrent.CountDownLatch;

@@ -94,13 +94,7 @@ class IdempotentListenerTest {
         Map<String, Object> arguments = IdempotentListener.quorumQueueArguments(options, "t.dlx");
         assertEquals(20, arguments.get("x-delivery-limit"));
         assertEquals(40, IdempotentListener.quorumQueueArguments(IdemOptions.builder().maxTries(20).build(), "t.dlx").get("x-delivery-limit"));
-        RabbitAdmin admin = new RabbitAdmin(rabbit);
-        FanoutExchange dlx = new FanoutExchange("t.dlx");
-        Queue dlq = QueueBuilder.durable("t.dlq").build();
-        admin.declareExchange(dlx);
-        admin.declareQueue(dlq);
-        admin.declareBinding(BindingBuilder.bind(dlq).to(dlx));
-        admin.declareQueue(QueueBuilder.durable("t").withArguments(arguments).build());
+        RabbitAdmin admin = declare("t", options);
 
         try (Idem idem = new Idem(JedisTransport.of(redis), options)) {
             idem.commands().claim("held", Duration.ofSeconds(2)); // another worker's, for 2 s
@@ -145,13 +139,7 @@ class IdempotentListenerTest {
     @Test
     void theAdviceMakesAPlainListenerIdempotent() throws Exception {
         IdemOptions options = IdemOptions.builder().lease(Duration.ofSeconds(2)).maxTries(3).build();
-        RabbitAdmin admin = new RabbitAdmin(rabbit);
-        FanoutExchange dlx = new FanoutExchange("u.dlx");
-        Queue dlq = QueueBuilder.durable("u.dlq").build();
-        admin.declareExchange(dlx);
-        admin.declareQueue(dlq);
-        admin.declareBinding(BindingBuilder.bind(dlq).to(dlx));
-        admin.declareQueue(QueueBuilder.durable("u").withArguments(IdempotentListener.quorumQueueArguments(options, "u.dlx")).build());
+        RabbitAdmin admin = declare("u", options);
         try (Idem idem = new Idem(JedisTransport.of(redis), options)) {
             IdempotentAdvice advice = IdempotentAdvice.builder(idem).build();
             Map<String, AtomicInteger> runs = new ConcurrentHashMap<>();
@@ -185,6 +173,18 @@ class IdempotentListenerTest {
             assertEquals(0, admin.getQueueInfo("u").getMessageCount());
             assertEquals(null, IdempotentAdvice.currentJob());
         }
+    }
+
+    /** The quorum queue {@code name} as quorumQueueArguments makes it, its dead letters into {@code <name>.dlq}. */
+    private static RabbitAdmin declare(String name, IdemOptions options) {
+        RabbitAdmin admin = new RabbitAdmin(rabbit);
+        FanoutExchange dlx = new FanoutExchange(name + ".dlx");
+        Queue dlq = QueueBuilder.durable(name + ".dlq").build();
+        admin.declareExchange(dlx);
+        admin.declareQueue(dlq);
+        admin.declareBinding(BindingBuilder.bind(dlq).to(dlx));
+        admin.declareQueue(QueueBuilder.durable(name).withArguments(IdempotentListener.quorumQueueArguments(options, name + ".dlx")).build());
+        return admin;
     }
 
     private static void await(BooleanSupplier done) throws InterruptedException {

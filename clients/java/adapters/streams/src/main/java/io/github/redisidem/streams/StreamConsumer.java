@@ -325,8 +325,10 @@ public final class StreamConsumer implements AutoCloseable {
         for (String s : List.of("original-stream", stream, "original-id", entry.id(), "error", String.valueOf(error.getMessage())))
             xadd.add(AckingTransport.bytes(s));
         byte[] dlq = xadd.get(0);
+        // MULTI marked as blocking (for no time) takes a connection of its own from every transport: on a shared,
+        // multiplexed one (Lettuce's) another thread's command could land inside the transaction.
         List<RedisCommand> commands = List.of(
-                new RedisCommand("MULTI", streamKey, List.of()),
+                new RedisCommand("MULTI", streamKey, List.of(), Duration.ZERO, null),
                 new RedisCommand("XADD", dlq, xadd),
                 new RedisCommand("XACK", streamKey, Entries.args(List.of(stream, group, entry.id()), stream, streamKey)),
                 new RedisCommand("EXEC", streamKey, List.of()));
@@ -334,8 +336,14 @@ public final class StreamConsumer implements AutoCloseable {
             List<Object> replies = transport.sendTogether(commands).join();
             Object exec = replies.get(3);
             if (exec instanceof Throwable t) throw t instanceof RuntimeException r ? r : new IllegalStateException(t);
-            if (!(exec instanceof List<?> results)) throw new IllegalStateException("EXEC answered " + exec);
-            for (Object r : results) if (r instanceof Throwable t) throw t instanceof RuntimeException re ? re : new IllegalStateException(t);
+            // A list of the two replies (Lettuce: its TransactionResult, an Iterable of them); nil or none: not run.
+            if (!(exec instanceof Iterable<?> results)) throw new IllegalStateException("EXEC answered " + exec);
+            int n = 0;
+            for (Object r : results) {
+                if (r instanceof Throwable t) throw t instanceof RuntimeException re ? re : new IllegalStateException(t);
+                n++;
+            }
+            if (n != 2) throw new IllegalStateException("EXEC answered " + exec);
             return true;
         } catch (RuntimeException e) {
             report(e);

@@ -7,6 +7,7 @@ import io.github.redisidem.Edition;
 import io.github.redisidem.Idem;
 import io.github.redisidem.IdemOptions;
 import io.github.redisidem.transport.JedisTransport;
+import io.github.redisidem.transport.LettuceTransport;
 import io.github.redisidem.transport.RedisCommand;
 import io.github.redisidem.transport.Transport;
 import java.net.ServerSocket;
@@ -20,7 +21,9 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.BooleanSupplier;
 import org.junit.jupiter.params.ParameterizedTest;
-import org.junit.jupiter.params.provider.EnumSource;
+import java.util.stream.Stream;
+import org.junit.jupiter.params.provider.Arguments;
+import org.junit.jupiter.params.provider.MethodSource;
 import redis.clients.jedis.RedisClient;
 import redis.clients.jedis.StreamEntryID;
 import redis.clients.jedis.params.XAddParams;
@@ -28,7 +31,7 @@ import redis.clients.jedis.resps.StreamEntry;
 
 /**
  * One consumer on a real server (Redis 7.0, REDIS_SERVER to change it) of
- * each edition: a done entry's XACK rides in its DONE's script on the
+ * each edition, over Jedis and over Lettuce: a done entry's XACK rides in its DONE's script on the
  * module (never sent alone), a replay's XACK follows; a Busy entry is left
  * pending and done once the holder's lease has run out; an Exhausted entry
  * and one without a key go to the dead-letter stream with where they came
@@ -66,9 +69,14 @@ class StreamConsumerTest {
         public void close() {}
     }
 
+    static Stream<Arguments> editionsAndClients() {
+        return Stream.of(Arguments.of(Edition.MODULE, "jedis"), Arguments.of(Edition.FUNCTIONS, "jedis"),
+                Arguments.of(Edition.MODULE, "lettuce"), Arguments.of(Edition.FUNCTIONS, "lettuce"));
+    }
+
     @ParameterizedTest
-    @EnumSource(Edition.class)
-    void settlesEachEntryAsTheContractSays(Edition edition) throws Exception {
+    @MethodSource("editionsAndClients")
+    void settlesEachEntryAsTheContractSays(Edition edition, String client) throws Exception {
         int port;
         try (ServerSocket s = new ServerSocket(0)) {
             port = s.getLocalPort();
@@ -89,15 +97,21 @@ class StreamConsumerTest {
             if (edition == Edition.FUNCTIONS) jedis.functionLoadReplace(Files.readString(REPO.resolve("functions/idem.lua")));
             IdemOptions options = IdemOptions.builder().lease(Duration.ofSeconds(2)).maxTries(2).waitFor(Duration.ZERO).edition(edition).build();
             try (Idem holder = new Idem(JedisTransport.of(jedis), options)) {
-                holder.commands().claim("c", Duration.ofSeconds(2)); // Busy for the consumer, until it lapses
+                // Busy for the consumer until it lapses: long enough that the consumer meets it held, whatever its
+                // client's start-up takes (c comes again every claimIdle, 2 s, while held).
+                holder.commands().claim("c", Duration.ofSeconds(5));
             }
             jedis.xgroupCreate("orders", "billing", StreamEntryID.XGROUP_LAST_ENTRY, true);
             for (String key : List.of("a", "a", "b", "", "c")) {
                 jedis.xadd("orders", XAddParams.xAddParams(),
                         key.isEmpty() ? Map.of("body", "no key") : Map.of(StreamConsumer.KEY_FIELD, key, "body", "order " + key));
             }
-            Counting transport = new Counting(JedisTransport.of(jedis));
-            StreamConsumer consumer = StreamConsumer.builder(transport, "orders", "billing").idemOptions(options).consumer("w1").concurrency(1).build();
+            io.lettuce.core.RedisClient lettuce = io.lettuce.core.RedisClient.create();
+            Transport inner = client.equals("jedis") ? JedisTransport.of(jedis)
+                    : LettuceTransport.of(lettuce, io.lettuce.core.RedisURI.create("127.0.0.1", port));
+            Counting transport = new Counting(inner);
+            StreamConsumer consumer = StreamConsumer.builder(transport, "orders", "billing").idemOptions(options).consumer("w1").concurrency(1)
+                    .onError(e -> e.printStackTrace()).build();
             Map<String, AtomicInteger> runs = new ConcurrentHashMap<>();
             Thread loop = new Thread(() -> {
                 try {
@@ -115,6 +129,8 @@ class StreamConsumerTest {
             consumer.stop();
             loop.join(10_000);
             consumer.close();
+            inner.close();
+            lettuce.shutdown();
 
             StreamStats stats = consumer.stats();
             assertEquals(3, stats.acknowledged(), stats.toString());

@@ -1,6 +1,6 @@
 package io.github.redisidem.streams;
 
-import io.github.redisidem.streams.scenario.Scenario;
+import io.github.redisidem.scenario.Scenario;
 import io.github.redisidem.transport.JedisTransport;
 import java.util.concurrent.CountDownLatch;
 

@@ -1,4 +1,4 @@
-package io.github.redisidem.streams.scenario;
+package io.github.redisidem.scenario;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
@@ -13,7 +13,9 @@ import redis.clients.jedis.RedisClient;
 
 /**
  * What a scenario program needs of brokers/scenario.py's environment
- * (brokers/README.md, "Writing a consumer program"), and the work.
+ * (brokers/README.md, "Writing a consumer program"), and the work: shared
+ * by the adapter modules' programs (each compiles this directory with its
+ * tests, build-helper-maven-plugin).
  */
 public final class Scenario {
     private static final ObjectMapper JSON = new ObjectMapper();
