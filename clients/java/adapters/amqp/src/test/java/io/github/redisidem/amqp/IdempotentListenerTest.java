@@ -54,7 +54,7 @@ class IdempotentListenerTest {
 
     @BeforeAll
     static void start() throws Exception {
-        brokerDir = Files.createTempDirectory("idem-amqp-rabbit-");
+        brokerDir = Files.createTempDirectory(Files.createDirectories(Path.of("target")), "rabbitmq-"); // under target/: make clean removes it
         Process launch = new ProcessBuilder("python3", REPO.resolve("brokers/launch.py").toString(), "start", "rabbitmq", "--dir", brokerDir.toString())
                 .redirectError(ProcessBuilder.Redirect.INHERIT).start();
         JsonNode info = new ObjectMapper().readTree(launch.getInputStream().readAllBytes());

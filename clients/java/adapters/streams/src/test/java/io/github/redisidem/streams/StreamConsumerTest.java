@@ -81,7 +81,7 @@ class StreamConsumerTest {
         try (ServerSocket s = new ServerSocket(0)) {
             port = s.getLocalPort();
         }
-        Path dir = Files.createTempDirectory("idem-streams-");
+        Path dir = Files.createTempDirectory(Files.createDirectories(Path.of("target")), "redis-");
         List<String> args = new java.util.ArrayList<>(List.of(server(), "--port", "" + port, "--bind", "127.0.0.1", "--save", "",
                 "--dir", dir.toString()));
         if (edition == Edition.MODULE) args.addAll(List.of("--loadmodule", module()));
