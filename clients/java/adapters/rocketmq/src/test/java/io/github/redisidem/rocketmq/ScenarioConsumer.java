@@ -30,15 +30,24 @@ public final class ScenarioConsumer {
 
     public static void main(String[] args) throws Exception {
         System.setProperty("rocketmq.client.logRoot", "target/brokers/rocketmq-client-logs");
-        if (args.length > 0 && args[0].equals("produce")) {
-            ScenarioTools.produce(new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8)));
-            return;
+        // Orderly queues' locks at a tenth of RocketMQ's defaults, as brokers/launch.py's broker holds them (6 s):
+        // a killed member's queues move in seconds, not a minute.
+        System.setProperty("rocketmq.client.rebalance.lockInterval", "2000");
+        System.setProperty("rocketmq.client.rebalance.lockMaxLiveTime", "3000");
+        // RocketMQ's client threads are not daemons: the program ends by exit, 1 on any error. `produce` and `inspect`
+        // exit without the clients' shutdown (seconds of joining their service threads; every send was answered).
+        try {
+            if (args.length > 0 && args[0].equals("produce")) {
+                ScenarioTools.produce(new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8)));
+            } else if (args.length > 0 && args[0].equals("inspect")) {
+                ScenarioTools.inspect();
+            } else {
+                consume();
+            }
+        } catch (Throwable t) {
+            t.printStackTrace();
+            System.exit(1);
         }
-        if (args.length > 0 && args[0].equals("inspect")) {
-            ScenarioTools.inspect();
-            return;
-        }
-        consume();
         System.exit(0);
     }
 

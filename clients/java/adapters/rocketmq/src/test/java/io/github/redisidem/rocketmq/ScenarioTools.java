@@ -56,27 +56,22 @@ final class ScenarioTools {
         producer.setInstanceName("producer-" + ProcessHandle.current().pid());
         producer.setRetryTimesWhenSendFailed(5);
         producer.start();
-        try {
-            waitForRoute(producer, topic);
-            boolean orderly = ScenarioConsumer.orderly();
-            List<MessageQueue> queues = new ArrayList<>(producer.fetchPublishMessageQueues(topic));
-            queues.sort(null);
-            List<Map<?, ?>> chunk = new ArrayList<>();
-            String line;
-            while ((line = in.readLine()) != null) {
-                if (!line.isBlank()) {
-                    chunk.add(ScenarioConsumer.JSON.readValue(line, Map.class));
-                }
-                if (chunk.size() == BATCH) {
-                    send(producer, topic, queues, orderly, chunk);
-                    chunk.clear();
-                }
+        waitForRoute(producer, topic);
+        boolean orderly = ScenarioConsumer.orderly();
+        List<MessageQueue> queues = new ArrayList<>(producer.fetchPublishMessageQueues(topic));
+        queues.sort(null);
+        List<Map<?, ?>> chunk = new ArrayList<>();
+        String line;
+        while ((line = in.readLine()) != null) {
+            if (!line.isBlank()) {
+                chunk.add(ScenarioConsumer.JSON.readValue(line, Map.class));
             }
-            send(producer, topic, queues, orderly, chunk);
-        } finally {
-            producer.shutdown();
-            admin.shutdown();
+            if (chunk.size() == BATCH) {
+                send(producer, topic, queues, orderly, chunk);
+                chunk.clear();
+            }
         }
+        send(producer, topic, queues, orderly, chunk);
         System.out.println("{}");
     }
 
@@ -146,25 +141,22 @@ final class ScenarioTools {
         String group = ScenarioConsumer.env("IDEM_GROUP");
         DefaultMQAdminExt admin = admin();
         Map<String, Object> out = new LinkedHashMap<>();
-        try {
-            out.put("dead_letters", deadLetters(admin, topic, MixAll.getDLQTopic(group)));
-            ConsumeStats consumed = stats(() -> admin.examineConsumeStats(group));
-            long left = 0;
-            for (String t : List.of(topic, MixAll.getRetryTopic(group))) {
-                TopicStatsTable stored = stats(() -> admin.examineTopicStats(t));
-                if (stored == null) {
-                    continue;
-                }
-                for (Map.Entry<MessageQueue, TopicOffset> e : stored.getOffsetTable().entrySet()) {
-                    OffsetWrapper w = consumed == null ? null : consumed.getOffsetTable().get(e.getKey());
-                    long at = w == null ? e.getValue().getMinOffset() : Math.max(w.getConsumerOffset(), e.getValue().getMinOffset());
-                    left += Math.max(0, e.getValue().getMaxOffset() - at);
-                }
+        out.put("dead_letters", deadLetters(admin, topic, MixAll.getDLQTopic(group)));
+        ConsumeStats consumed = stats(() -> admin.examineConsumeStats(group));
+        long left = 0;
+        for (String t : List.of(topic, MixAll.getRetryTopic(group))) {
+            TopicStatsTable stored = stats(() -> admin.examineTopicStats(t));
+            if (stored == null) {
+                continue;
             }
-            out.put("unacked", left);
-        } finally {
-            admin.shutdown();
+            for (Map.Entry<MessageQueue, TopicOffset> e : stored.getOffsetTable().entrySet()) {
+                OffsetWrapper w = consumed == null ? null : consumed.getOffsetTable().get(e.getKey());
+                long min = e.getValue().getMinOffset();
+                long at = w == null ? min : Math.max(w.getConsumerOffset(), min);
+                left += Math.max(0, e.getValue().getMaxOffset() - at);
+            }
         }
+        out.put("unacked", left);
         System.out.println(ScenarioConsumer.JSON.writeValueAsString(out));
     }
 
@@ -175,9 +167,9 @@ final class ScenarioTools {
     /** An admin call on a topic or group that may not exist yet: null then. */
     private static <T> T stats(Call<T> call) {
         try {
-            return call.call();
+        return call.call();
         } catch (Exception e) {
-            return null;
+        return null;
         }
     }
 
@@ -199,24 +191,20 @@ final class ScenarioTools {
         reader.setInstanceName("inspect-reader-" + ProcessHandle.current().pid());
         reader.setAutoCommit(false);
         reader.start();
-        try {
-            reader.assign(new ArrayList<>(stored.getOffsetTable().keySet()));
-            for (Map.Entry<MessageQueue, TopicOffset> e : stored.getOffsetTable().entrySet()) {
-                reader.seek(e.getKey(), e.getValue().getMinOffset());
+        reader.assign(new ArrayList<>(stored.getOffsetTable().keySet()));
+        for (Map.Entry<MessageQueue, TopicOffset> e : stored.getOffsetTable().entrySet()) {
+            reader.seek(e.getKey(), e.getValue().getMinOffset());
+        }
+        long deadline = System.currentTimeMillis() + 20_000;
+        while (out.size() < total && System.currentTimeMillis() < deadline) {
+            for (MessageExt m : reader.poll(1_000)) {
+                Map<String, Object> letter = new LinkedHashMap<>();
+                letter.put("key", RocketMQOptions.firstKey(m));
+                letter.put("origin", topic.equals(m.getProperty(MessageConst.PROPERTY_RETRY_TOPIC))
+                        && m.getProperty(MessageConst.PROPERTY_ORIGIN_MESSAGE_ID) != null);
+                letter.put("body", new String(m.getBody(), StandardCharsets.UTF_8));
+                out.add(letter);
             }
-            long deadline = System.currentTimeMillis() + 20_000;
-            while (out.size() < total && System.currentTimeMillis() < deadline) {
-                for (MessageExt m : reader.poll(1_000)) {
-                    Map<String, Object> letter = new LinkedHashMap<>();
-                    letter.put("key", RocketMQOptions.firstKey(m));
-                    letter.put("origin", topic.equals(m.getProperty(MessageConst.PROPERTY_RETRY_TOPIC))
-                            && m.getProperty(MessageConst.PROPERTY_ORIGIN_MESSAGE_ID) != null);
-                    letter.put("body", new String(m.getBody(), StandardCharsets.UTF_8));
-                    out.add(letter);
-                }
-            }
-        } finally {
-            reader.shutdown();
         }
         return out;
     }
