@@ -40,7 +40,17 @@ public final class ScenarioConsumer {
             if (args.length > 0 && args[0].equals("produce")) {
                 ScenarioTools.produce(new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8)));
             } else if (args.length > 0 && args[0].equals("inspect")) {
-                ScenarioTools.inspect();
+                for (int attempt = 1; ; attempt++) {   // read-only: again after a transient failure
+                    try {
+                        ScenarioTools.inspect();
+                        break;
+                    } catch (Exception e) {
+                        if (attempt == 3) {
+                            throw e;
+                        }
+                        Thread.sleep(500);
+                    }
+                }
             } else {
                 consume();
             }
@@ -67,6 +77,21 @@ public final class ScenarioConsumer {
         return (String) JSON.readValue(env("BROKER"), Map.class).get("namesrv");
     }
 
+    private static DefaultMQPushConsumer consumer(String member, int attempt) throws Exception {
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(env("IDEM_GROUP"));
+        consumer.setNamesrvAddr(namesrv());
+        consumer.setInstanceName("member" + member + "-" + ProcessHandle.current().pid() + "-" + attempt);
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        consumer.subscribe(env("IDEM_SOURCE"), "*");
+        consumer.setAwaitTerminationMillisWhenShutdown(30_000);   // SIGTERM: the message in hand finishes
+        consumer.setPersistConsumerOffsetInterval(1_000);
+        // One work at a time per member, as the scenario's side store records it (one `working` entry per member:
+        // the member it kills or stops must be the one caught in slow work).
+        consumer.setConsumeThreadMin(1);
+        consumer.setConsumeThreadMax(1);
+        return consumer;
+    }
+
     private static void consume() throws Exception {
         String member = env("IDEM_MEMBER");
         long workMs = Long.parseLong(env("IDEM_WORK_MS"));
@@ -80,17 +105,6 @@ public final class ScenarioConsumer {
         Idem idem = new Idem(JedisTransport.of(records), IdemOptions.builder()
                 .lease(Duration.ofSeconds(Long.parseLong(env("IDEM_LEASE_S"))))
                 .maxTries(Integer.parseInt(env("IDEM_MAX_TRIES"))).build());
-        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(env("IDEM_GROUP"));
-        consumer.setNamesrvAddr(namesrv());
-        consumer.setInstanceName("member" + member + "-" + ProcessHandle.current().pid());
-        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
-        consumer.subscribe(env("IDEM_SOURCE"), "*");
-        consumer.setAwaitTerminationMillisWhenShutdown(30_000);   // SIGTERM: the message in hand finishes
-        consumer.setPersistConsumerOffsetInterval(1_000);
-        // One work at a time per member, as the scenario's side store records it (one `working` entry per member:
-        // the member it kills or stops must be the one caught in slow work).
-        consumer.setConsumeThreadMin(1);
-        consumer.setConsumeThreadMax(1);
         RocketMQOptions options = RocketMQOptions.builder().delayLevels(LAUNCHER_DELAY_LEVELS).build();
         MessageWork<Map<String, Object>> work = (message, job) -> {
             Map<?, ?> body = JSON.readValue(message.getBody(), Map.class);
@@ -105,15 +119,30 @@ public final class ScenarioConsumer {
                     String.valueOf(body.get("seq")), member));
             return Map.of("n", body.get("seq"));
         };
-        if (orderly()) {
-            IdemOrderlyListener.register(consumer, idem, options, work);
-        } else {
-            IdemConcurrentlyListener.register(consumer, idem, options, work);
-        }
-
         CountDownLatch term = new CountDownLatch(1);
         sun.misc.Signal.handle(new sun.misc.Signal("TERM"), s -> term.countDown());
-        consumer.start();
+        DefaultMQPushConsumer consumer = null;
+        // A start that fails (the name server's answer lost on a loaded machine) leaves that consumer unusable:
+        // another one, a few times.
+        for (int attempt = 1; consumer == null; attempt++) {
+            DefaultMQPushConsumer c = consumer(member, attempt);
+            if (orderly()) {
+                IdemOrderlyListener.register(c, idem, options, work);
+            } else {
+                IdemConcurrentlyListener.register(c, idem, options, work);
+            }
+            try {
+                c.start();
+                consumer = c;
+            } catch (Exception e) {
+                c.shutdown();
+                if (attempt == 5) {
+                    throw e;
+                }
+                e.printStackTrace();
+                Thread.sleep(1_000);
+            }
+        }
         term.await();
         consumer.shutdown();   // waits for the work in hand, commits the offsets, leaves the group
         idem.close();

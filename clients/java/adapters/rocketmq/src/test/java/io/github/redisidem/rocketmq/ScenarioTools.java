@@ -34,11 +34,21 @@ final class ScenarioTools {
     private ScenarioTools() {}
 
     private static DefaultMQAdminExt admin() throws Exception {
-        DefaultMQAdminExt admin = new DefaultMQAdminExt(10_000);
-        admin.setNamesrvAddr(ScenarioConsumer.namesrv());
-        admin.setInstanceName("inspect-" + ProcessHandle.current().pid());
-        admin.start();
-        return admin;
+        for (int attempt = 1; ; attempt++) {
+            DefaultMQAdminExt admin = new DefaultMQAdminExt(10_000);
+            admin.setNamesrvAddr(ScenarioConsumer.namesrv());
+            admin.setInstanceName("inspect-" + ProcessHandle.current().pid() + "-" + attempt);
+            try {
+                admin.start();
+                return admin;
+            } catch (Exception e) {
+                admin.shutdown();
+                if (attempt == 3) {
+                    throw e;
+                }
+                Thread.sleep(500);
+            }
+        }
     }
 
     /**
