@@ -33,10 +33,14 @@ final class ScenarioTools {
 
     private ScenarioTools() {}
 
-    private static DefaultMQAdminExt admin() throws Exception {
+    static DefaultMQAdminExt admin() throws Exception {
+        return admin(ScenarioConsumer.namesrv());
+    }
+
+    static DefaultMQAdminExt admin(String namesrv) throws Exception {
         for (int attempt = 1; ; attempt++) {
             DefaultMQAdminExt admin = new DefaultMQAdminExt(10_000);
-            admin.setNamesrvAddr(ScenarioConsumer.namesrv());
+            admin.setNamesrvAddr(namesrv);
             admin.setInstanceName("inspect-" + ProcessHandle.current().pid() + "-" + attempt);
             try {
                 admin.start();
@@ -183,7 +187,7 @@ final class ScenarioTools {
         }
     }
 
-    private static List<Map<String, Object>> deadLetters(DefaultMQAdminExt admin, String topic, String dlq) throws Exception {
+    static List<Map<String, Object>> deadLetters(DefaultMQAdminExt admin, String topic, String dlq) throws Exception {
         List<Map<String, Object>> out = new ArrayList<>();
         TopicStatsTable stored = stats(() -> admin.examineTopicStats(dlq));
         if (stored == null) {
@@ -197,7 +201,7 @@ final class ScenarioTools {
             return out;
         }
         DefaultLitePullConsumer reader = new DefaultLitePullConsumer("inspect-" + UUID.randomUUID());
-        reader.setNamesrvAddr(ScenarioConsumer.namesrv());
+        reader.setNamesrvAddr(admin.getNamesrvAddr());
         reader.setInstanceName("inspect-reader-" + ProcessHandle.current().pid());
         reader.setAutoCommit(false);
         reader.start();
