@@ -18,6 +18,8 @@ import org.apache.rocketmq.common.message.MessageExt;
  */
 final class Handler {
     private static final System.Logger LOG = System.getLogger("io.github.redisidem.rocketmq");
+    /** The record of an Exhausted message's move to the DLQ: {@code <key>:%DLQ%}. */
+    static final String DEAD_LETTER_SUFFIX = ":%DLQ%";
 
     enum Kind {
         /** done or replayed: acknowledge */
@@ -108,16 +110,28 @@ final class Handler {
     /**
      * Delay level -1 is RocketMQ's "no retry, into the DLQ directly": the broker copies the stored message into
      * %DLQ%&lt;group&gt; with its origin (RETRY_TOPIC, ORIGIN_MESSAGE_ID); the message is acknowledged only once
-     * that answered.
+     * that answered. The move is itself a work of the loop, under the key {@code <key>:%DLQ%}: a poison message
+     * redelivered twice (its retry sent back again after a rebalance) reaches the DLQ once, the second copy a replay.
      */
     private Verdict deadLetter(MessageExt message, String key, String brokerName) {
+        boolean[] sent = {false};
         try {
-            consumer.sendMessageBack(message, -1, brokerName);
+            idem.process(key + DEAD_LETTER_SUFFIX, job -> {
+                consumer.sendMessageBack(message, -1, brokerName);
+                sent[0] = true;
+                return null;
+            });
+        } catch (BusyException e) {
+            heldBack.incrementAndGet();
+            return new Verdict(Kind.HOLD, e.leaseLeft());
         } catch (Exception e) {
             if (e instanceof InterruptedException) {
                 Thread.currentThread().interrupt();
             }
             return failed(message, e);
+        }
+        if (!sent[0]) {
+            return acknowledge();   // another delivery of it moved it already
         }
         deadLettered.incrementAndGet();
         LOG.log(Level.WARNING, () -> "key " + key + " (message " + message.getMsgId() + ", " + message.getTopic() + " queue "
