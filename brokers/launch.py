@@ -151,8 +151,11 @@ def start_rocketmq(dir):
     namesrv_port = free_port()
     broker_port = free_port(around=(-2, 1))
     cp = classpath("rocketmq")
+    # An orderly queue's lock outlives a killed consumer by lockMaxLiveTime (60 s by default) before another
+    # member may take the queue: 6 s here, with the tests' clients refreshing their locks every 2 s
+    # (rocketmq.client.rebalance.lockInterval) and trusting them 3 s (lockMaxLiveTime), RocketMQ's ratios.
     jvm = [java(), "-Xms128m", "-Xmx512m", "-XX:+UseG1GC", f"-Duser.home={dir}",
-           f"-Drocketmq.home.dir={dir}", "-cp", cp]
+           f"-Drocketmq.home.dir={dir}", "-Drocketmq.broker.rebalance.lockMaxLiveTime=6000", "-cp", cp]
     (dir / "namesrv.conf").write_text(f"listenPort={namesrv_port}\n")
     namesrv, nlog = spawn(dir, "namesrv", jvm + ["org.apache.rocketmq.namesrv.NamesrvStartup",
                                                  "-c", str(dir / "namesrv.conf")])
