@@ -225,7 +225,9 @@ func (i *Idem) releaseBatch(ctx context.Context, ed Edition, items []ReleaseItem
 // ClaimMany claims keys for lease with the instance's MaxTries, Bloom and
 // Owner (payloads nil, or one per key). With Options.Durable a key granted
 // but not acknowledged is released at once and its Err is a
-// *NotDurableError. The error is a connection's, for the batch as a whole.
+// *NotDurableError (StageClaim); a key answered done whose WAIT fell short
+// keeps its reply (the stored Result) with a *NotDurableError (StageDone),
+// as Process does. The error is a connection's, for the batch as a whole.
 func (i *Idem) ClaimMany(ctx context.Context, keys []string, lease time.Duration, payloads [][]byte) ([]ClaimReply, error) {
 	if payloads != nil && len(payloads) != len(keys) {
 		return nil, errors.New("idem: one payload per key")
@@ -246,9 +248,14 @@ func (i *Idem) ClaimMany(ctx context.Context, keys []string, lease time.Duration
 			return nil, a.err
 		}
 		out[j], out[j].Err = a.reply, a.err
-		if a.err == nil && a.reply.Status.Granted() && !i.core.durableOK(a.ack) {
-			out[j].Err = &NotDurableError{Key: keys[j], Stage: StageClaim, Acknowledged: a.ack.replicas, Cause: a.ack.err}
-			undurable = append(undurable, ReleaseItem{Key: keys[j], Token: a.reply.Token})
+		if a.err != nil {
+			continue
+		}
+		if nd := i.core.claimNotDurable(keys[j], a.reply, a.ack); nd != nil {
+			out[j].Err = nd
+			if a.reply.Status.Granted() { // a replay holds no claim to give back
+				undurable = append(undurable, ReleaseItem{Key: keys[j], Token: a.reply.Token})
+			}
 		}
 	}
 	if len(undurable) > 0 {

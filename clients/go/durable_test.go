@@ -163,3 +163,63 @@ func TestDurableReplayNotAcknowledged(t *testing.T) {
 		t.Errorf("stats %+v", s)
 	}
 }
+
+// ClaimMany reads its WAIT as Process reads a claim's (one rule in the
+// core, docs/clients.md's Durability): on a primary with one replica, a
+// key answered done is a replay while the replica acknowledges it, and
+// NotDurable at the done stage, its stored Result kept, when two replicas
+// are asked for (nothing released); a key granted in that batch is
+// NotDurable at the claim stage and released.
+func TestDurableClaimManyReadsAReplaysWait(t *testing.T) {
+	for _, cfg := range configs() {
+		if cfg.binary == "" {
+			continue
+		}
+		t.Run(cfg.name, func(t *testing.T) {
+			ctx := context.Background()
+			primary, _ := startPair(t, cfg)
+			prefix := fresh("durable-claim-many")
+			plain := newIdem(t, primary, idem.Options{Prefix: prefix})
+			c, err := plain.Claim(ctx, "d", time.Minute, idem.ClaimArgs{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := plain.Done(ctx, "d", c.Token, idem.DoneArgs{Result: []byte(`"stored"`)}); err != nil {
+				t.Fatal(err)
+			}
+			asking := func(replicas int) *idem.Idem {
+				return newIdem(t, primary, idem.Options{Prefix: prefix, Durable: &idem.Durable{Replicas: replicas, Timeout: 2 * time.Second}})
+			}
+			one := asking(1)
+			claims, err := one.ClaimMany(ctx, []string{"d", "n1"}, time.Minute, nil)
+			if err != nil || claims[0].Err != nil || claims[0].Status != idem.StatusDone || string(claims[0].Result) != `"stored"` ||
+				claims[1].Err != nil || claims[1].Status != idem.StatusNew {
+				t.Fatalf("acknowledged: %+v %v", claims, err)
+			}
+			if s := one.Stats(); s.NotDurable != 0 {
+				t.Errorf("stats %+v", s)
+			}
+			two := asking(2)
+			claims, err = two.ClaimMany(ctx, []string{"d", "n2"}, time.Minute, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var nd *idem.NotDurableError
+			if !errors.As(claims[0].Err, &nd) || nd.Stage != idem.StageDone || nd.Acknowledged != 1 || string(claims[0].Result) != `"stored"` {
+				t.Errorf("a replay not acknowledged: %+v", claims[0])
+			}
+			if !errors.As(claims[1].Err, &nd) || nd.Stage != idem.StageClaim || nd.Acknowledged != 1 {
+				t.Errorf("a claim not acknowledged: %+v", claims[1])
+			}
+			if s := two.Stats(); s.NotDurable != 2 {
+				t.Errorf("stats %+v", s)
+			}
+			if rec, _ := plain.Get(ctx, "d"); rec == nil || rec.State != idem.StateDone {
+				t.Errorf("d: %+v", rec)
+			}
+			if rec, _ := plain.Get(ctx, "n2"); rec == nil || rec.State != idem.StateReleased {
+				t.Errorf("n2: %+v", rec)
+			}
+		})
+	}
+}

@@ -100,16 +100,39 @@ func (c *core) onClaim(a *acquire, r ClaimReply, err error, ack acked) claimStep
 	return step
 }
 
+// claimNotDurable is, with Durable, the error (counted) when ack, the WAIT
+// after a claim, fell short of a claim that matters to it, in Process,
+// ProcessMany and ClaimMany alike: a granted claim (StageClaim: the caller
+// gives it back) or a replay (StageDone: the completion read may not have
+// reached the replicas, a primary that has just lost its role keeps
+// answering; the caller carries the stored result). Busy and refused
+// claims wrote and read nothing to keep.
+func (c *core) claimNotDurable(key string, r ClaimReply, ack acked) *NotDurableError {
+	var stage Stage
+	switch r.Status {
+	case StatusNew, StatusSeen, StatusRetry:
+		stage = StageClaim
+	case StatusDone:
+		stage = StageDone
+	default:
+		return nil
+	}
+	if c.durableOK(ack) {
+		return nil
+	}
+	c.stats.notDurable.Add(1)
+	return &NotDurableError{Key: key, Stage: stage, Acknowledged: ack.replicas, Cause: ack.err}
+}
+
 // verdict is what a claim's answer makes of a key, in Process and
 // ProcessMany alike: a job to run, a replay (counted), the key's error, or
 // busy (BatchBusy, the caller's to decide on).
 func (c *core) verdict(key string, r ClaimReply, ack acked) (*Job, BatchStatus, error) {
+	if nd := c.claimNotDurable(key, r, ack); nd != nil {
+		return nil, BatchNotDurable, nd
+	}
 	switch r.Status {
 	case StatusNew, StatusSeen, StatusRetry:
-		if !c.durableOK(ack) {
-			c.stats.notDurable.Add(1)
-			return nil, BatchNotDurable, &NotDurableError{Key: key, Stage: StageClaim, Acknowledged: ack.replicas, Cause: ack.err}
-		}
 		if r.Status == StatusNew {
 			c.stats.firstRuns.Add(1)
 		} else {
@@ -117,13 +140,6 @@ func (c *core) verdict(key string, r ClaimReply, ack acked) (*Job, BatchStatus, 
 		}
 		return &Job{key: key, token: r.Token, attempt: r.Attempt, status: r.Status}, "", nil
 	case StatusDone:
-		if !c.durableOK(ack) {
-			// A replay too: the completion read may not have reached the
-			// replicas (a primary that has just lost its role keeps
-			// answering); the caller carries the stored result.
-			c.stats.notDurable.Add(1)
-			return nil, BatchNotDurable, &NotDurableError{Key: key, Stage: StageDone, Acknowledged: ack.replicas, Cause: ack.err}
-		}
 		c.stats.replays.Add(1)
 		if h := c.hooks.OnReplay; h != nil {
 			quietly(func() { h(key, r.Attempt) })

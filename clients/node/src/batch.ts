@@ -8,7 +8,8 @@
 // mdone / mrelease are the module's commands as they are.
 import type { Ack, Connection } from './connection.js';
 import * as c from './commands.js';
-import { acknowledged, chunk, groupBySlot, waitArgs } from './core.js';
+import { acknowledged, chunk, claimNotDurable, groupBySlot, waitArgs } from './core.js';
+import type { Stats } from './core.js';
 import { ModuleRequiredError, NotDurableError, replyError } from './errors.js';
 import type { DurableSettings } from './settings.js';
 import type { Arg } from './transport.js';
@@ -161,23 +162,26 @@ export function releaseMany(conn: Connection, items: ReleaseItem[], raw?: string
 }
 
 /**
- * The typed helpers' answers with `durable`: a claim granted but not
- * acknowledged is released (one releaseMany) and answered NotDurableError
- * (stage 'claim'); a DONE that completed but was not acknowledged is
- * answered NotDurableError (stage 'done').
+ * The typed helpers' answers with `durable` (core's claimNotDurable, as
+ * process() reads a claim's WAIT): a claim granted but not acknowledged is
+ * released (one releaseMany) and answered NotDurableError (stage 'claim');
+ * a key answered DONE whose WAIT fell short is answered NotDurableError
+ * (stage 'done', its `result` the stored bytes), nothing released; a DONE
+ * that completed but was not acknowledged is answered NotDurableError
+ * (stage 'done').
  */
-export async function durableClaims(conn: Connection, keys: string[], asGiven: string[], answered: Answered<ClaimReply>): Promise<BatchReply<ClaimReply>[]> {
+export async function durableClaims(conn: Connection, keys: string[], asGiven: string[], answered: Answered<ClaimReply>, stats: Stats): Promise<BatchReply<ClaimReply>[]> {
   const { replies, acks } = answered;
   if (!acks) return replies;
-  const unacked: number[] = [];
+  const releases: ReleaseItem[] = [];
   replies.forEach((reply, i) => {
-    if (!(reply instanceof Error) && 'token' in reply && !acks[i]!.durable) unacked.push(i);
+    if (reply instanceof Error) return;
+    const error = claimNotDurable(reply, asGiven[i]!, acks[i]!, stats, reply.status === 'DONE' ? (reply.result ?? undefined) : undefined);
+    if (error === undefined) return;
+    if ('token' in reply) releases.push({ key: keys[i]!, token: reply.token });
+    replies[i] = error;
   });
-  if (unacked.length) {
-    const tokens = unacked.map((i) => (replies[i] as { token: string }).token);
-    await releaseMany(conn, unacked.map((i, j) => ({ key: keys[i]!, token: tokens[j]! }))).catch(() => undefined);
-    for (const i of unacked) replies[i] = new NotDurableError(asGiven[i]!, 'claim', acks[i]!.count);
-  }
+  if (releases.length) await releaseMany(conn, releases).catch(() => undefined);
   return replies;
 }
 

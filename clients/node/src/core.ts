@@ -15,6 +15,7 @@ import {
   IdemReplyError,
   LeaseLostError,
   MismatchError,
+  NotDurableError,
   ResultNotStoredError,
   ResultTooLargeError,
   StaleError,
@@ -330,6 +331,25 @@ export function acknowledged(d: DurableSettings, reply: unknown): { durable: boo
   }
   const count = Number(reply);
   return { durable: count >= d.replicas, count };
+}
+
+/**
+ * With `durable`, the error (counted) when `ack`, the WAIT after a claim,
+ * fell short of a claim it matters to, in process(), processMany() and
+ * claimMany() alike: a granted claim (stage 'claim': the caller gives it
+ * back) or a replay (stage 'done', carrying `result`: the completion read
+ * may not have reached the replicas yet, a primary that has just lost its
+ * role keeps answering). BUSY and refused claims wrote and read nothing to
+ * keep. `ack` undefined: durable not asked.
+ */
+export function claimNotDurable(reply: ClaimReply, key: string, ack: { durable: boolean; count: number } | undefined, stats: Stats, result?: unknown): NotDurableError | undefined {
+  if (ack === undefined || ack.durable) return undefined;
+  let error: NotDurableError;
+  if (reply.status === 'DONE') error = new NotDurableError(key, 'done', ack.count, result);
+  else if (reply.status === 'NEW' || reply.status === 'SEEN' || reply.status === 'RETRY') error = new NotDurableError(key, 'claim', ack.count);
+  else return undefined;
+  stats.notDurable++;
+  return error;
 }
 
 // ---- completing ----

@@ -11,7 +11,7 @@ import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Codec } from './codec.js';
 import type { Job } from './core.js';
-import { BusyError, ExhaustedError, IdemError, MismatchError } from './errors.js';
+import { BusyError, ExhaustedError, IdemError, MismatchError, NotDurableError } from './errors.js';
 import { type Idem, idemSettings } from './idem.js';
 
 type Request = IncomingMessage & { originalUrl?: string; body?: unknown; rawBody?: Buffer };
@@ -183,9 +183,11 @@ export function idempotency(idem: Idem, options: IdempotencyOptions = {}) {
       return next();
     }
     const key = `http:${options.scope ? options.scope(req) + ':' : ''}${value}`;
+    let ran = false; // whether this request's handler ran: a NotDurable DONE without it is a replay
     const run = async () => {
       const payload = fingerprint(method, req.originalUrl ?? req.url ?? '/', await rawBody(req));
       const handler = (job: Job) => {
+        ran = true;
         if (res.locals) res.locals.idempotency = { key: value, attempt: job.attempt, status: job.status } satisfies IdempotencyInfo;
         return capture(res, next, lease);
       };
@@ -203,6 +205,13 @@ export function idempotency(idem: Idem, options: IdempotencyOptions = {}) {
         if (err instanceof BusyError) return send(res, 409, [['retry-after', retryAfter], ...TEXT], 'a request with this key is in progress');
         if (err instanceof MismatchError) return send(res, 422, TEXT, 'Idempotency-Key reused with another request');
         if (err instanceof ExhaustedError) return send(res, 500, TEXT, `this request failed ${maxTries} times: send it again with a new Idempotency-Key`);
+        if (err instanceof NotDurableError && err.stage === 'done' && !ran) {
+          // A repeat whose read the replicas did not acknowledge: the stored
+          // response, as any replay (none kept: 503, send again), as Go and Java.
+          const kept = err.result as { status: number; headers: [string, string][]; body: Buffer } | undefined;
+          if (kept === undefined) return send(res, 503, TEXT, 'idempotency store unavailable');
+          return send(res, kept.status, [...kept.headers, ['idempotent-replayed', 'true']], kept.body);
+        }
         next(err);
       },
     );

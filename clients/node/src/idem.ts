@@ -209,7 +209,7 @@ export class Idem {
     const s = settingsOf.get(this)!;
     const stored = keys.map(this.#key);
     const o = { ...options, bloom: this.#bloomKey(options.bloom), owner: options.owner ?? s.owner };
-    return batch.durableClaims(this.#conn, stored, keys, await batch.claimMany(this.#conn, stored, lease, o, undefined, { durable: s.durable }));
+    return batch.durableClaims(this.#conn, stored, keys, await batch.claimMany(this.#conn, stored, lease, o, undefined, { durable: s.durable }), this.stats);
   }
 
   async doneMany(items: batch.DoneItem[], options: batch.DoneManyOptions = {}): Promise<BatchReply<DoneReply>[]> {

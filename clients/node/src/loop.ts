@@ -2,6 +2,7 @@
 // replay. Every decision is core.ts's; this file sends what it decides.
 import type { Ack, Connection, Done, Ride } from './connection.js';
 import {
+  claimNotDurable,
   type ClaimStep,
   ClaimLoop,
   type DoneVerdict,
@@ -116,12 +117,10 @@ export async function process<T>(rt: Runtime, key: string, work: Work<T>, option
       throw busyError(key, step.attempt, step.leaseLeft, await holder(rt, stored));
     case 'replay': {
       const value = step.result === null ? undefined : (s.codec.decode(step.result) as T);
-      if (s.durable !== undefined && !ack?.durable) {
-        // The completion it replays may live on this primary alone (a DONE not yet
-        // replicated, a primary cut off from its replicas): not to be acknowledged yet.
-        rt.stats.notDurable++;
-        throw new NotDurableError(key, 'done', ack?.count ?? -1, value);
-      }
+      // The completion it replays may live on this primary alone (a DONE not yet
+      // replicated, a primary cut off from its replicas): not to be acknowledged yet.
+      const undurable = claimNotDurable({ status: 'DONE', result: step.result, attempt: step.attempt }, key, s.durable === undefined ? undefined : (ack ?? { durable: false, count: -1 }), rt.stats, value);
+      if (undurable) throw undurable;
       countReplay(key, step.attempt, rt.stats, rt.hooks);
       return { value, replayed: true, attempt: step.attempt, status: 'DONE', resultStored: step.result !== null, waited };
     }

@@ -8,6 +8,7 @@
 import { claimMany, doneMany, releaseMany } from './batch.js';
 import type { Ack } from './connection.js';
 import {
+  claimNotDurable,
   type DropReason,
   type Job,
   lostReason,
@@ -100,10 +101,10 @@ export async function processMany<T>(rt: Runtime, keys: string[], work: Work<T>,
       else if (step.next === 'replay') {
         try {
           const value = step.result === null ? undefined : (s.codec.decode(step.result) as T);
-          if (acks && !acks[i]!.durable) {
-            // as process(): a replay whose primary's writes are not acknowledged is not to be acknowledged yet
-            rt.stats.notDurable++;
-            out[i] = { key, status: 'not_durable', value, attempt: step.attempt, error: new NotDurableError(key, 'done', acks[i]!.count, value) };
+          // as process(): a replay whose primary's writes are not acknowledged is not to be acknowledged yet
+          const undurable = claimNotDurable(reply, key, acks?.[i], rt.stats, value);
+          if (undurable) {
+            out[i] = { key, status: 'not_durable', value, attempt: step.attempt, error: undurable };
           } else {
             countReplay(key, step.attempt, rt.stats, rt.hooks);
             out[i] = { key, status: 'replayed', value, attempt: step.attempt, resultStored: step.result !== null };

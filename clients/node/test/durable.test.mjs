@@ -56,6 +56,30 @@ for (const kind of ['ioredis', 'node-redis']) {
         await idem.end();
       }
     });
+
+    // as process() reads a claim's WAIT (core's claimNotDurable): with one replica, asking for 2
+    test('claimMany: a key answered DONE whose WAIT fell short is NotDurableError at stage done, nothing released', async () => {
+      const prefix = `${kind}:dr:`;
+      const plain = await open(kind, pair.primary.port, { prefix });
+      const one = await open(kind, pair.primary.port, { prefix, durable: { replicas: 1, timeout: 2000 } });
+      const two = await open(kind, pair.primary.port, { prefix, durable: { replicas: 2, timeout: 300 } });
+      try {
+        const [c] = await plain.claimMany(['{r}d'], 30000);
+        await plain.doneMany([{ key: '{r}d', token: c.token, result: '"stored"' }]);
+        const acked = await one.claimMany(['{r}d', '{r}n1'], 30000);
+        assert.deepEqual(acked.map((a) => a.status), ['DONE', 'NEW']);
+        assert.equal(one.stats.notDurable, 0);
+        const short = await two.claimMany(['{r}d', '{r}n2'], 30000);
+        assert.ok(short[0] instanceof NotDurableError && short[0].stage === 'done' && short[0].acknowledged === 1, String(short[0]));
+        assert.equal(Buffer.from(short[0].result).toString(), '"stored"');
+        assert.ok(short[1] instanceof NotDurableError && short[1].stage === 'claim' && short[1].acknowledged === 1, String(short[1]));
+        assert.equal(two.stats.notDurable, 2);
+        assert.equal((await plain.get('{r}d')).state, 'done');
+        assert.equal((await plain.get('{r}n2')).state, 'released');
+      } finally {
+        await Promise.all([plain.end(), one.end(), two.end()]);
+      }
+    });
   });
 }
 

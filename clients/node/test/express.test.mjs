@@ -18,6 +18,8 @@ let runs = 0;
 let gate = null; // while set, /slow waits on it
 const handlerStarted = [];
 let failNext = 0;
+let durableIdem;
+let useDurable = false;
 
 before(async () => {
   server = await startServer();
@@ -44,6 +46,14 @@ before(async () => {
     if (failNext-- > 0) return res.status(503).send('try again');
     res.status(200).send(`flaky ok, attempt ${res.locals.idempotency.attempt}`);
   });
+  // one route, two Idems on the same records: the plain one stores, the durable one (1 replica asked, none here) replays
+  durableIdem = await connect('ioredis', server, { prefix: 'express:', durable: { replicas: 1, timeout: 50 } });
+  const plainMw = idempotency(idem);
+  const durableMw = idempotency(durableIdem);
+  app.post('/durable', (req, res, next) => (useDurable ? durableMw : plainMw)(req, res, next), (req, res) => {
+    runs++;
+    res.status(201).set('x-order', `o-${runs}`).send(`durable ${runs}`);
+  });
   http = app.listen(0, '127.0.0.1');
   await once(http, 'listening');
   base = `http://127.0.0.1:${http.address().port}`;
@@ -51,6 +61,7 @@ before(async () => {
 after(async () => {
   http.close();
   await idem.end();
+  await durableIdem.end();
   await server.stop();
 });
 
@@ -207,5 +218,24 @@ test("the middleware takes the Idem's wait and maxTries unless its own options s
     listening.closeAllConnections();
     listening.close();
     await strict.end();
+  }
+});
+
+test('durable: a repeat whose read the replicas did not acknowledge gets the stored response with Idempotent-Replayed, the handler not run', async () => {
+  runs = 0;
+  useDurable = false;
+  const first = await post('/durable', 'dk1', { item: 'x' });
+  assert.equal(first.status, 201);
+  useDurable = true;
+  try {
+    const repeat = await post('/durable', 'dk1', { item: 'x' });
+    assert.equal(repeat.status, 201);
+    assert.equal(repeat.headers.get('x-order'), 'o-1');
+    assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+    assert.equal(await repeat.text(), 'durable 1');
+    assert.equal(runs, 1);
+    assert.equal(durableIdem.stats.notDurable, 1);
+  } finally {
+    useDurable = false;
   }
 });

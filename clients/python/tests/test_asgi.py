@@ -4,6 +4,7 @@ thread) and a real client (httpx)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import socket
 import threading
@@ -129,3 +130,42 @@ def test_a_failed_run_is_released_and_runs_again(http):  # type: ignore[no-untyp
     assert post(client, "k7", {"amount": 1, "fail": "raise"}).status_code == 500
     exhausted = post(client, "k7", {"amount": 1, "fail": "raise"})  # max_tries 3 used
     assert exhausted.status_code == 500 and "new Idempotency-Key" in exhausted.text
+
+
+def test_durable_repeat_not_acknowledged_replays_with_the_header(server, ns):  # type: ignore[no-untyped-def]
+    # The same records behind two middlewares: the plain one stores the
+    # response, the durable one (1 replica asked, none here) reads it back:
+    # the stored response with Idempotent-Replayed, the app not run again,
+    # as the Go and Java middlewares answer.
+    runs: list = []
+    plain, durable = make_app(server.port, ns, runs), make_app(server.port, ns, runs)
+    durable.user_middleware.clear()
+    durable.add_middleware(IdempotencyMiddleware, client=aioredis.Redis(host="127.0.0.1", port=server.port),
+                           prefix=ns, wait=0.8, lease=5,
+                           durable=redis_idem.Durable(replicas=1, timeout=0.05))
+    with serve(plain) as first_client, serve(durable) as durable_client:
+        first = post(first_client, "dk1", {"amount": 7})
+        assert first.status_code == 201
+        again = post(durable_client, "dk1", {"amount": 7})
+        assert again.status_code == 201 and again.content == first.content, again.text
+        assert again.headers["x-charge-id"] == "ch_1" and again.headers["idempotent-replayed"] == "true"
+        assert len(runs) == 1
+
+
+@contextlib.contextmanager
+def serve(app):  # type: ignore[no-untyped-def]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical"))
+    thread = threading.Thread(target=web.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not web.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            yield client
+    finally:
+        web.should_exit = True
+        thread.join(10)

@@ -31,7 +31,7 @@ import json
 from typing import Any, Awaitable, Callable, Iterable, List, Optional, Tuple
 
 from ._async import AsyncIdem
-from ._errors import BusyError, DoneUnconfirmedError, ExhaustedError, LeaseLostError, MismatchError
+from ._errors import BusyError, DoneUnconfirmedError, ExhaustedError, LeaseLostError, MismatchError, NotDurableError
 
 Scope = dict
 Receive = Callable[[], Awaitable[dict]]
@@ -162,9 +162,15 @@ class IdempotencyMiddleware:
 
     async def _handle(self, scope: Scope, body: bytes, send: Send, key: str, payload: str) -> None:
         client = _Client(send)
+        ran = False  # whether this request's app ran: a NotDurable DONE without it is a replay
+
+        def run(job: Any) -> Any:
+            nonlocal ran
+            ran = True
+            return self._run(scope, body, client)
+
         try:
-            outcome = await self.idem.process_outcome(key, lambda job: self._run(scope, body, client),
-                                                      payload=payload)
+            outcome = await self.idem.process_outcome(key, run, payload=payload)
         except MismatchError:
             return await client.plain(422, "Idempotency-Key reused with another request")
         except BusyError:
@@ -174,6 +180,16 @@ class IdempotencyMiddleware:
             return await client.plain(500, "this request failed too often: send it again with a new Idempotency-Key")
         except (_ServerError, LeaseLostError, DoneUnconfirmedError):
             return  # answered already: the app's 5xx (released), or its response, whose record another run owns
+        except NotDurableError as e:
+            if e.stage == "done" and not ran:
+                # A repeat whose read the replicas did not acknowledge: the stored
+                # response, as any replay (none kept: 503, send again), as Go and Java.
+                if e.result is None:
+                    return await client.plain(503, "idempotency store unavailable")
+                return await self._replay(client, e.result)
+            if e.stage == "done":
+                return  # answered already: the app's response, its completion not acknowledged
+            raise
         if outcome.replayed:
             await self._replay(client, outcome.value)
 
