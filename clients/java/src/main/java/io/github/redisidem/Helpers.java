@@ -34,10 +34,15 @@ final class Helpers {
         List<Step.Release> undo = new ArrayList<>();
         for (Answer a : answers) {
             Reply<Claim> r = reply(a, Replies::claim);
-            if (r.ok() && r.value().status().granted() && !a.durableOk()) {
-                // Granted but not acknowledged: given back at once, the key's answer NotDurable.
+            NotDurableException.Stage notDurable = r.ok() ? ProcessFlow.notDurableStage(core, r.value(), a) : null;
+            if (notDurable == NotDurableException.Stage.CLAIM) {
+                // Granted but not acknowledged: given back at once.
                 undo.add(new Step.Release(ops.get(out.size()).recordKey(), r.value().token()));
-                r = new Reply<>(null, new NotDurableException(NotDurableException.Stage.CLAIM, Math.max(0, a.acknowledged()), null));
+            }
+            if (notDurable != null) {
+                // A replay not acknowledged carries its stored result (the bytes): it holds no claim to give back.
+                byte[] stored = notDurable == NotDurableException.Stage.DONE ? r.value().result() : null;
+                r = new Reply<>(null, new NotDurableException(notDurable, Math.max(0, a.acknowledged()), stored));
             }
             out.add(r);
         }

@@ -342,7 +342,9 @@ public final class Idem implements AutoCloseable {
      * @param keys the keys
      * @param lease whole seconds
      * @param payloads one per key (each stored as its key's fingerprint), or null
-     * @return one answer per key, in order; a key granted but not acknowledged ({@code durable}) is released and its error NotDurable
+     * @return one answer per key, in order; with {@code durable} a key granted but not acknowledged is released and its error
+     *     NotDurable at CLAIM, a key answered DONE whose WAIT fell short is NotDurable at DONE with the stored bytes as its
+     *     {@code result()} (nothing released)
      */
     public List<Reply<Claim>> claimMany(List<String> keys, Duration lease, List<byte[]> payloads) {
         return Helpers.claimMany(core, keys, lease, payloads);

@@ -124,11 +124,11 @@ final class ProcessFlow<T> {
             return finish(BatchStatus.ERROR, null, a.error(), 0, false);
         }
         Claim c = Replies.claim(a.reply());
+        NotDurableException.Stage notDurable = notDurableStage(core, c, a);
         switch (c.status()) {
             case NEW, SEEN, RETRY -> {
                 job = new Job(key, recordKey, c.status(), c.token(), c.attempt());
-                if (!a.durableOk()) {
-                    core.counters.notDurable.increment();
+                if (notDurable != null) {
                     claimNotDurable = new NotDurableException(NotDurableException.Stage.CLAIM, Math.max(0, a.acknowledged()), null);
                     phase = Phase.RELEASE;
                     return new Step.Release(recordKey, job.token);
@@ -142,7 +142,7 @@ final class ProcessFlow<T> {
                 return new Step.Run(job);
             }
             case DONE -> {
-                if (!a.durableOk()) return replayNotDurable(c, a);
+                if (notDurable != null) return replayNotDurable(c, a);
                 core.counters.replays.increment();
                 core.quietly(() -> core.options.hooks().onReplay(key, c.attempt()));
                 T decoded;
@@ -181,13 +181,30 @@ final class ProcessFlow<T> {
     }
 
     /**
+     * With {@code durable}, the stage at which a claim's answer is NotDurable (counted), or null: the rule of
+     * {@code process}, {@code processMany} and {@code claimMany} alike. A granted claim whose WAIT fell short is
+     * NotDurable at {@link NotDurableException.Stage#CLAIM} (the caller gives it back); a replay's at
+     * {@link NotDurableException.Stage#DONE} (see {@link #replayNotDurable}; nothing to give back). Busy and
+     * refused claims wrote and read nothing to keep.
+     */
+    static NotDurableException.Stage notDurableStage(Core core, Claim c, Answer a) {
+        NotDurableException.Stage stage = switch (c.status()) {
+            case NEW, SEEN, RETRY -> NotDurableException.Stage.CLAIM;
+            case DONE -> NotDurableException.Stage.DONE;
+            default -> null;
+        };
+        if (stage == null || a.durableOk()) return null;
+        core.counters.notDurable.increment();
+        return stage;
+    }
+
+    /**
      * A completion replayed by a primary fewer replicas acknowledge (one deposed by a failover keeps answering
      * for a while) may be gone from the next one: NotDurable at the done stage with the stored result, not a
      * replay to acknowledge the message on. A replay holds no claim: nothing to release. A result that does not
      * decode is carried as null (the answer is NotDurable either way).
      */
     private Step replayNotDurable(Claim c, Answer a) {
-        core.counters.notDurable.increment();
         T decoded = null;
         boolean stored = false;
         if (c.result() != null) {

@@ -1,5 +1,6 @@
 package io.github.redisidem;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
@@ -152,6 +153,49 @@ class DurableTest {
                 assertEquals(0, s.released());
             }
             assertFalse(idem.stats().firstRuns() + async.stats().firstRuns() > 0);
+        }
+    }
+
+    /**
+     * claimMany reads its WAIT as process reads a claim's (docs/clients.md, Durability): on a primary with one
+     * replica, a key answered DONE is a replay while the replica acknowledges it, and NotDurable at the done stage
+     * with the stored bytes when two replicas are asked for, nothing released; a key granted in that batch is
+     * NotDurable at the claim stage and released. Both counted.
+     */
+    @ParameterizedTest
+    @MethodSource("clientsAndEditions")
+    void claimManyReadsAReplaysWait(CaseRunner.Client client, Edition edition) throws Exception {
+        Servers.Server server = Servers.forLibraryTests("REDIS7_SERVER", edition, Servers.Topology.REPLICATED);
+        String prefix = "many" + client + System.nanoTime() + ":";
+        byte[] stored = "\"stored\"".getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        try (Transport transport = Clients.transport(server, client, server.port());
+             Idem one = new Idem(transport, IdemOptions.builder().prefix(prefix).durable(Durable.replicas(1).timeout(Duration.ofSeconds(2))).build());
+             Idem two = new Idem(transport, IdemOptions.builder().prefix(prefix).durable(Durable.replicas(2).timeout(Duration.ofMillis(200))).build())) {
+            Claim c = one.commands().claim("d", Duration.ofMinutes(1));
+            assertTrue(one.commands().done("d", c.token(), stored, null).completed());
+
+            List<Reply<Claim>> claims = one.claimMany(List.of("d", "n1"), Duration.ofMinutes(1));
+            assertTrue(claims.get(0).ok(), "acknowledged: " + claims.get(0));
+            assertEquals(ClaimStatus.DONE, claims.get(0).value().status());
+            assertArrayEquals(stored, claims.get(0).value().result());
+            assertEquals(ClaimStatus.NEW, claims.get(1).get().status());
+            assertEquals(0, one.stats().notDurable());
+
+            claims = two.claimMany(List.of("d", "n2"), Duration.ofMinutes(1));
+            NotDurableException replay = notDurable(claims.get(0).error());
+            assertEquals(NotDurableException.Stage.DONE, replay.stage());
+            assertEquals(1, replay.acknowledged());
+            assertArrayEquals(stored, (byte[]) replay.result());
+            NotDurableException granted = notDurable(claims.get(1).error());
+            assertEquals(NotDurableException.Stage.CLAIM, granted.stage());
+            assertEquals(1, granted.acknowledged());
+            assertEquals(2, two.stats().notDurable());
+            assertEquals(0, two.stats().replays());
+
+            Record d = one.commands().get("d");
+            assertEquals(RecordState.DONE, d.state(), "d stays done: nothing released");
+            assertEquals(1, d.attempt());
+            assertEquals(RecordState.RELEASED, one.commands().get("n2").state(), "n2 given back");
         }
     }
 }

@@ -60,6 +60,22 @@ class ProcessFlowTest {
         }
     }
 
+    /** The rule process and claimMany share: a granted claim or a replay not acknowledged is NotDurable (counted); busy and refused claims are not. */
+    @Test
+    void whichClaimsAreNotDurable() {
+        try (Core core = core()) {
+            Answer shortfall = new Answer(null, null, false, 0);
+            assertEquals(NotDurableException.Stage.CLAIM,
+                    ProcessFlow.notDurableStage(core, new Claim(ClaimStatus.SEEN, "t", null, null, 2), shortfall));
+            assertEquals(NotDurableException.Stage.DONE,
+                    ProcessFlow.notDurableStage(core, new Claim(ClaimStatus.DONE, null, STORED, null, 1), shortfall));
+            assertNull(ProcessFlow.notDurableStage(core, new Claim(ClaimStatus.BUSY, null, null, Duration.ofSeconds(1), 1), shortfall));
+            assertNull(ProcessFlow.notDurableStage(core, new Claim(ClaimStatus.MISMATCH, null, null, null, 1), shortfall));
+            assertNull(ProcessFlow.notDurableStage(core, new Claim(ClaimStatus.DONE, null, STORED, null, 1), new Answer(null, null, true, 1)));
+            assertEquals(2, core.counters.notDurable.sum());
+        }
+    }
+
     /** A replay without a stored result, not acknowledged: NotDurable at the done stage, its result null. */
     @Test
     void aReplayWithoutResultNotAcknowledged() {

@@ -76,7 +76,11 @@ final class Servers {
 
     /** As {@link #forLibraryTests(Edition)}, on another server binary, or a cluster of three. */
     static Server forLibraryTests(String binaryVar, Edition edition, boolean cluster) {
-        Topology topology = cluster ? Topology.CLUSTER : Topology.STANDALONE;
+        return forLibraryTests(binaryVar, edition, cluster ? Topology.CLUSTER : Topology.STANDALONE);
+    }
+
+    /** As {@link #forLibraryTests(Edition)}, on another server binary and topology (a primary with a replica: REPLICATED). */
+    static Server forLibraryTests(String binaryVar, Edition edition, Topology topology) {
         return RUNNING.computeIfAbsent("library" + binaryVar + edition + topology, k -> Server.start(binary(binaryVar), edition, topology));
     }
 

@@ -46,7 +46,7 @@ public class NotDurableException extends IdemException {
         return acknowledged;
     }
 
-    /** @return the work's value or a replay's stored, decoded result ({@link Stage#DONE}), or null */
+    /** @return the work's value or a replay's stored, decoded result ({@link Stage#DONE}; {@code claimMany}: the stored bytes), or null */
     public Object result() {
         return result;
     }
