@@ -14,12 +14,17 @@
 // - Exhausted, Mismatch and no key: the record to `<topic>-dlt`, same
 //   partition, headers kafka_dlt-original-topic / -partition / -offset and
 //   kafka_dlt-exception-message (as Spring Kafka names them), then resolved;
+//   the send runs through the Idem under `kafka-dead-letter:<topic>:<partition>:<offset>`
+//   (as the Java adapter does): a next owner that reads the record again
+//   because its commit was lost finds that letter done and sends none;
 // - long work: kafkajs's heartbeat is sent while the work runs (kafkajs has
 //   no heartbeat of its own between fetches), so the group keeps the member;
 //   a rebalance it answers ends the batch after the record in hand.
 // kafkajs is not imported: the types below are the parts of it used here.
-import type { Job } from './core.js';
-import type { Idem } from './idem.js';
+import { type Job, newStats } from './core.js';
+import { json } from './codec.js';
+import { type Idem, idemRuntime } from './idem.js';
+import { type Runtime, process } from './loop.js';
 import { type AdapterStats, type MessageOptions, MessageLoop, errorText } from './broker.js';
 
 /** A record, as kafkajs's KafkaMessage. */
@@ -81,6 +86,8 @@ export const recordKey = ({ message }: KafkaRecordPayload): string | undefined =
 export class KafkaIdem<T = unknown> {
   readonly #loop: MessageLoop<KafkaRecordPayload, T>;
   readonly #producer: KafkaProducerLike;
+  /** the Idem's parts for the dead letters' sends: no try limit nor filter, JSON, own counters, no hooks */
+  readonly #letters: Runtime;
   readonly #deadLetterTopic: (topic: string) => string;
   readonly #heartbeatEvery: number;
   /** per partition, the record held back last and how often it failed in a row (its delay doubles) */
@@ -90,6 +97,8 @@ export class KafkaIdem<T = unknown> {
     if (!options?.producer) throw new TypeError('redis-idem/kafka: options.producer (connected) sends the dead letters');
     this.#loop = new MessageLoop(idem, options, recordKey, 'no record key');
     this.#producer = options.producer;
+    const rt = idemRuntime(idem);
+    this.#letters = { ...rt, stats: newStats(), hooks: {}, settings: { ...rt.settings, maxTries: undefined, bloom: undefined, codec: json } };
     this.#deadLetterTopic = options.deadLetterTopic ?? ((topic) => `${topic}-dlt`);
     this.#heartbeatEvery = Math.max(50, options.heartbeatEvery ?? 250);
   }
@@ -171,6 +180,10 @@ export class KafkaIdem<T = unknown> {
       'kafka_dlt-original-offset': message.offset,
       'kafka_dlt-exception-message': errorText(error),
     };
-    await this.#producer.send({ topic: this.#deadLetterTopic(topic), acks: -1, messages: [{ key: message.key, value: message.value, partition, headers }] });
+    const send = { topic: this.#deadLetterTopic(topic), acks: -1, messages: [{ key: message.key, value: message.value, partition, headers }] };
+    await process(this.#letters, `kafka-dead-letter:${topic}:${partition}:${message.offset}`, async () => {
+      await this.#producer.send(send);
+      return null;
+    });
   }
 }

@@ -114,3 +114,24 @@ test('a failure comes again before anything after it; Exhausted and a keyless re
   assert.match(header(letters[0].message, 'kafka_dlt-exception-message'), /poison broke|tries/);
   assert.match(header(letters[1].message, 'kafka_dlt-exception-message'), /no key|no record key/);
 });
+
+test("a record's dead letter is sent once: a next owner that reads the record again (its commit lost) finds the letter done", async () => {
+  const c = await consume(1, [[0, 'poison', 'p'], [0, 'ok', 'k']], ({ message }) => {
+    if (message.key?.toString() === 'poison') throw new Error('poison broke');
+  }, { maxTries: 1 });
+  await until('settled and committed', async () => c.records.stats.deadLettered === 1 && (await c.committed())[0] === 2);
+  await c.stop();
+  // another group from the topic's start, on the same records: as the partition's next owner after a lost commit
+  const idem = await connect('ioredis', server, { prefix: `${c.topic}:`, lease: 1000, maxTries: 1 });
+  const again = kafka.consumer({ groupId: `${c.topic}-again`, sessionTimeout: 6000, heartbeatInterval: 500, maxWaitTimeInMs: 100 });
+  await again.connect();
+  await again.subscribe({ topics: [c.topic], fromBeginning: true });
+  const records = new KafkaIdem(idem, { producer });
+  await again.run(records.runConfig(() => assert.fail('nothing runs again')));
+  await until('the second group past both records', () => records.stats.deadLettered === 1 && records.stats.acknowledged === 1);
+  await again.disconnect();
+  assert.equal((await idem.get('kafka-dead-letter:' + c.topic + ':0:0'))?.state, 'done');
+  await idem.end();
+  const [{ high }] = await admin.fetchTopicOffsets(`${c.topic}-dlt`);
+  assert.equal(high, '1', 'one dead letter in the topic');
+});
