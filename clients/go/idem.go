@@ -62,6 +62,11 @@ func (i *Idem) Prefix() string { return i.core.prefix }
 // Owner is the OWNER this instance's claims carry.
 func (i *Idem) Owner() string { return i.core.owner }
 
+// Options are the options the instance was made with, as given (New
+// fills the defaults in itself): an Idem of other settings on the same
+// client is New(i.Client(), o) with o changed.
+func (i *Idem) Options() Options { return i.opts }
+
 // Client is the go-redis client the instance sends its commands on.
 func (i *Idem) Client() redis.UniversalClient { return i.client }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	idem "github.com/redis-idem/redis-idem/clients/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -15,7 +16,11 @@ const deadLetterTimeout = 30 * time.Second
 // deadLetter sends r to its topic's dead-letter topic, same partition, with
 // Spring Kafka's headers (DeadLetterPublishingRecoverer's names and
 // encodings: the partition a 4-byte and the offset and timestamp 8-byte
-// big-endian integers), and waits for the broker's acknowledgement.
+// big-endian integers), and waits for the broker's acknowledgement. The
+// produce runs through the Idem under kafka-dead-letter:<topic>:<partition>:<offset>
+// (as the Java adapter does): a next owner that reads the record again
+// because the commit after the letter was lost finds the letter done and
+// sends none.
 func (c *Consumer[T]) deadLetter(p *partition, r *kgo.Record, cause error) error {
 	c.mu.Lock()
 	cl, group := c.cl, c.group
@@ -35,9 +40,16 @@ func (c *Consumer[T]) deadLetter(p *partition, r *kgo.Record, cause error) error
 	}
 	letter := &kgo.Record{Topic: c.opts.DeadLetterTopic(r.Topic), Partition: r.Partition, Key: r.Key,
 		Value: r.Value, Headers: headers}
-	ctx, cancel := context.WithTimeout(p.ctx, deadLetterTimeout)
-	defer cancel()
-	if err := cl.ProduceSync(ctx, letter).FirstErr(); err != nil {
+	if c.lettersErr != nil {
+		return c.lettersErr
+	}
+	key := fmt.Sprintf("kafka-dead-letter:%s:%d:%d", r.Topic, r.Partition, r.Offset)
+	_, err := idem.Process(p.ctx, c.letters, key, func(ctx context.Context, _ *idem.Job) (bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, deadLetterTimeout)
+		defer cancel()
+		return true, cl.ProduceSync(ctx, letter).FirstErr()
+	})
+	if err != nil {
 		return fmt.Errorf("idemkafka: the dead letter of %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
 	}
 	return nil

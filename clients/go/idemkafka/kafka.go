@@ -69,11 +69,13 @@ type Stats = broker.Stats
 // Consumer is the poll loop of one kgo.Client in a consumer group. Make
 // it first, build the client with its ClientOpts, then Run.
 type Consumer[T any] struct {
-	idem     *idem.Idem
-	handle   Handler[T]
-	opts     Options
-	counters broker.Counters
-	slots    chan struct{} // MaxInFlight's, nil without
+	idem       *idem.Idem
+	letters    *idem.Idem // the dead letters' sends: no MaxTries nor Bloom, JSON, no hooks
+	lettersErr error
+	handle     Handler[T]
+	opts       Options
+	counters   broker.Counters
+	slots      chan struct{} // MaxInFlight's, nil without
 
 	cl       *kgo.Client
 	group    string
@@ -106,6 +108,9 @@ func New[T any](i *idem.Idem, handle Handler[T], opts Options) *Consumer[T] {
 		opts.MaxBuffered = 500
 	}
 	c := &Consumer[T]{idem: i, handle: handle, opts: opts, parts: map[topicPartition]*partition{}}
+	o := i.Options()
+	o.MaxTries, o.Bloom, o.Codec, o.Hooks = 0, "", idem.JSONCodec{}, idem.Hooks{}
+	c.letters, c.lettersErr = idem.New(i.Client(), o)
 	if opts.MaxInFlight > 0 {
 		c.slots = make(chan struct{}, opts.MaxInFlight)
 	}

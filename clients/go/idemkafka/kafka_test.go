@@ -177,6 +177,45 @@ func TestDeadLetterCommittedAtOnce(t *testing.T) {
 	brokertest.WaitFor(t, "its commit, with no periodic one", func() bool { return f.committed(2)[0] == 1 })
 }
 
+// A record's dead letter is sent once: a partition's next owner that reads
+// the record again (the commit after the letter lost: here a second group
+// from the topic's start) finds the letter's record done and sends none
+// (the scenario saw a poison key twice in the dead-letter topic).
+func TestDeadLetterSentOnce(t *testing.T) {
+	f := newFixture(t, idem.Options{Lease: 2 * time.Second, MaxTries: 1})
+	f.produce(0, "poison", "fine")
+	work := func(ctx context.Context, job *idem.Job, r *kgo.Record) (string, error) {
+		if string(r.Key) == "poison" {
+			return "", errors.New("cannot do it")
+		}
+		return "ok", nil
+	}
+	first, stopFirst := f.consume(idemkafka.Options{}, work)
+	brokertest.WaitFor(t, "the first group past both records", func() bool { return first.Stats().Acknowledged == 1 })
+	stopFirst()
+	again, err := idem.New(f.rdb, idem.Options{Lease: 2 * time.Second, MaxTries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.idem = again // the next owner's own counters
+	f.group += "-again"
+	second, stopSecond := f.consume(idemkafka.Options{}, func(ctx context.Context, job *idem.Job, r *kgo.Record) (string, error) {
+		t.Errorf("record %q ran again", r.Key)
+		return "", nil
+	})
+	brokertest.WaitFor(t, "the second group past both records", func() bool { return f.committed(0)[0] == 2 })
+	stopSecond()
+	if s := second.Stats(); s.DeadLettered != 1 || s.Acknowledged != 1 {
+		t.Errorf("the second group: %+v, want the poison record dead-lettered (its letter found done) and one replay", s)
+	}
+	if r, err := f.idem.Get(context.Background(), "kafka-dead-letter:"+f.topic+":0:0"); err != nil || r == nil || r.State != idem.StateDone {
+		t.Errorf("the letter's record: %+v %v, want done", r, err)
+	}
+	if letters := f.read(f.topic + "-dlt"); len(letters) != 1 {
+		t.Errorf("%d dead letters, want 1", len(letters))
+	}
+}
+
 // A record without a key and one that fails every try: both dead-lettered
 // to <topic>-dlt, same partition, with Spring Kafka's headers; the
 // partition goes on past them.
