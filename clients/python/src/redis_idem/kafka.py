@@ -29,7 +29,10 @@ work once per key with an Idem (docs/clients.md, "Consumers of brokers").
   (`kafka_dlt-original-topic`, `-partition` (4-byte int), `-offset`
   (8-byte long), `-timestamp`, `-timestamp-type`, `-consumer-group`,
   `kafka_dlt-exception-fqcn`, `-message`), confirmed by the broker; then
-  done.
+  done. The produce runs through the Idem under
+  `kafka-dead-letter:<topic>:<partition>:<offset>` (as the Java adapter
+  does): a next owner that reads the record again because the commit
+  after its letter was lost finds the letter done and sends none.
 - After the poll loop was held up (the process stopped or starved), no
   record is started before a synchronous commit confirms this member
   still owns its partitions: a member the group gave up on does not work
@@ -42,6 +45,7 @@ work once per key with an Idem (docs/clients.md, "Consumers of brokers").
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import threading
 import time
@@ -52,6 +56,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from ._adapters import ACK, DEAD, HOLD, AdapterStats, Policy, Verdict, error_text, qualified_name, settle
+from ._codecs import JsonCodec
 from ._job import Job
 
 #: The poll loop sleeps at most this long when it has nothing to do.
@@ -139,6 +144,7 @@ class KafkaConsumer:
         shared = {k: v for k, v in config.items() if k.startswith(_SHARED)}
         self.producer = producer or Producer({**shared, "enable.idempotence": True, "acks": "all"})
         self.dead_letter = dead_letter
+        self._letters = _letters_idem(idem)
         self.workers = workers
         self.commit_interval = commit_interval
         self.revoke_wait = float(idem.settings.wait if revoke_wait is None else revoke_wait)
@@ -391,13 +397,27 @@ class KafkaConsumer:
             ("kafka_dlt-exception-fqcn", qualified_name(verdict.error).encode()),
             ("kafka_dlt-exception-message", error_text(verdict.error).encode()),
         ]
-        delivered: List[Any] = []
-        self.producer.produce(self.dead_letter(message.topic()), value=message.value(), key=message.key(),
-                              partition=message.partition(), headers=headers,
-                              on_delivery=lambda err, _: delivered.append(err))
-        self.producer.flush(30)
-        if not delivered or delivered[0] is not None:
-            raise KafkaException(delivered[0] if delivered else KafkaError(KafkaError._MSG_TIMED_OUT))
+
+        def produce(_: Job) -> None:
+            delivered: List[Any] = []
+            self.producer.produce(self.dead_letter(message.topic()), value=message.value(), key=message.key(),
+                                  partition=message.partition(), headers=headers,
+                                  on_delivery=lambda err, _: delivered.append(err))
+            self.producer.flush(30)
+            if not delivered or delivered[0] is not None:
+                raise KafkaException(delivered[0] if delivered else KafkaError(KafkaError._MSG_TIMED_OUT))
+
+        key = "kafka-dead-letter:%s:%d:%d" % (message.topic(), message.partition(), message.offset())
+        self._letters.process(key, produce)
+
+
+def _letters_idem(idem: Any) -> Any:
+    """An Idem for the dead letters' produces, on the same client and
+    prefix: the Idem's settings but no max_tries nor bloom, JSON, no hooks,
+    counters of its own."""
+    settings = {f.name: getattr(idem.settings, f.name) for f in dataclasses.fields(idem.settings)}
+    settings.update(max_tries=None, bloom=None, codec=JsonCodec())
+    return type(idem)(idem.client, prefix=idem.commands.prefix, batch=idem.batch, **settings)
 
 
 __all__ = ["ACK", "DEAD", "HOLD", "KafkaConsumer", "Verdict", "dead_letter_topic"]

@@ -116,6 +116,28 @@ def test_exhausted_and_keyless_records_go_to_the_dead_letter_topic_with_springs_
     assert headers[1]["kafka_dlt-exception-fqcn"] == b"redis_idem.MissingKeyError"
 
 
+def test_a_records_dead_letter_is_sent_once_even_when_its_commit_is_lost(kafka, topic, r, ns):  # type: ignore[no-untyped-def]
+    produce(kafka, topic, [(0, b"poison", b"v1"), (0, b"ok", b"v2")])
+
+    def work(message, job):  # type: ignore[no-untyped-def]
+        if message.key() == b"poison":
+            raise RuntimeError("always fails")
+        return "ok"
+
+    first = KafkaConsumer(config(kafka, f"g-{topic}"), ri.Idem(r, prefix=ns, lease=5, max_tries=1), [topic])
+    run_until(first, work, lambda: first.stats.dead_lettered == 1 and first.stats.acknowledged == 1)
+    # Another group from the topic's start, as the partition's next owner after a lost commit.
+    ran = []
+    again = KafkaConsumer(config(kafka, f"again-{topic}"), ri.Idem(r, prefix=ns, lease=5, max_tries=1), [topic])
+    run_until(again, lambda m, job: ran.append(m.key()),
+              lambda: again.stats.dead_lettered == 1 and again.stats.acknowledged == 1)
+    assert ran == [] and again.stats.dead_lettered == 1 and again.stats.acknowledged == 1
+    assert ri.IdemCommands(r, prefix=ns).get(f"kafka-dead-letter:{topic}:0:0").state is ri.RecordState.DONE
+    low, high = Consumer({"bootstrap.servers": kafka["bootstrap"], "group.id": f"w-{topic}"}).get_watermark_offsets(
+        TopicPartition(f"{topic}-dlt", 0), timeout=10)
+    assert high - low == 1  # one dead letter
+
+
 def test_a_revoked_partition_commits_what_is_done_before_it_goes(kafka, topic, r, ns):  # type: ignore[no-untyped-def]
     produce(kafka, topic, [(p, f"k{p}-{i}".encode(), b"v") for p in (0, 1) for i in range(5)])
     group = f"g-{topic}"
