@@ -212,6 +212,8 @@ export function idempotency(idem: Idem, options: IdempotencyOptions = {}) {
           if (kept === undefined) return send(res, 503, TEXT, 'idempotency store unavailable');
           return send(res, kept.status, [...kept.headers, ['idempotent-replayed', 'true']], kept.body);
         }
+        // the claim not acknowledged (released, the handler not run): send it again, as Go and Java answer
+        if (err instanceof NotDurableError && err.stage === 'claim') return send(res, 503, [['retry-after', retryAfter], ...TEXT], 'this request could not be claimed durably: send it again');
         next(err);
       },
     );

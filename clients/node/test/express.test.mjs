@@ -239,3 +239,17 @@ test('durable: a repeat whose read the replicas did not acknowledge gets the sto
     useDurable = false;
   }
 });
+
+test('durable: a first request whose claim the replicas did not acknowledge is 503 with Retry-After, the handler not run', async () => {
+  runs = 0;
+  useDurable = true;
+  try {
+    const refused = await post('/durable', 'nd1', { item: 'y' });
+    assert.equal(refused.status, 503, await refused.text());
+    assert.equal(refused.headers.get('retry-after'), '1');
+    assert.equal(runs, 0);
+    assert.equal((await durableIdem.get('http:nd1'))?.state, 'released');
+  } finally {
+    useDurable = false;
+  }
+});

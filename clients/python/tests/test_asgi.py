@@ -152,6 +152,23 @@ def test_durable_repeat_not_acknowledged_replays_with_the_header(server, ns):  #
         assert len(runs) == 1
 
 
+def test_durable_claim_not_acknowledged_is_503_with_retry_after(server, ns):  # type: ignore[no-untyped-def]
+    # A first request whose claim the replicas did not acknowledge (1 asked,
+    # none here): released, the app not run, 503 and Retry-After, as the Go
+    # and Java middlewares answer (it escaped as a 500).
+    runs: list = []
+    app = make_app(server.port, ns, runs)
+    app.user_middleware.clear()
+    app.add_middleware(IdempotencyMiddleware, client=aioredis.Redis(host="127.0.0.1", port=server.port),
+                       prefix=ns, wait=0.8, lease=5, durable=redis_idem.Durable(replicas=1, timeout=0.05))
+    with serve(app) as client:
+        refused = post(client, "nd1", {"amount": 7})
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "1", refused.text
+        assert runs == []
+        assert redis_idem.IdemCommands(server.client(), prefix=ns).get("http:nd1").state \
+            is redis_idem.RecordState.RELEASED
+
+
 @contextlib.contextmanager
 def serve(app):  # type: ignore[no-untyped-def]
     with socket.socket() as s:

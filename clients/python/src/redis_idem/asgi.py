@@ -189,7 +189,9 @@ class IdempotencyMiddleware:
                 return await self._replay(client, e.result)
             if e.stage == "done":
                 return  # answered already: the app's response, its completion not acknowledged
-            raise
+            # The claim not acknowledged (released, the app not run): send it again, as Go and Java answer.
+            return await client.plain(503, "this request could not be claimed durably: send it again",
+                                      [(b"retry-after", str(self.retry_after).encode())])
         if outcome.replayed:
             await self._replay(client, outcome.value)
 
