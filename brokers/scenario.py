@@ -187,6 +187,7 @@ def run_one(adapter, edition, broker, stores, spec, logdir, rng):
         sleeper = stop_in_slow_work(side.client, members, spec["settle_s"])
         time.sleep(spec["stop_for_s"] - 0.3)
         sleeper.signal(signal.SIGCONT)
+        resumed = time.monotonic()
         poison_done = lambda: all(int(side.client.hget("tries", k) or 0) >= spec["max_tries"] for k in poison)
         wait_for("every effect and every poison message's tries",
                  lambda: applied() >= len(wanted) and poison_done(), spec["settle_s"], members)
@@ -194,6 +195,13 @@ def run_one(adapter, edition, broker, stores, spec, logdir, rng):
                  spec["settle_s"], members)
         wait_for("everything acknowledged", lambda: not broker.unacked(adapter, env, idem),
                  spec["settle_s"], members)
+        # The resumed member ends its slow work within slow_work_ms of its
+        # SIGCONT; its fenced DONE may then give its message back (Streams:
+        # pending again, FORCE) after the others acknowledged everything, and
+        # that message must come round again before the members stop.
+        time.sleep(max(0.0, resumed + spec["slow_work_ms"] / 1000 + 2 - time.monotonic()))
+        wait_for("everything acknowledged once the resumed member's work has ended",
+                 lambda: not broker.unacked(adapter, env, idem), spec["settle_s"], members)
     except AssertionError as e:
         stuck = str(e)
     finally:
