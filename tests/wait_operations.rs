@@ -7,7 +7,10 @@
 #[allow(dead_code)] // each test binary uses part of common/
 mod common;
 
-use common::commands::{bf_add, bf_info, claim_new, claim_opts, digest, done, get_fields, idem_counters, reserve};
+use common::clock::{align_to_boundary, in_slot, sleep_until, with_retries};
+use common::commands::{
+    bf_add, bf_info, claim_new, claim_opts, digest, done, get_fields, idem_counters, reserve, server_ms,
+};
 use common::fixtures::NONE;
 use common::reply::{as_bytes, as_int, as_token, f_int, f_str};
 use common::server::{Server, Shutdown, aof_args, blocked_clients, wait_replicas};
@@ -84,26 +87,37 @@ fn memory_usage(con: &mut redis::Connection, key: &str) -> i64 {
 fn the_sweeper_drops_old_shards_only_after_a_write_pause() {
     let (mut primary, mut replica) = primary_and_replica();
     let mut con = primary.conn();
-    // "a"'s shard leaves the window 4 s after its start, "b"'s 3 s later.
-    reserve(&mut con, "sw", "0.01", 10_000, &["WINDOW", "4", "SHARD", "1"]);
-    assert_eq!(bf_add(&mut con, "sw", "a"), 1);
-    let started = Instant::now();
-    thread::sleep(Duration::from_millis(3000));
-    assert_eq!(bf_add(&mut con, "sw", "b"), 1);
-    let with_both = memory_usage(&mut con, "sw");
-    client_pause_write(&mut con, 2000);
-    // "a"'s shard leaves the window within the pause; nothing may drop it.
-    thread::sleep(Duration::from_millis(4200).saturating_sub(started.elapsed()));
-    primary.assert_alive();
-    assert_eq!(memory_usage(&mut con, "sw"), with_both, "a shard was dropped during the pause");
-    // After the pause the sweeper drops it (on the primary, then on the
-    // replica from its effect), well before the key expires.
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while memory_usage(&mut con, "sw") == with_both {
-        assert!(Instant::now() < deadline, "the old shard was never dropped");
-        thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(bf_info(&mut con, "sw").shards.len(), 1);
+    with_retries("sweeper and write pause", |attempt| {
+        let key = format!("sw{attempt}");
+        reserve(&mut con, &key, "0.01", 10_000, &["WINDOW", "4", "SHARD", "1"]);
+        // Shards start on whole seconds of the server's clock: "a"'s
+        // shard, begun at `second`, leaves the window just after
+        // `second + 4 s`, "b"'s a second or more later. Unaligned, "a"
+        // could leave as early as 3 s after it was added, before the pause.
+        let second = align_to_boundary(&mut con, 1000, 50);
+        assert_eq!(bf_add(&mut con, &key, "a"), 1);
+        sleep_until(&mut con, second + 3000);
+        assert_eq!(bf_add(&mut con, &key, "b"), 1);
+        let with_both = memory_usage(&mut con, &key);
+        client_pause_write(&mut con, 2000);
+        let paused_at = server_ms(&mut con);
+        in_slot(paused_at, paused_at, second + 3000, second + 3900, "pause before \"a\" leaves")?;
+        // "a"'s shard leaves the window within the pause; nothing may drop it.
+        sleep_until(&mut con, second + 4300);
+        primary.assert_alive();
+        let checked_at = server_ms(&mut con);
+        assert_eq!(memory_usage(&mut con, &key), with_both, "a shard was dropped during the pause");
+        in_slot(checked_at, checked_at, second + 4000, paused_at + 2000, "check inside the pause")?;
+        // After the pause the sweeper drops it (on the primary, then on
+        // the replica from its effect), well before the key expires.
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while memory_usage(&mut con, &key) == with_both {
+            assert!(Instant::now() < deadline, "the old shard was never dropped");
+            thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(bf_info(&mut con, &key).shards.len(), 1);
+        Ok(())
+    });
     assert_alive_and_equal(&mut primary, &mut replica);
 }
 
