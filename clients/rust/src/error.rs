@@ -53,7 +53,7 @@ pub enum Error {
     MissingKey { what: String },
     /// `DONE` could not be confirmed after `done_retries` sends. Do not
     /// acknowledge the message: its redelivery replays or retries.
-    #[error("the completion of {key:?} could not be confirmed: {cause}")]
+    #[error("the completion of {key:?} could not be confirmed: {}", unconfirmed_cause(cause))]
     DoneUnconfirmed {
         key: String,
         #[source]
@@ -117,6 +117,16 @@ impl std::fmt::Display for DurableStage {
             DurableStage::Claim => "claim",
             DurableStage::Done => "completion",
         })
+    }
+}
+
+/// A reply timeout reads as one on every transport: redis-rs's sync
+/// connection reports it as the socket's `EAGAIN` ("Resource temporarily
+/// unavailable").
+fn unconfirmed_cause(cause: &Error) -> String {
+    match cause {
+        Error::Redis(e) if e.is_timeout() => format!("no reply within done_timeout ({e})"),
+        other => other.to_string(),
     }
 }
 
@@ -235,4 +245,22 @@ pub enum KeyError<E> {
     /// This crate's error for this key.
     #[error(transparent)]
     Idem(#[from] Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+    use std::io;
+
+    #[test]
+    fn an_unconfirmed_done_names_a_reply_timeout_on_either_transport() {
+        for kind in [io::ErrorKind::WouldBlock, io::ErrorKind::TimedOut] {
+            let cause = Error::Redis(io::Error::new(kind, "read").into());
+            let error = Error::DoneUnconfirmed { key: "k".into(), cause: Box::new(cause) };
+            assert!(error.to_string().contains("no reply within done_timeout"), "{error}");
+        }
+        let refused = Error::Redis(io::Error::new(io::ErrorKind::ConnectionRefused, "refused").into());
+        let error = Error::DoneUnconfirmed { key: "k".into(), cause: Box::new(refused) };
+        assert!(!error.to_string().contains("done_timeout"), "{error}");
+    }
 }
