@@ -7,6 +7,7 @@ redis-server), REDIS_IDEM_MODULE the module (default
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -30,10 +31,29 @@ def module_path() -> str:
     return os.environ.get("REDIS_IDEM_MODULE", str(REPO / "target" / "release" / "libredis_idem.so"))
 
 
-def free_port() -> int:
+def free_port(cluster: bool = False) -> int:
+    """A free port; for a cluster node, one whose bus port (+10000) is free
+    too, both below the kernel's ephemeral range (32768 and up): Redis
+    refuses a cluster port over 55535, and outgoing connections do not take
+    ports below that range."""
+    if not cluster:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    for _ in range(10_000):
+        port = random.randrange(12_000, 22_700)
+        if _bindable(port) and _bindable(port + 10_000):
+            return port
+    raise RuntimeError("no free port pair (p, p + 10000)")
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
 
 
 def stop_process(proc: Optional[subprocess.Popen]) -> None:
@@ -57,7 +77,7 @@ class Server:
         self.proc: Optional[subprocess.Popen] = None
         self.port = 0
         for _ in range(5):  # a port taken between free_port() and bind: try another
-            self.port = free_port()
+            self.port = free_port("--cluster-enabled" in self.extra)
             if self._start():
                 break
         else:

@@ -1,6 +1,7 @@
 package io.github.redisidem;
 
 import java.io.IOException;
+import java.net.InetAddress;
 import java.net.ServerSocket;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -8,6 +9,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ThreadLocalRandom;
 import redis.clients.jedis.Jedis;
 
 /**
@@ -58,6 +60,27 @@ final class Servers {
             return s.getLocalPort();
         } catch (IOException e) {
             throw new IllegalStateException(e);
+        }
+    }
+
+    /**
+     * A free port for a cluster node, whose bus port (+10000) is free too, both below the kernel's
+     * ephemeral range (32768 and up): Redis refuses a cluster port over 55535, and outgoing
+     * connections do not take ports below that range.
+     */
+    static int freeClusterPort() {
+        for (int i = 0; i < 10_000; i++) {
+            int port = ThreadLocalRandom.current().nextInt(12_000, 22_700);
+            if (bindable(port) && bindable(port + 10_000)) return port;
+        }
+        throw new IllegalStateException("no free port pair (p, p + 10000)");
+    }
+
+    private static boolean bindable(int port) {
+        try (ServerSocket s = new ServerSocket(port, 1, InetAddress.getLoopbackAddress())) {
+            return true;
+        } catch (IOException e) {
+            return false;
         }
     }
 
@@ -139,7 +162,7 @@ final class Servers {
         /** A server on a free port; a replica of {@code primary} when it is not 0. */
         private void node(int primary) throws Exception {
             for (int tries = 0; tries < 5; tries++) {
-                int port = freePort();
+                int port = cluster ? freeClusterPort() : freePort();
                 Path dir = Files.createTempDirectory("redis-idem-java-");
                 List<String> args = new ArrayList<>(List.of(binary, "--port", "" + port, "--bind", "127.0.0.1", "--dir", dir.toString(),
                         "--save", "", "--appendonly", "no", "--logfile", "server.log", "--repl-diskless-sync-delay", "0"));
