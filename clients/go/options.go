@@ -77,7 +77,7 @@ type Options struct {
 	// DoneTimeout is how long one DONE (and its WAIT) may take before it
 	// counts as lost: default 5 s. It is the DONE's context deadline, which
 	// go-redis applies with ContextTimeoutEnabled; without it the client's
-	// ReadTimeout (default 3 s) bounds each DONE.
+	// ReadTimeout (go-redis v9.23's default: 5 s) bounds each DONE.
 	DoneTimeout time.Duration
 	// Owner is sent as OWNER with every claim, for operators to see who
 	// holds a key: default the host name, ":", the process id.

@@ -87,6 +87,7 @@ def test_first_request_runs_repeat_replays_status_headers_body(http):  # type: i
     again = post(client, "k1", {"amount": 1250})
     assert again.status_code == 201 and again.content == first.content
     assert again.headers["x-charge-id"] == "ch_1" and again.headers["idempotent-replayed"] == "true"
+    assert again.headers["content-length"] == str(len(first.content)) and "transfer-encoding" not in again.headers
     assert len(runs) == 1
 
 

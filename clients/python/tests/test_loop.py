@@ -77,6 +77,24 @@ def test_a_hook_that_only_notifies_cannot_change_the_outcome(idem):  # type: ign
     assert idem.commands.get("x").state is RecordState.RELEASED
 
 
+def test_an_async_hook_is_refused_since_it_would_never_be_awaited():  # type: ignore[no-untyped-def]
+    async def on_run(job):  # type: ignore[no-untyped-def]
+        pass
+
+    class Notifier:
+        async def __call__(self, key, attempt):  # type: ignore[no-untyped-def]
+            pass
+
+    with pytest.raises(TypeError, match="Hooks.on_run: a hook is called, never awaited"):
+        ri.Hooks(on_run=on_run)
+    hooks = ri.Hooks(on_done=lambda job, stored: None)
+    with pytest.raises(TypeError, match="Hooks.on_replay"):
+        hooks.on_replay = Notifier()
+    with pytest.raises(TypeError, match="Hooks.on_done"):
+        hooks.on_done = on_run
+    assert hooks.on_replay is None and hooks.on_done is not None
+
+
 def test_a_wait_on_the_module_blocks_on_the_server(idem, r, module):  # type: ignore[no-untyped-def]
     if not module:
         pytest.skip("the Functions edition polls; the conformance case wait-gets-holders-result covers it")

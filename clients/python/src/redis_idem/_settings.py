@@ -3,6 +3,7 @@ resolved once when an Idem is made."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import socket
 import threading
@@ -166,6 +167,16 @@ class Hooks:
     on_release: Optional[Callable[[Any, BaseException], None]] = None  #: job, the work's (or hook's) error
     on_lease_lost: Optional[Callable[[Any], None]] = None  #: job
     on_result_dropped: Optional[Callable[[Any, str], None]] = None  #: job, reason: oversize, unserializable, memory
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # The loop calls hooks from its shared, synchronous core, AsyncIdem's
+        # too: a coroutine function's coroutine would never be awaited, so
+        # the hook would silently not run.
+        if inspect.iscoroutinefunction(value) or inspect.iscoroutinefunction(getattr(value, "__call__", None)):
+            raise TypeError(f"Hooks.{name}: a hook is called, never awaited (AsyncIdem's too): give a plain "
+                            "function; one that needs the event loop can start a task "
+                            "(asyncio.get_running_loop().create_task(...))")
+        super().__setattr__(name, value)
 
 
 def quiet(hook: Optional[Callable[..., None]], *args: Any) -> None:

@@ -199,8 +199,11 @@ class IdempotencyMiddleware:
         if response is None:  # completed, but the response was not kept (too large, or maxmemory)
             return await client.plain(500, "this request was completed, but its response was not kept")
         status, headers, body = response
+        # The whole body is known: say its length, as the first response
+        # did, rather than have the server send it chunked.
+        length = [] if status < 200 or status in (204, 304) else [(b"content-length", str(len(body)).encode())]
         await client.send({"type": "http.response.start", "status": status,
-                           "headers": [*headers, (b"idempotent-replayed", b"true")]})
+                           "headers": [*headers, *length, (b"idempotent-replayed", b"true")]})
         await client.send({"type": "http.response.body", "body": body})
 
     async def _run(self, scope: Scope, body: bytes, client: "_Client") -> Response:

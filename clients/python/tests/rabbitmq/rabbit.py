@@ -67,6 +67,28 @@ class Broker:
         connection.close()
         return out
 
+    def ready(self, names: List[str]) -> Dict[str, int]:
+        """{name: ready messages} of those of `names` that exist, read over
+        AMQP (a passive declare): milliseconds, where rabbitmqctl starts an
+        Erlang VM and can take longer than a short retry delay."""
+        import pika
+
+        connection = pika.BlockingConnection(pika.URLParameters(self.url))
+        found = {}
+        try:
+            for name in names:
+                ch = connection.channel()
+                try:
+                    found[name] = ch.queue_declare(name, passive=True).method.message_count
+                except pika.exceptions.ChannelClosedByBroker as e:  # 404: no such queue
+                    if e.reply_code != 404:
+                        raise
+                    continue
+                ch.close()
+        finally:
+            connection.close()
+        return found
+
     def queues(self, prefix: str) -> Dict[str, tuple]:
         """{name: (ready, unacknowledged)} of the queues named `prefix`*."""
         import launch
