@@ -320,7 +320,11 @@ fn a_dead_consumers_entry_is_taken_over_after_claim_idle() {
     let idem = Idem::with_options(server.client(), options(1)).unwrap();
     group(&server, "s8");
     let id = xadd(&server, "s8", &[("idem-key", "orphan"), ("body", "x")]);
-    // A consumer read it, claimed its key, and died.
+    // A consumer claimed its key, read it and died. (Claimed before the
+    // read, so the entry's idle time starts after the lease: read first, a
+    // loaded machine left the claim 100 ms behind, and the takeover found
+    // it Busy for those 100 ms, held back as the Busy test shows.)
+    idem.claim("orphan", Duration::from_secs(1), &ClaimOptions::new()).unwrap();
     let _: redis::Value = redis::cmd("XREADGROUP")
         .arg("GROUP")
         .arg("g")
@@ -330,7 +334,6 @@ fn a_dead_consumers_entry_is_taken_over_after_claim_idle() {
         .arg(">")
         .query(&mut server.conn())
         .unwrap();
-    idem.claim("orphan", Duration::from_secs(1), &ClaimOptions::new()).unwrap();
     let consumer =
         StreamConsumer::new(&idem, "s8", "g", StreamOptions::new().block(Duration::from_millis(200))).unwrap();
     let settled = poll_until(&consumer, |_, job| Ok(format!("{}", job.attempt())), |s| !s.is_empty());
