@@ -58,6 +58,22 @@ var Editions = []string{"module", "functions"}
 // and answers its address.
 func Redis(t testing.TB, edition string) string {
 	t.Helper()
+	for try := 1; ; try++ {
+		addr, err := startRedis(t, edition)
+		if err == nil {
+			return addr
+		}
+		if try == 5 {
+			t.Fatal(err)
+		}
+	}
+}
+
+// startRedis starts one redis-server on a port that was free a moment ago.
+// Another suite's server can take the port first: ours then exits, and a
+// PING alone would answer from theirs (a test once ran against a stranger's
+// stream), so the server must report our process's pid.
+func startRedis(t testing.TB, edition string) (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -81,16 +97,32 @@ func Redis(t testing.TB, edition string) string {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	exited := make(chan struct{})
+	go func() { _, _ = cmd.Process.Wait(); close(exited) }()
+	stop := func() { _ = cmd.Process.Kill(); <-exited }
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	client := redis.NewClient(&redis.Options{Addr: addr})
 	defer client.Close()
 	ctx := context.Background()
-	for deadline := time.Now().Add(10 * time.Second); client.Ping(ctx).Err() != nil; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		select {
+		case <-exited:
+			return "", fmt.Errorf("redis-server on %s exited at start (its port taken?)", addr)
+		default:
+		}
+		if info, err := client.InfoMap(ctx, "server").Result(); err == nil {
+			if info["Server"]["process_id"] == fmt.Sprint(cmd.Process.Pid) {
+				break
+			}
+			stop()
+			return "", fmt.Errorf("%s answers from another process: our redis-server could not take the port", addr)
+		}
 		if time.Now().After(deadline) {
+			stop()
 			t.Fatalf("redis-server on %s did not start", addr)
 		}
 	}
+	t.Cleanup(stop)
 	if edition == "functions" {
 		path := os.Getenv("REDIS_IDEM_FUNCTIONS")
 		if path == "" {
@@ -104,7 +136,7 @@ func Redis(t testing.TB, edition string) string {
 			t.Fatal(err)
 		}
 	}
-	return addr
+	return addr, nil
 }
 
 // Broker starts broker ("kafka", "rabbitmq", "nats") once for the test
