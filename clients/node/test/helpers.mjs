@@ -38,14 +38,24 @@ export async function freePort() {
   }
 }
 
-export async function ping(port) {
+/** The process_id the server on `port` reports (null: none answers yet). */
+export async function serverPid(port) {
   return new Promise((resolve) => {
     const socket = net.connect(port, '127.0.0.1');
-    socket.once('error', () => resolve(false));
-    socket.once('connect', () => socket.write('PING\r\n'));
-    socket.once('data', (d) => {
+    let text = '';
+    socket.setTimeout(1000, () => {
       socket.destroy();
-      resolve(d.toString().startsWith('+PONG'));
+      resolve(null);
+    });
+    socket.once('error', () => resolve(null));
+    socket.once('connect', () => socket.write('INFO server\r\n'));
+    socket.on('data', (d) => {
+      text += d;
+      const found = /process_id:(\d+)\r\n/.exec(text);
+      if (found || text.startsWith('-')) {
+        socket.destroy();
+        resolve(found ? Number(found[1]) : null);
+      }
     });
   });
 }
@@ -56,12 +66,20 @@ export async function ping(port) {
  * `{ module: false }`: neither.
  */
 export async function startServer({ functions = false, module = !functions, cluster = false, args = [] } = {}) {
-  const port = await freePort();
-  const dir = mkdtempSync(join(tmpdir(), 'redis-idem-node-'));
-  const argv = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...args];
-  if (module) argv.push('--loadmodule', modulePath);
-  if (cluster) argv.push('--cluster-enabled', 'yes', '--cluster-config-file', join(dir, 'nodes.conf'), '--cluster-node-timeout', '5000');
-  const spawned = await spawnServer(argv, port, dir);
+  let port, spawned;
+  for (let tries = 1; !spawned; tries++) {
+    port = await freePort();
+    const dir = mkdtempSync(join(tmpdir(), 'redis-idem-node-'));
+    const argv = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...args];
+    if (module) argv.push('--loadmodule', modulePath);
+    if (cluster) argv.push('--cluster-enabled', 'yes', '--cluster-config-file', join(dir, 'nodes.conf'), '--cluster-node-timeout', '5000');
+    try {
+      spawned = await spawnServer(argv, port, dir);
+    } catch (e) {
+      rmSync(dir, { recursive: true, force: true });
+      if (tries === 5) throw e; // else a port taken between freePort() and the server's bind: another
+    }
+  }
   const server = {
     port,
     url: `redis://127.0.0.1:${port}`,
@@ -78,7 +96,7 @@ export async function startServer({ functions = false, module = !functions, clus
 }
 
 /**
- * REDIS_SERVER run with `argv`, answering PING on `port` (or killed, with
+ * REDIS_SERVER run with `argv`, answering on `port` (or killed, with
  * its log in the error); `stop()` ends it and removes `dir`.
  */
 export async function spawnServer(argv, port, dir) {
@@ -88,12 +106,14 @@ export async function spawnServer(argv, port, dir) {
   child.stderr.on('data', (d) => (log += d));
   const exited = new Promise((r) => child.once('exit', r));
   const deadline = Date.now() + 10000;
-  while (!(await ping(port))) {
-    if (child.exitCode !== null || Date.now() > deadline) {
+  // Our pid, not a PING: another suite's server can take the port first,
+  // and ours exits while theirs answers.
+  for (let pid; (pid = await serverPid(port)) !== child.pid; await sleep(20)) {
+    if (pid !== null || child.exitCode !== null || Date.now() > deadline) {
       child.kill('SIGKILL');
+      await exited;
       throw new Error(`${serverBinary} ${argv.join(' ')} did not start on port ${port}:\n${log}`);
     }
-    await sleep(20);
   }
   return {
     log: () => log,

@@ -101,8 +101,13 @@ class Server:
             if self.proc.poll() is not None:
                 return False
             try:
-                if redis.Redis(port=self.port, socket_timeout=1).ping():
+                # Our pid, not a PING: another suite's server can take the
+                # port first, and ours exits while theirs answers.
+                if redis.Redis(port=self.port, socket_timeout=1).info("server")["process_id"] == self.proc.pid:
                     return True
+                self.proc.kill()
+                self.proc.wait()
+                return False
             except redis.RedisError:
                 time.sleep(0.02)
         self.proc.kill()

@@ -88,11 +88,18 @@ impl Server {
                 assert!(log.contains("Address already in use"), "the server exited at start:\n{log}");
                 return None;
             }
+            // Our pid, not a PING: another suite's server can take the port
+            // first, and ours exits while theirs answers.
             if let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
                 && let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(200))
-                && redis::cmd("PING").query::<String>(&mut con).is_ok()
+                && let Ok(info) = redis::cmd("INFO").arg("server").query::<String>(&mut con)
             {
-                break;
+                if info.contains(&format!("process_id:{}\r\n", child.id())) {
+                    break;
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
             }
             assert!(Instant::now() < deadline, "the server did not answer in 10 s");
             std::thread::sleep(Duration::from_millis(20));

@@ -181,7 +181,9 @@ final class Servers {
             long deadline = System.currentTimeMillis() + 10_000;
             while (System.currentTimeMillis() < deadline && p.isAlive()) {
                 try (Jedis j = new Jedis("127.0.0.1", port)) {
-                    j.ping();
+                    // Our pid, not a PING: another suite's server can take
+                    // the port first, and ours exits while theirs answers.
+                    if (!j.info("server").contains("process_id:" + p.pid() + "\r\n")) return false;
                     processes.add(p);
                     ports.add(port);
                     return true;

@@ -16,6 +16,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
@@ -35,6 +36,7 @@ import org.springframework.amqp.rabbit.connection.CachingConnectionFactory;
 import org.springframework.amqp.rabbit.core.RabbitAdmin;
 import org.springframework.amqp.rabbit.core.RabbitTemplate;
 import org.springframework.amqp.rabbit.listener.SimpleMessageListenerContainer;
+import redis.clients.jedis.Jedis;
 import redis.clients.jedis.RedisClient;
 
 /**
@@ -61,22 +63,11 @@ class IdempotentListenerTest {
         assertEquals(0, launch.waitFor());
         rabbit = new CachingConnectionFactory(URI.create(info.get("url").asText()));
         rabbit.setVirtualHost("/");
-        int port;
-        try (ServerSocket s = new ServerSocket(0)) {
-            port = s.getLocalPort();
-        }
         String module = System.getenv().getOrDefault("REDIS_IDEM_MODULE", REPO.resolve("target/release/libredis_idem.so").toString());
         String server = System.getenv().getOrDefault("REDIS_SERVER", "redis-server");
-        redisServer = new ProcessBuilder(server, "--port", "" + port, "--bind", "127.0.0.1", "--save", "", "--loadmodule", module)
-                .redirectErrorStream(true).redirectOutput(brokerDir.resolve("redis.log").toFile()).start();
-        redis = RedisClient.create("127.0.0.1", port);
-        await(() -> {
-            try {
-                return "PONG".equals(redis.ping());
-            } catch (RuntimeException e) {
-                return false;
-            }
-        });
+        Started started = startRedis(List.of(server, "--save", "", "--loadmodule", module), brokerDir.resolve("redis.log"));
+        redisServer = started.process();
+        redis = RedisClient.create("127.0.0.1", started.port());
     }
 
     @AfterAll
@@ -186,6 +177,37 @@ class IdempotentListenerTest {
         admin.declareQueue(QueueBuilder.durable(name).withArguments(IdempotentListener.quorumQueueArguments(options, name + ".dlx")).build());
         return admin;
     }
+
+    /**
+     * A redis-server run with {@code args} on a port that was free a moment
+     * ago, once it answers with its own pid: another suite's server can take
+     * the port first, and ours exits while theirs answers a PING.
+     */
+    private static Started startRedis(List<String> args, Path log) throws Exception {
+        for (int tries = 1; ; tries++) {
+            int port;
+            try (ServerSocket s = new ServerSocket(0)) {
+                port = s.getLocalPort();
+            }
+            List<String> command = new ArrayList<>(args);
+            command.addAll(List.of("--port", "" + port, "--bind", "127.0.0.1"));
+            Process p = new ProcessBuilder(command).redirectErrorStream(true).redirectOutput(log.toFile()).start();
+            long deadline = System.nanoTime() + Duration.ofSeconds(20).toNanos();
+            String info = null;
+            while (info == null && p.isAlive() && System.nanoTime() < deadline) {
+                try (Jedis j = new Jedis("127.0.0.1", port)) {
+                    info = j.info("server");
+                } catch (RuntimeException e) {
+                    Thread.sleep(20);
+                }
+            }
+            if (info != null && info.contains("process_id:" + p.pid() + "\r\n")) return new Started(p, port);
+            p.destroyForcibly().waitFor();
+            if (tries == 5) throw new IllegalStateException("redis-server did not start: " + Files.readString(log));
+        }
+    }
+
+    private record Started(Process process, int port) {}
 
     private static void await(BooleanSupplier done) throws InterruptedException {
         long deadline = System.nanoTime() + Duration.ofSeconds(30).toNanos();

@@ -10,6 +10,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
+import redis.clients.jedis.Jedis;
 import redis.clients.jedis.RedisClient;
 
 /**
@@ -44,31 +45,47 @@ final class Servers {
         return bootstrap;
     }
 
+    /**
+     * A redis-server run with {@code args} on a port that was free a moment
+     * ago, once it answers with its own pid: another suite's server can take
+     * the port first, and ours exits while theirs answers a PING.
+     */
+    static Started startRedis(List<String> args, Path log) throws IOException, InterruptedException {
+        for (int tries = 1; ; tries++) {
+            int port;
+            try (ServerSocket s = new ServerSocket(0)) {
+                port = s.getLocalPort();
+            }
+            List<String> command = new ArrayList<>(args);
+            command.addAll(List.of("--port", "" + port, "--bind", "127.0.0.1"));
+            Process p = new ProcessBuilder(command).redirectErrorStream(true).redirectOutput(log.toFile()).start();
+            long deadline = System.nanoTime() + Duration.ofSeconds(20).toNanos();
+            String info = null;
+            while (info == null && p.isAlive() && System.nanoTime() < deadline) {
+                try (Jedis j = new Jedis("127.0.0.1", port)) {
+                    info = j.info("server");
+                } catch (RuntimeException e) {
+                    Thread.sleep(20);
+                }
+            }
+            if (info != null && info.contains("process_id:" + p.pid() + "\r\n")) return new Started(p, port);
+            p.destroyForcibly().waitFor();
+            if (tries == 5) throw new IllegalStateException("redis-server did not start: " + Files.readString(log));
+        }
+    }
+
+    record Started(Process process, int port) {}
+
     static synchronized RedisClient redis() throws IOException, InterruptedException {
         if (redisPort == 0) {
             String module = System.getenv().getOrDefault("REDIS_IDEM_MODULE", REPO.resolve("target/release/libredis_idem.so").toString());
             String server = System.getenv().getOrDefault("REDIS7_SERVER", "redis-server");
-            try (ServerSocket s = new ServerSocket(0)) {
-                redisPort = s.getLocalPort();
-            }
             Path dir = Files.createTempDirectory("java-kafka-redis");
-            Process p = new ProcessBuilder(server, "--port", String.valueOf(redisPort), "--bind", "127.0.0.1", "--save", "",
-                    "--appendonly", "no", "--dir", dir.toString(), "--loadmodule", module)
-                    .redirectErrorStream(true).redirectOutput(dir.resolve("redis.log").toFile()).start();
-            PROCESSES.add(p);
-            Runtime.getRuntime().addShutdownHook(new Thread(p::destroy));
-            long deadline = System.nanoTime() + Duration.ofSeconds(20).toNanos();
-            while (true) {
-                try (RedisClient c = RedisClient.create("127.0.0.1", redisPort)) {
-                    c.ping();
-                    break;
-                } catch (RuntimeException e) {
-                    if (System.nanoTime() > deadline || !p.isAlive()) {
-                        throw new IllegalStateException("redis-server did not start: " + Files.readString(dir.resolve("redis.log")), e);
-                    }
-                    Thread.sleep(50);
-                }
-            }
+            Started started = startRedis(List.of(server, "--save", "", "--appendonly", "no", "--dir", dir.toString(),
+                    "--loadmodule", module), dir.resolve("redis.log"));
+            PROCESSES.add(started.process());
+            Runtime.getRuntime().addShutdownHook(new Thread(started.process()::destroy));
+            redisPort = started.port();
         }
         return RedisClient.create("127.0.0.1", redisPort);
     }

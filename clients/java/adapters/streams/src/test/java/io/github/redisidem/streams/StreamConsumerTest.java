@@ -14,6 +14,7 @@ import java.net.ServerSocket;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
@@ -24,6 +25,7 @@ import org.junit.jupiter.params.ParameterizedTest;
 import java.util.stream.Stream;
 import org.junit.jupiter.params.provider.Arguments;
 import org.junit.jupiter.params.provider.MethodSource;
+import redis.clients.jedis.Jedis;
 import redis.clients.jedis.RedisClient;
 import redis.clients.jedis.StreamEntryID;
 import redis.clients.jedis.params.XAddParams;
@@ -77,23 +79,12 @@ class StreamConsumerTest {
     @ParameterizedTest
     @MethodSource("editionsAndClients")
     void settlesEachEntryAsTheContractSays(Edition edition, String client) throws Exception {
-        int port;
-        try (ServerSocket s = new ServerSocket(0)) {
-            port = s.getLocalPort();
-        }
         Path dir = Files.createTempDirectory(Files.createDirectories(Path.of("target")), "redis-");
-        List<String> args = new java.util.ArrayList<>(List.of(server(), "--port", "" + port, "--bind", "127.0.0.1", "--save", "",
-                "--dir", dir.toString()));
+        List<String> args = new ArrayList<>(List.of(server(), "--save", "", "--dir", dir.toString()));
         if (edition == Edition.MODULE) args.addAll(List.of("--loadmodule", module()));
-        Process server = new ProcessBuilder(args).redirectErrorStream(true).redirectOutput(dir.resolve("log").toFile()).start();
-        try (RedisClient jedis = RedisClient.create("127.0.0.1", port)) {
-            await(() -> {
-                try {
-                    return "PONG".equals(jedis.ping());
-                } catch (RuntimeException e) {
-                    return false;
-                }
-            });
+        Started started = startRedis(args, dir.resolve("log"));
+        Process server = started.process();
+        try (RedisClient jedis = RedisClient.create("127.0.0.1", started.port())) {
             if (edition == Edition.FUNCTIONS) jedis.functionLoadReplace(Files.readString(REPO.resolve("functions/idem.lua")));
             IdemOptions options = IdemOptions.builder().lease(Duration.ofSeconds(2)).maxTries(2).waitFor(Duration.ZERO).edition(edition).build();
             try (Idem holder = new Idem(JedisTransport.of(jedis), options)) {
@@ -108,7 +99,7 @@ class StreamConsumerTest {
             }
             io.lettuce.core.RedisClient lettuce = io.lettuce.core.RedisClient.create();
             Transport inner = client.equals("jedis") ? JedisTransport.of(jedis)
-                    : LettuceTransport.of(lettuce, io.lettuce.core.RedisURI.create("127.0.0.1", port));
+                    : LettuceTransport.of(lettuce, io.lettuce.core.RedisURI.create("127.0.0.1", started.port()));
             Counting transport = new Counting(inner);
             StreamConsumer consumer = StreamConsumer.builder(transport, "orders", "billing").idemOptions(options).consumer("w1").concurrency(1)
                     .onError(e -> e.printStackTrace()).build();
@@ -156,6 +147,37 @@ class StreamConsumerTest {
             server.destroyForcibly().waitFor();
         }
     }
+
+    /**
+     * A redis-server run with {@code args} on a port that was free a moment
+     * ago, once it answers with its own pid: another suite's server can take
+     * the port first, and ours exits while theirs answers a PING.
+     */
+    private static Started startRedis(List<String> args, Path log) throws Exception {
+        for (int tries = 1; ; tries++) {
+            int port;
+            try (ServerSocket s = new ServerSocket(0)) {
+                port = s.getLocalPort();
+            }
+            List<String> command = new ArrayList<>(args);
+            command.addAll(List.of("--port", "" + port, "--bind", "127.0.0.1"));
+            Process p = new ProcessBuilder(command).redirectErrorStream(true).redirectOutput(log.toFile()).start();
+            long deadline = System.nanoTime() + Duration.ofSeconds(20).toNanos();
+            String info = null;
+            while (info == null && p.isAlive() && System.nanoTime() < deadline) {
+                try (Jedis j = new Jedis("127.0.0.1", port)) {
+                    info = j.info("server");
+                } catch (RuntimeException e) {
+                    Thread.sleep(20);
+                }
+            }
+            if (info != null && info.contains("process_id:" + p.pid() + "\r\n")) return new Started(p, port);
+            p.destroyForcibly().waitFor();
+            if (tries == 5) throw new IllegalStateException("redis-server did not start: " + Files.readString(log));
+        }
+    }
+
+    private record Started(Process process, int port) {}
 
     private static void await(BooleanSupplier done) throws InterruptedException {
         long deadline = System.nanoTime() + Duration.ofSeconds(30).toNanos();
