@@ -111,8 +111,12 @@ def listening(port):
 
 
 def start_kafka(dir):
+    return on_a_free_port(lambda: start_kafka_once(dir))
+
+
+def start_kafka_once(dir):
     port, controller = free_port(), free_port()
-    data = dir / "data"
+    data = dir / f"data-{port}"
     props = dir / "server.properties"
     props.write_text("\n".join([
         "process.roles=broker,controller", "node.id=1",
@@ -142,39 +146,89 @@ def start_kafka(dir):
     subprocess.run(jvm + ["kafka.tools.StorageTool", "format", "--standalone", "--ignore-formatted",
                           "-t", uuid.uuid4().hex[:22], "-c", str(props)],
                    check=True, stdout=subprocess.DEVNULL)
+    since = log_size(dir / "kafka.log")
     process, log = spawn(dir, "kafka", jvm + ["kafka.Kafka", str(props)])
-    wait_until("kafka", lambda: "to STARTED" in log.read_text(errors="replace"), 120, process, log)
+    until_started("kafka", lambda: "to STARTED" in log.read_text(errors="replace")[since:], 120, process, log, since)
     return {"bootstrap": f"127.0.0.1:{port}"}
 
 
 def start_rocketmq(dir):
-    namesrv_port = free_port()
-    broker_port = free_port(around=(-2, 1))
     cp = classpath("rocketmq")
     # An orderly queue's lock outlives a killed consumer by lockMaxLiveTime (60 s by default) before another
     # member may take the queue: 6 s here, with the tests' clients refreshing their locks every 2 s
     # (rocketmq.client.rebalance.lockInterval) and trusting them 3 s (lockMaxLiveTime), RocketMQ's ratios.
     jvm = [java(), "-Xms128m", "-Xmx512m", "-XX:+UseG1GC", f"-Duser.home={dir}",
            f"-Drocketmq.home.dir={dir}", "-Drocketmq.broker.rebalance.lockMaxLiveTime=6000", "-cp", cp]
-    (dir / "namesrv.conf").write_text(f"listenPort={namesrv_port}\n")
-    namesrv, nlog = spawn(dir, "namesrv", jvm + ["org.apache.rocketmq.namesrv.NamesrvStartup",
-                                                 "-c", str(dir / "namesrv.conf")])
-    wait_until("rocketmq name server", lambda: listening(namesrv_port), 60, namesrv, nlog)
-    store = dir / "store"
-    (dir / "broker.conf").write_text("\n".join([
-        "brokerClusterName=IdemCluster", "brokerName=idem-broker", "brokerId=0",
-        f"listenPort={broker_port}", "brokerIP1=127.0.0.1", f"namesrvAddr=127.0.0.1:{namesrv_port}",
-        f"storePathRootDir={store}", f"storePathCommitLog={store / 'commitlog'}",
-        "mappedFileSizeCommitLog=67108864", "mappedFileSizeConsumeQueue=600000",
-        "autoCreateTopicEnable=true", "autoCreateSubscriptionGroup=true",
-        "deleteWhen=04", "fileReservedTime=1", "diskMaxUsedSpaceRatio=95",
-        # Redeliveries (RECONSUME_LATER) come back in seconds, not minutes.
-        "messageDelayLevel=1s 1s 2s 2s 3s 3s 4s 4s 5s 5s 6s 6s 7s 7s 8s 8s 9s 9s",
-    ]) + "\n")
-    broker, blog = spawn(dir, "broker", jvm + ["org.apache.rocketmq.broker.BrokerStartup",
-                                               "-c", str(dir / "broker.conf")])
-    wait_until("rocketmq broker", lambda: "boot success" in blog.read_text(errors="replace"), 120, broker, blog)
+
+    def namesrv():
+        port = free_port()
+        (dir / "namesrv.conf").write_text(f"listenPort={port}\n")
+        since = log_size(dir / "namesrv.log")
+        process, log = spawn(dir, "namesrv", jvm + ["org.apache.rocketmq.namesrv.NamesrvStartup",
+                                                    "-c", str(dir / "namesrv.conf")])
+        # Its log, not a connection: another process may hold the port.
+        booted = f"boot success. serializeType=JSON, address 0.0.0.0:{port}"
+        until_started("rocketmq name server", lambda: booted in log.read_text(errors="replace"), 60, process, log,
+                      since)
+        return port
+    namesrv_port = on_a_free_port(namesrv)
+
+    def broker():
+        port = free_port(around=(-2, 1))
+        store = dir / f"store-{port}"
+        (dir / "broker.conf").write_text("\n".join([
+            "brokerClusterName=IdemCluster", "brokerName=idem-broker", "brokerId=0",
+            f"listenPort={port}", "brokerIP1=127.0.0.1", f"namesrvAddr=127.0.0.1:{namesrv_port}",
+            f"storePathRootDir={store}", f"storePathCommitLog={store / 'commitlog'}",
+            "mappedFileSizeCommitLog=67108864", "mappedFileSizeConsumeQueue=600000",
+            "autoCreateTopicEnable=true", "autoCreateSubscriptionGroup=true",
+            "deleteWhen=04", "fileReservedTime=1", "diskMaxUsedSpaceRatio=95",
+            # Redeliveries (RECONSUME_LATER) come back in seconds, not minutes.
+            "messageDelayLevel=1s 1s 2s 2s 3s 3s 4s 4s 5s 5s 6s 6s 7s 7s 8s 8s 9s 9s",
+        ]) + "\n")
+        since = log_size(dir / "broker.log")
+        process, log = spawn(dir, "broker", jvm + ["org.apache.rocketmq.broker.BrokerStartup",
+                                                   "-c", str(dir / "broker.conf")])
+        until_started("rocketmq broker", lambda: "boot success" in log.read_text(errors="replace")[since:], 120,
+                      process, log, since)
+        return port
+    broker_port = on_a_free_port(broker)
     return {"namesrv": f"127.0.0.1:{namesrv_port}", "broker_address": f"127.0.0.1:{broker_port}"}
+
+
+def until_started(what, check, timeout, process, log, since):
+    """wait_until, the process killed when it did not start; a JVM that
+    logged "Address already in use" past its log's first `since` characters did not
+    (RocketMQ's broker lives on without its port)."""
+    def started():
+        if "Address already in use" in log.read_text(errors="replace")[since:]:
+            raise SystemExit(f"{what} did not start: Address already in use")
+        return check()
+    try:
+        wait_until(what, started, timeout, process, log)
+    except SystemExit:
+        process.kill()
+        process.wait()
+        raise
+
+
+def log_size(path):
+    return len(path.read_text(errors="replace")) if path.exists() else 0
+
+
+def on_a_free_port(start, tries=3):
+    """start() again when its JVM exited on "Address already in use": ports
+    are checked free seconds before a JVM binds them, and on a loaded
+    machine another suite's server or connection can take one meanwhile
+    (the broker binds its port, port-2 and port+1)."""
+    for attempt in range(1, tries + 1):
+        try:
+            return start()
+        except SystemExit as e:
+            if attempt == tries or "Address already in use" not in str(e):
+                raise
+            print(f"a port was taken before the JVM bound it: starting again ({e.code.splitlines()[0]})",
+                  file=sys.stderr)
 
 
 def rabbitmq_env(dir):
