@@ -187,38 +187,62 @@ final class ScenarioTools {
         }
     }
 
+    /**
+     * What the dead-letter topic holds, read to its end. An admin call or a read that comes back short under load
+     * is tried again (3 rounds): a final check once answered [] after the scenario had seen all three letters.
+     */
     static List<Map<String, Object>> deadLetters(DefaultMQAdminExt admin, String topic, String dlq) throws Exception {
         List<Map<String, Object>> out = new ArrayList<>();
-        TopicStatsTable stored = stats(() -> admin.examineTopicStats(dlq));
-        if (stored == null) {
-            return out;
+        for (int round = 1; round <= 3; round++) {
+            if (round > 1) {
+                Thread.sleep(1_000);
+            }
+            TopicStatsTable stored = stats(() -> admin.examineTopicStats(dlq));
+            if (stored == null) {
+                continue; // no such topic yet, or the call failed
+            }
+            long total = 0;
+            for (TopicOffset o : stored.getOffsetTable().values()) {
+                total += o.getMaxOffset() - o.getMinOffset();
+            }
+            if (total == 0) {
+                return out;
+            }
+            out = read(admin, topic, stored, total);
+            if (out.size() >= total) {
+                return out;
+            }
         }
-        long total = 0;
-        for (TopicOffset o : stored.getOffsetTable().values()) {
-            total += o.getMaxOffset() - o.getMinOffset();
-        }
-        if (total == 0) {
-            return out;
-        }
+        return out;
+    }
+
+    /** The `total` messages of `stored`'s queues from their first offsets, within 20 s. */
+    private static List<Map<String, Object>> read(DefaultMQAdminExt admin, String topic, TopicStatsTable stored,
+            long total) throws Exception {
+        List<Map<String, Object>> out = new ArrayList<>();
         DefaultLitePullConsumer reader = new DefaultLitePullConsumer("inspect-" + UUID.randomUUID());
         reader.setNamesrvAddr(admin.getNamesrvAddr());
-        reader.setInstanceName("inspect-reader-" + ProcessHandle.current().pid());
+        reader.setInstanceName("inspect-reader-" + ProcessHandle.current().pid() + "-" + UUID.randomUUID());
         reader.setAutoCommit(false);
         reader.start();
-        reader.assign(new ArrayList<>(stored.getOffsetTable().keySet()));
-        for (Map.Entry<MessageQueue, TopicOffset> e : stored.getOffsetTable().entrySet()) {
-            reader.seek(e.getKey(), e.getValue().getMinOffset());
-        }
-        long deadline = System.currentTimeMillis() + 20_000;
-        while (out.size() < total && System.currentTimeMillis() < deadline) {
-            for (MessageExt m : reader.poll(1_000)) {
-                Map<String, Object> letter = new LinkedHashMap<>();
-                letter.put("key", RocketMQOptions.firstKey(m));
-                letter.put("origin", topic.equals(m.getProperty(MessageConst.PROPERTY_RETRY_TOPIC))
-                        && m.getProperty(MessageConst.PROPERTY_ORIGIN_MESSAGE_ID) != null);
-                letter.put("body", new String(m.getBody(), StandardCharsets.UTF_8));
-                out.add(letter);
+        try {
+            reader.assign(new ArrayList<>(stored.getOffsetTable().keySet()));
+            for (Map.Entry<MessageQueue, TopicOffset> e : stored.getOffsetTable().entrySet()) {
+                reader.seek(e.getKey(), e.getValue().getMinOffset());
             }
+            long deadline = System.currentTimeMillis() + 20_000;
+            while (out.size() < total && System.currentTimeMillis() < deadline) {
+                for (MessageExt m : reader.poll(1_000)) {
+                    Map<String, Object> letter = new LinkedHashMap<>();
+                    letter.put("key", RocketMQOptions.firstKey(m));
+                    letter.put("origin", topic.equals(m.getProperty(MessageConst.PROPERTY_RETRY_TOPIC))
+                            && m.getProperty(MessageConst.PROPERTY_ORIGIN_MESSAGE_ID) != null);
+                    letter.put("body", new String(m.getBody(), StandardCharsets.UTF_8));
+                    out.add(letter);
+                }
+            }
+        } finally {
+            reader.shutdown();
         }
         return out;
     }
