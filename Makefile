@@ -26,6 +26,8 @@
 #   make bench-sweep  the Bloom filters at every volume alone -> bench/results/sweep.md
 #   make bench-clients   each client library's loop against the hand-made
 #               SET NX pair with the same client -> bench/results/clients.md
+#   make bench-clients-profile   what each library's time per message is
+#               made of -> bench/results/clients-profile.md
 #   make bench-wait-hooks   what Redis 7.0's wake-up hooks cost other writes
 #               after the first WAIT (docs/operations.md, Waiters)
 #   make bench-instructions [BASELINE=old.so]  instructions per command under
@@ -48,7 +50,7 @@ RUNDIR := tmp
 # sudo only when not root and sudo exists.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
-.PHONY: deps build brokers lint test test-prepare test-suites test-crash redis-suite-tools prometheus-tools client-tools test-prometheus test-rust test-redis-suite test-clients test-redis8 test-valkey run load-functions bench bench-batch bench-clients bench-wait bench-wait-hooks bench-sweep bench-instructions fuzz-smoke fuzz clean
+.PHONY: deps build brokers lint test test-prepare test-suites test-crash redis-suite-tools prometheus-tools client-tools test-prometheus test-rust test-redis-suite test-clients test-redis8 test-valkey run load-functions bench bench-batch bench-clients bench-clients-profile bench-wait bench-wait-hooks bench-sweep bench-instructions fuzz-smoke fuzz clean
 
 deps:
 	@missing=""; \
@@ -298,6 +300,13 @@ bench-sweep: deps build
 bench-clients: deps build
 	$(call bench-venv,redis)
 	cd bench && ../$(BENCH_VENV)/bin/python clients.py $(BENCH_CLIENTS_ARGS)
+
+# What each library's time per message is made of (client CPU, server CPU,
+# calls and keys per batch call), from runs of N and 2N messages, into
+# bench/results/clients-profile.md.
+bench-clients-profile: deps build
+	$(call bench-venv,redis)
+	cd bench && ../$(BENCH_VENV)/bin/python clients_profile.py $(BENCH_CLIENTS_ARGS)
 
 # Instructions per command under callgrind: exact where CPU time is noisy,
 # and by function (bench/results/instructions.md).
