@@ -98,6 +98,17 @@ def table(language, edition, inflight, figures):
     return "\n".join(lines) + "\n"
 
 
+def start_servers(editions):
+    """The Redis 7.0 with the module, and for the Functions edition rows
+    (when `editions` names it) one without it, functions/idem.lua loaded."""
+    servers = {"module": Server(redisbloom=False)}
+    if "functions" in editions:
+        servers["functions"] = Server(redisbloom=False, module=False)
+        lua = (ROOT / "functions" / "idem.lua").read_bytes()
+        servers["functions"].client.execute_command("FUNCTION", "LOAD", "REPLACE", lua)
+    return servers
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--languages", default=",".join(LANGUAGES))
@@ -111,11 +122,7 @@ def main():
     missing = set(args.languages.split(",")) - set(languages)
     if missing:
         print(f"no bench/clients/<language>/run for: {', '.join(sorted(missing))}", file=sys.stderr)
-    servers = {"module": Server(redisbloom=False)}
-    if "functions" in args.editions:
-        servers["functions"] = Server(redisbloom=False, module=False)
-        lua = (ROOT / "functions" / "idem.lua").read_bytes()
-        servers["functions"].client.execute_command("FUNCTION", "LOAD", "REPLACE", lua)
+    servers = start_servers(args.editions)
     sections = []
     try:
         for language in languages:

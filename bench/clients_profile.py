@@ -25,8 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from clients import HERE, LANGUAGES, server_cpu
-from harness import ROOT, Server
+from clients import HERE, LANGUAGES, server_cpu, start_servers
 
 BATCHED = ("idem.mclaim", "idem.mdone")
 IGNORED = ("info", "ping", "hello", "client", "select", "flushall")
@@ -128,11 +127,7 @@ def main():
     parser.add_argument("--out", default=str(HERE / "results" / "clients-profile.md"))
     args = parser.parse_args()
     languages = [lang for lang in args.languages.split(",") if (HERE / "clients" / lang / "run").exists()]
-    servers = {"module": Server(redisbloom=False)}
-    if "functions" in args.editions:
-        servers["functions"] = Server(redisbloom=False, module=False)
-        lua = (ROOT / "functions" / "idem.lua").read_bytes()
-        servers["functions"].client.execute_command("FUNCTION", "LOAD", "REPLACE", lua)
+    servers = start_servers(args.editions)
     sections = []
     try:
         for language in languages:
