@@ -99,6 +99,8 @@ test('a failure comes again; Exhausted and a message without message_id go to th
   assert.equal((await c.idem.get('flaky')).state, 'done');
   await c.stop();
   assert.deepEqual(attempts, { flaky: [1, 2], poison: [1, 2] });
+  // A reject is not confirmed: the quorum queue dead-letters it a moment later.
+  await until('both dead letters queued', async () => (await c.count(`${c.q}.dlq`)) === 2);
   const letters = await c.dead();
   assert.deepEqual(letters.map((m) => m.content.toString()).sort(), ['keyless', 'p']);
   for (const m of letters) assert.equal(m.properties.headers['x-death'][0].queue, c.q);

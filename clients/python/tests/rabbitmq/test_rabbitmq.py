@@ -171,7 +171,8 @@ def test_exhausted_goes_to_the_dead_letter_exchange_with_the_last_error(consume,
     running = consume(handler, idem={"max_tries": 2}, retry_delay=1, delivery_limit=20)
     rabbitmq.publish(queue, b'{"n": 3}', message_id="poison")
     eventually(lambda: running.stats.dead_lettered == 1, what="the dead letter")
-    [(props, body)] = rabbitmq.take(f"{queue}.dlq")
+    # The reject is not confirmed: the broker routes it to the dead letter queue a moment later.
+    [(props, body)] = eventually(lambda: rabbitmq.take(f"{queue}.dlq"), what="the dead letter queued")
     death = props.headers["x-death"][0]
     assert (death["queue"], death["reason"]) == (queue, "rejected") and body == b'{"n": 3}'
     assert props.message_id == "poison" and props.headers[ERROR_HEADER] == "RuntimeError: boom"
@@ -183,7 +184,8 @@ def test_a_message_without_a_key_is_dead_lettered_and_never_run(consume, rabbitm
     running = consume(handler)
     rabbitmq.publish(queue, b'{"n": 4}')
     eventually(lambda: running.stats.dead_lettered == 1, what="the dead letter")
-    assert [body for _, body in rabbitmq.take(f"{queue}.dlq")] == [b'{"n": 4}'] and handler.runs == []
+    dead = eventually(lambda: rabbitmq.take(f"{queue}.dlq"), what="the dead letter queued")  # the reject is not confirmed
+    assert [body for _, body in dead] == [b'{"n": 4}'] and handler.runs == []
 
 
 def test_the_original_is_acknowledged_only_once_its_copy_is_confirmed(consume, rabbitmq, queue):  # type: ignore[no-untyped-def]
@@ -230,7 +232,7 @@ def test_stop_lets_the_message_in_hand_finish_and_returns_the_others(kind, consu
     eventually(lambda: len(handler.runs) == 1, what="the first message at work")
     running.stop()
     assert running.stats.acknowledged == 1 and len(handler.runs) == 1
-    [(props, _)] = rabbitmq.take(queue)  # the one not started is back in the queue
+    [(props, _)] = eventually(lambda: rabbitmq.take(queue), what="the one not started back in the queue")
     assert props.message_id == "order-7-2"
 
 
