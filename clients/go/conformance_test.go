@@ -154,7 +154,8 @@ type runner struct {
 	hooks    *hookCounts
 	base     map[string]int64 // commandstats calls when the case began
 	options  idem.Options
-	detached bool // the replica, by a step
+	detached bool   // the replica, by a step
+	waitings uint64 // the waiting steps so far
 
 	mu     sync.Mutex
 	tokens map[string]string
@@ -299,11 +300,18 @@ func (r *runner) blocked() []blockedClient {
 }
 
 func (r *runner) waiting(at string) {
+	deadline := time.Now().Add(10 * time.Second)
 	if r.tp.edition == "functions" {
-		time.Sleep(300 * time.Millisecond)
+		// No blocked client to see: a call counts its wait at its first BUSY answer.
+		r.waitings++
+		for r.i.Stats().Waits < r.waitings {
+			if time.Now().After(deadline) {
+				r.t.Fatalf("%s: no call of this case counted a wait", at)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		return
 	}
-	deadline := time.Now().Add(10 * time.Second)
 	for len(r.blocked()) == 0 {
 		if time.Now().After(deadline) {
 			r.t.Fatalf("%s: no client of this case blocked in idem.claim", at)

@@ -431,6 +431,7 @@ fn run_steps(
         }
         let _open_all = OpenAll(&gates);
         let mut started: HashMap<String, (std::thread::ScopedJoinHandle<Call>, Arc<Ran>)> = HashMap::new();
+        let mut waitings = 0; // the waiting steps so far
         for (n, step) in case["steps"].as_array().unwrap().iter().enumerate() {
             let what = format!("{id} step {n} ({})", step["op"]);
             let primaries = servers.primaries();
@@ -455,7 +456,11 @@ fn run_steps(
                 "waiting" if idem.edition() == Edition::Module => {
                     eventually(Duration::from_secs(10), &what, || !blocked(&primaries).is_empty());
                 }
-                "waiting" => std::thread::sleep(Duration::from_millis(300)),
+                // No blocked client to see: a call counts its wait at its first BUSY answer.
+                "waiting" => {
+                    waitings += 1;
+                    eventually(Duration::from_secs(10), &what, || idem.stats().waits >= waitings);
+                }
                 "finish" => {
                     let (handle, ran) = started.remove(step["id"].as_str().unwrap()).unwrap();
                     let call = handle.join().expect("the call panicked");

@@ -68,6 +68,7 @@ final class CaseRunner {
         final Map<String, CountDownLatch> gates = new ConcurrentHashMap<>();
         final Map<String, CallState> states = new HashMap<>();
         final Map<String, Future<Outcome<?>>> calls = new HashMap<>();
+        long waitings; // the waiting steps so far
         final Map<String, AtomicInteger> hooksCalled = new ConcurrentHashMap<>();
         final Map<String, Long> baseline;
         final List<IdempotencyFilter> filters = new ArrayList<>();
@@ -240,8 +241,11 @@ final class CaseRunner {
             }
             case "running" -> assertTrue(run.states.get(step.get("id").asText()).started.await(10, TimeUnit.SECONDS), "the work started");
             case "waiting" -> {
-                if (server.edition == Edition.FUNCTIONS) Thread.sleep(300);
-                else {
+                if (server.edition == Edition.FUNCTIONS) {
+                    // No blocked client to see: a call counts its wait at its first BUSY answer.
+                    long waitings = ++run.waitings;
+                    waitUntil(() -> run.idem.stats().waits() >= waitings, "a call that counted a wait");
+                } else {
                     Future<?> call = run.calls.get(step.get("id").asText());
                     waitUntil(() -> !blockedClaims().isEmpty() || call.isDone(), "a client blocked in idem.claim");
                     if (call.isDone()) fail("the call ended instead of waiting: " + outcome(call));
