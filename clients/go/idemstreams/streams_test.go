@@ -7,6 +7,7 @@ package idemstreams_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -80,6 +81,26 @@ func settled(t *testing.T, rdb *redis.Client) func() bool {
 	}
 }
 
+// describe says who the server is and what its group "g" has read, for a
+// failure's message: once (make test, a loaded run) the entry of
+// TestBusyLeftPending was gone with no consumer of the test having read it.
+func describe(rdb *redis.Client) string {
+	ctx := context.Background()
+	info, _ := rdb.InfoMap(ctx, "server").Result()
+	full, err := rdb.XInfoStreamFull(ctx, "s", 10).Result()
+	if err != nil {
+		return fmt.Sprintf("server pid %s, XINFO STREAM: %v", info["Server"]["process_id"], err)
+	}
+	out := fmt.Sprintf("server pid %s, entries added %d, length %d", info["Server"]["process_id"], full.EntriesAdded, full.Length)
+	for _, g := range full.Groups {
+		out += fmt.Sprintf("; group %s entries read %d, last delivered %s, consumers:", g.Name, g.EntriesRead, g.LastDeliveredID)
+		for _, c := range g.Consumers {
+			out += fmt.Sprintf(" %s (seen %v ago)", c.Name, time.Since(c.SeenTime).Round(time.Millisecond))
+		}
+	}
+	return out
+}
+
 // A work three times as long as ClaimIdle: each heartbeat resets its
 // entry's idle time, so the other consumer never takes it over.
 func TestHeartbeatKeepsTheEntry(t *testing.T) {
@@ -121,7 +142,7 @@ func TestBusyLeftPending(t *testing.T) {
 		})
 		brokertest.WaitFor(t, "the entry acknowledged", settled(t, rdb))
 		if s := c.Stats(); works.Load() != 1 || s.HeldBack == 0 || s.HeldBack > 3 || s.Acknowledged != 1 {
-			t.Errorf("works %d, stats %+v: want it held back once or twice (ClaimIdle apart), then done", works.Load(), s)
+			t.Errorf("works %d, stats %+v: want it held back once or twice (ClaimIdle apart), then done; %s", works.Load(), s, describe(rdb))
 		}
 	})
 }
