@@ -5,6 +5,7 @@ import io.lettuce.core.AbstractRedisClient;
 import io.lettuce.core.RedisChannelHandler;
 import io.lettuce.core.RedisClient;
 import io.lettuce.core.RedisCommandExecutionException;
+import io.lettuce.core.RedisCommandTimeoutException;
 import io.lettuce.core.RedisConnectionException;
 import io.lettuce.core.RedisConnectionStateListener;
 import io.lettuce.core.RedisFuture;
@@ -194,11 +195,18 @@ public final class LettuceTransport implements Transport {
         if (g == null) return replies.thenApply(r -> redirected(r));
         replies.whenComplete((r, e) -> {
             if (e == null) g.out.complete(redirected(r));
-            else g.out.completeExceptionally(e);
+            else g.fail(e);
         });
-        g.out.orTimeout(deadline.toMillis(), TimeUnit.MILLISECONDS).whenComplete((r, e) -> {
+        // The deadline fails the call as Lettuce's own command timeout does (a
+        // RuntimeException, as Jedis's is): orTimeout on the call's own future
+        // would hand the caller a checked TimeoutException.
+        CompletableFuture<Void> timer = new CompletableFuture<>();
+        timer.orTimeout(deadline.toMillis(), TimeUnit.MILLISECONDS).whenComplete((v, e) -> {
+            if (e != null) g.fail(new RedisCommandTimeoutException("no reply in " + deadline.toMillis() + " ms"));
+        });
+        g.out.whenComplete((r, e) -> {
             guarded.remove(g);
-            if (e != null) g.fail(e);
+            timer.complete(null); // its scheduled timeout is cancelled
         });
         return g.out;
     }
