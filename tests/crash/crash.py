@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "target" / "release" / "libredis_idem.so"
 SERVER = os.environ.get("REDIS_SERVER", "redis-server")
 NAME = "mymaster"
+DOWN_AFTER_MS = 1000  # Sentinel's down-after-milliseconds (widened only after a TILT, crash_primary)
 
 
 def free_port():
@@ -112,7 +113,7 @@ class Topology:
             conf.write_text("\n".join([
                 f"port {port}", "bind 127.0.0.1", f"dir {dir}",
                 f"sentinel monitor {NAME} 127.0.0.1 {self.nodes[0].proxy.port} 2",
-                f"sentinel down-after-milliseconds {NAME} 1000",
+                f"sentinel down-after-milliseconds {NAME} {DOWN_AFTER_MS}",
                 f"sentinel failover-timeout {NAME} 3000",
                 f"sentinel parallel-syncs {NAME} 2",
                 f"logfile {dir / f'sentinel-{port}.log'}",
@@ -191,7 +192,7 @@ class Topology:
         else:
             raise SystemExit("no replica was promoted within 90 s")
         if widened:
-            self.set_down_after(1000)
+            self.set_down_after(DOWN_AFTER_MS)
         old.start()  # empty; the Sentinels make it a replica of the new primary
         self.wait_synced(2)
 
