@@ -296,8 +296,14 @@ class Streams:
         return out
 
     def unacked(self, adapter, env, idem):
-        pending = idem.client.xpending(env["IDEM_SOURCE"], env["IDEM_GROUP"])["pending"]
-        groups = {g["name"].decode(): g for g in idem.client.xinfo_groups(env["IDEM_SOURCE"])}
+        # One MULTI: a read between two calls would pass both (nothing
+        # pending before it, nothing undelivered after it).
+        pipe = idem.client.pipeline(transaction=True)
+        pipe.xpending(env["IDEM_SOURCE"], env["IDEM_GROUP"])
+        pipe.xinfo_groups(env["IDEM_SOURCE"])
+        summary, infos = pipe.execute()
+        pending = summary["pending"]
+        groups = {g["name"].decode(): g for g in infos}
         lag = groups[env["IDEM_GROUP"]].get("lag") or 0
         return (pending or lag) and f"{pending} entries pending, {lag} never delivered"
 
