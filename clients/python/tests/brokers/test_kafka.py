@@ -46,20 +46,24 @@ def committed(kafka, topic, group, partitions=2):  # type: ignore[no-untyped-def
         c.close()
 
 
-def until(done, timeout=60):  # type: ignore[no-untyped-def]
+def poll(done, timeout):  # type: ignore[no-untyped-def]
+    """Polls done() until it holds or the timeout passes."""
     deadline = time.monotonic() + timeout
     while not done() and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def until(done, timeout=60):  # type: ignore[no-untyped-def]
+    poll(done, timeout)
     assert done()
 
 
 def run_until(consumer, handler, done, timeout=60):  # type: ignore[no-untyped-def]
-    """run() in a thread until done() or the timeout; then stop and join."""
+    """run() in a thread until done() or the timeout; then stop and join
+    (the test asserts what it ran for)."""
     thread = threading.Thread(target=consumer.run, args=(handler,))
     thread.start()
-    deadline = time.monotonic() + timeout
-    while not done() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    poll(done, timeout)
     consumer.stop()
     thread.join(60)
     assert not thread.is_alive()
