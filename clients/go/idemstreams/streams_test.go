@@ -90,6 +90,18 @@ func settled(t *testing.T, rdb *redis.Client) func() bool {
 	}
 }
 
+// all holds when each of conditions holds, tried in order.
+func all(conditions ...func() bool) func() bool {
+	return func() bool {
+		for _, ok := range conditions {
+			if !ok() {
+				return false
+			}
+		}
+		return true
+	}
+}
+
 // describe says who the server is and what its group "g" has read, for a
 // failure's message.
 func describe(rdb *redis.Client) string {
@@ -126,7 +138,9 @@ func TestHeartbeatKeepsTheEntry(t *testing.T) {
 		add(t, rdb, "long")
 		brokertest.WaitFor(t, "a to start", func() bool { return works.Load() == 1 })
 		b := run(t, newIdem(t, rdb, opts), "b", idemstreams.Options{}, work)
-		brokertest.WaitFor(t, "the entry acknowledged", settled(t, rdb))
+		// The consumer counts an entry once its XACK has replied: after
+		// the server's state that settled() reads.
+		brokertest.WaitFor(t, "the entry acknowledged", all(settled(t, rdb), func() bool { return a.Stats().Acknowledged == 1 }))
 		if sa, sb := a.Stats(), b.Stats(); works.Load() != 1 || sa.Acknowledged != 1 || sb.Waits+sb.Replays+sb.Busy != 0 {
 			t.Errorf("works %d, a %+v, b %+v: want b never to take the entry over", works.Load(), sa, sb)
 		}
@@ -148,7 +162,7 @@ func TestBusyLeftPending(t *testing.T) {
 			works.Add(1)
 			return "", nil
 		})
-		brokertest.WaitFor(t, "the entry acknowledged", settled(t, rdb))
+		brokertest.WaitFor(t, "the entry acknowledged", all(settled(t, rdb), func() bool { return c.Stats().Acknowledged == 1 }))
 		if s := c.Stats(); works.Load() != 1 || s.HeldBack == 0 || s.HeldBack > 3 || s.Acknowledged != 1 {
 			t.Errorf("works %d, stats %+v: want it held back once or twice (ClaimIdle apart), then done; %s", works.Load(), s, describe(rdb))
 		}
@@ -165,7 +179,7 @@ func TestDeadLetters(t *testing.T) {
 		c := run(t, i, "a", idemstreams.Options{}, func(ctx context.Context, job *idem.Job, e redis.XMessage) (string, error) {
 			return "", errors.New("cannot do it")
 		})
-		brokertest.WaitFor(t, "both entries acknowledged", settled(t, rdb))
+		brokertest.WaitFor(t, "both entries acknowledged", all(settled(t, rdb), func() bool { return c.Stats().DeadLettered == 2 }))
 		letters, err := rdb.XRange(context.Background(), "s:dlq", "-", "+").Result()
 		if err != nil || len(letters) != 2 {
 			t.Fatalf("dead letters %v, %v", letters, err)
