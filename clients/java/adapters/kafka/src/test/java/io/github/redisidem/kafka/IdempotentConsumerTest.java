@@ -104,8 +104,10 @@ class IdempotentConsumerTest {
             loop.start();
             eventually("the dead letter", () -> consumer.stats().deadLettered() == 1);
             // The member runs: a key another worker holds, then a record of another partition.
-            idem.commands().claim("held", Duration.ofSeconds(3));
             try (KafkaProducer<String, String> producer = producer(bootstrap)) {
+                // The producer has the topic's metadata before the holder's 3 s lease starts.
+                producer.partitionsFor(topic);
+                idem.commands().claim("held", Duration.ofSeconds(3));
                 producer.send(new ProducerRecord<>(topic, 0, "held", "first")).get();
                 producer.send(new ProducerRecord<>(topic, 0, "after", "second")).get();
                 producer.send(new ProducerRecord<>(topic, 1, "free", "other")).get();
