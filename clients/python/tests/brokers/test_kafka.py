@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 import redis_idem as ri
 from redis_idem.kafka import KafkaConsumer
+from servers import wait_for
 
 
 @pytest.fixture
@@ -46,26 +47,15 @@ def committed(kafka, topic, group, partitions=2):  # type: ignore[no-untyped-def
         c.close()
 
 
-def poll(done, timeout):  # type: ignore[no-untyped-def]
-    """Polls done() until it holds or the timeout passes."""
-    deadline = time.monotonic() + timeout
-    while not done() and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-def until(done, timeout=60):  # type: ignore[no-untyped-def]
-    poll(done, timeout)
-    assert done()
-
-
-def run_until(consumer, handler, done, timeout=60):  # type: ignore[no-untyped-def]
-    """run() in a thread until done() or the timeout; then stop and join
-    (the test asserts what it ran for)."""
+def run_until(consumer, handler, done, what, timeout=60):  # type: ignore[no-untyped-def]
+    """run() in a thread until done() (else a failure after the timeout); then stop and join."""
     thread = threading.Thread(target=consumer.run, args=(handler,))
     thread.start()
-    poll(done, timeout)
-    consumer.stop()
-    thread.join(60)
+    try:
+        wait_for(done, what, timeout)
+    finally:
+        consumer.stop()
+        thread.join(60)
     assert not thread.is_alive()
 
 
@@ -81,12 +71,12 @@ def test_a_busy_partition_waits_for_the_holders_lease_while_the_others_go_on(kaf
         # 10 s), so that the holder's lease below is measured against this consumer alone.
         producer = Producer({"bootstrap.servers": kafka["bootstrap"]})
         produce(kafka, topic, [(1, b"warm", b"warm-up")], producer)
-        until(lambda: len(seen) == 1)
+        wait_for(lambda: len(seen) == 1, "the warm-up record worked", 60)
         holder = ri.IdemCommands(r, prefix=ns).claim(b"held", 8)  # another worker, its lease 8 s
         clock["held"] = time.monotonic()
         produce(kafka, topic, [(0, b"held", b"p0-1"), (0, b"a", b"p0-2"), (1, b"b", b"p1-1"), (1, b"c", b"p1-2")],
                 producer)
-        until(lambda: len(seen) == 5)
+        wait_for(lambda: len(seen) == 5, "the four records worked", 60)
     finally:
         consumer.stop()
         thread.join(60)
@@ -115,7 +105,8 @@ def test_exhausted_and_keyless_records_go_to_the_dead_letter_topic_with_springs_
             raise RuntimeError("always fails")
         return "ok"
 
-    run_until(consumer, work, lambda: consumer.stats.dead_lettered == 2 and consumer.stats.acknowledged == 1)
+    run_until(consumer, work, lambda: consumer.stats.dead_lettered == 2 and consumer.stats.acknowledged == 1,
+              "two dead letters, one record acknowledged")
     assert tries == [b"poison", b"poison", b"ok"]  # max_tries 2, then Exhausted; the keyless one never ran
     assert committed(kafka, topic, f"g-{topic}") == [-1001, 3]
     reader = Consumer({"bootstrap.servers": kafka["bootstrap"], "group.id": f"dlt-{topic}",
@@ -150,12 +141,13 @@ def test_a_records_dead_letter_is_sent_once_even_when_its_commit_is_lost(kafka, 
         return "ok"
 
     first = KafkaConsumer(config(kafka, f"g-{topic}"), ri.Idem(r, prefix=ns, lease=5, max_tries=1), [topic])
-    run_until(first, work, lambda: first.stats.dead_lettered == 1 and first.stats.acknowledged == 1)
+    run_until(first, work, lambda: first.stats.dead_lettered == 1 and first.stats.acknowledged == 1,
+              "the first group past both records")
     # Another group from the topic's start, as the partition's next owner after a lost commit.
     ran = []
     again = KafkaConsumer(config(kafka, f"again-{topic}"), ri.Idem(r, prefix=ns, lease=5, max_tries=1), [topic])
     run_until(again, lambda m, job: ran.append(m.key()),
-              lambda: again.stats.dead_lettered == 1 and again.stats.acknowledged == 1)
+              lambda: again.stats.dead_lettered == 1 and again.stats.acknowledged == 1, "the second group past both records")
     assert ran == [] and again.stats.dead_lettered == 1 and again.stats.acknowledged == 1
     assert ri.IdemCommands(r, prefix=ns).get(f"kafka-dead-letter:{topic}:0:0").state is ri.RecordState.DONE
     low, high = Consumer({"bootstrap.servers": kafka["bootstrap"], "group.id": f"w-{topic}"}).get_watermark_offsets(
